@@ -1,0 +1,21 @@
+"""q2gemv: bit-exact low-bit decode GEMV kernels (GGUF Q2_0 ternary, NVFP4 W4A16).
+
+Every numba.cuda kernel sits beside a NumPy reference (``q2gemv.reference``)
+that reproduces its fp32 operation order bit for bit. Importing this package
+is light: numba and the kernels load on first use.
+"""
+
+from __future__ import annotations
+
+from .check import assert_bits_equal, compare_bits
+from .formats.q2_0 import Q2Weight, quantize_q2_0
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Q2Weight",
+    "quantize_q2_0",
+    "assert_bits_equal",
+    "compare_bits",
+    "__version__",
+]

@@ -1,0 +1,59 @@
+"""BF16 on the host: the one place that defines how fp32 becomes bf16.
+
+Bit layout (IEEE-like, 1 sign, 8 exponent, 7 mantissa bits)::
+
+    bit  15 | 14 ........ 7 | 6 ....... 0
+        sign|  exponent (8) | mantissa (7)
+
+A bf16 is the top half of an fp32: ``f32_bits = bf16_bits << 16`` is exact.
+
+fp32 -> bf16 is round-to-nearest-even on the bit pattern::
+
+    bf16 = (f32_bits + 0x7FFF + ((f32_bits >> 16) & 1)) >> 16
+
+which also rounds values past the bf16 maximum to +-Inf. Every NaN becomes
+the single canonical pattern :data:`BF16_NAN` (0x7FC0, sign dropped): the
+GPU canonicalises NaN payloads in fp32 arithmetic and NumPy does not, so the
+output pattern is fixed here and used by every backend.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+BF16_NAN = 0x7FC0
+BF16_MAX = 0x7F7F  # 3.3895314e38
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """fp32 -> bf16 bit patterns (uint16), round-to-nearest-even, NaN -> 0x7FC0."""
+    x = np.asarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(BF16_NAN), r)
+
+
+def bf16_bits_to_f32(h: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) -> fp32, exact."""
+    h = np.asarray(h, dtype=np.uint16)
+    return (h.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def as_bf16_bits(a: np.ndarray, name: str = "a") -> np.ndarray:
+    """View a ``ml_dtypes.bfloat16`` array as its uint16 bit patterns (no copy).
+
+    Raises TypeError naming ``name`` for any other dtype: float16/float32
+    activations are refused rather than silently rounded.
+    """
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy ml_dtypes.bfloat16 array, got {type(a).__name__}")
+    if a.dtype != BF16:
+        raise TypeError(f"{name}: expected dtype bfloat16 (ml_dtypes.bfloat16), got {a.dtype}")
+    return a.view(np.uint16)
+
+
+def bits_to_bf16(h: np.ndarray) -> np.ndarray:
+    """uint16 bit patterns -> ``ml_dtypes.bfloat16`` array (a view, no copy)."""
+    return np.asarray(h, dtype=np.uint16).view(BF16)

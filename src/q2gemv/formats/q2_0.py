@@ -1,0 +1,294 @@
+"""GGUF/ggml ``block_q2_0``: the ternary 2-bit format, both group sizes.
+
+This module is the one place that states the layout; kernels, references
+and loaders import these names.
+
+One block covers ``group`` consecutive weights of a row (``QK``)::
+
+    struct block_q2_0 { fp16 d; uint8 qs[QK/4]; }    // little-endian, d first
+
+    QK = 128 -> 34 bytes (PrismML "prism" builds, Ternary-Bonsai files, PQ2_0)
+    QK = 64  -> 18 bytes (mainline ggml, GGUF type id 42)
+
+    byte:  0      1      2          3          ...  1 + QK/4
+         [ d lo | d hi | qs[0]    | qs[1]    | ... | qs[QK/4-1] ]
+
+    qs[b] bit:   7 6 | 5 4 | 3 2 | 1 0
+    code index:  4b+3| 4b+2| 4b+1| 4b+0          (LSB-first, 4 codes a byte)
+
+    code(j)  = (qs[j // 4] >> (2 * (j % 4))) & 3
+    value(j) = (code(j) - 1) * d          codes 0, 1, 2, 3 -> -1, 0, +1, +2
+
+Code 3 (+2) is legal even though ternary quantizers never write it; every
+kernel takes it. A row of K weights is K // QK consecutive blocks; rows are
+independent and stored one after another. ``qs`` of block i starts at byte
+``BLOCK_BYTES * i + 2``, so it is 4-byte aligned only for odd i: the kernels
+read it as 16-bit halves. Kernels consume these bytes unchanged (keep-packed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+GROUPS = (64, 128)
+SCALE_BYTES = 2
+GGUF_TYPE_Q2_0 = 42  # mainline: group 64; older PrismML files: group 128
+GGUF_TYPE_PQ2_0 = 142  # newer PrismML builds: group 128
+
+
+def block_bytes(group: int) -> int:
+    """Bytes of one ``block_q2_0`` of ``group`` codes: 2 (fp16 d) + group/4."""
+    check_group(group)
+    return SCALE_BYTES + group // 4
+
+
+def check_group(group: int) -> int:
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group not in GROUPS:
+        raise ValueError(f"group: expected 64 or 128, got {group!r}")
+    return int(group)
+
+
+def row_bytes(k: int, group: int) -> int:
+    return (k // group) * block_bytes(group)
+
+
+def _check_nk(n: int, k: int, group: int) -> None:
+    for name, v in (("n", n), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+        if v < 1:
+            raise ValueError(f"{name}: expected >= 1, got {v}")
+    if k % group:
+        raise ValueError(f"k: expected a multiple of group={group}, got k={k}")
+
+
+def group_from_nbytes(nbytes: int, n_elements: int) -> int:
+    """The group (64 or 128) whose block size explains ``nbytes`` for ``n_elements``.
+
+    A loader must derive the group from the byte size, never from the GGUF
+    type id alone (id 42 means group 64 in mainline ggml, group 128 in older
+    PrismML files). Raises ValueError when neither group fits.
+    """
+    for g in GROUPS:
+        if n_elements % g == 0 and (n_elements // g) * block_bytes(g) == nbytes:
+            return g
+    raise ValueError(
+        f"{nbytes} bytes for {n_elements} elements fit neither group 64 "
+        f"({block_bytes(64)} B per 64) nor group 128 ({block_bytes(128)} B per 128)"
+    )
+
+
+def _blocks(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
+    """raw bytes as a [n, k//group, block_bytes] uint8 view."""
+    return raw.reshape(n, k // group, block_bytes(group))
+
+
+def pack(codes: np.ndarray, scales_f16: np.ndarray, group: int) -> np.ndarray:
+    """codes uint8 [n, k] in 0..3 and fp16 scales [n, k//group] -> raw block bytes (1-D uint8)."""
+    n, k = codes.shape
+    nb = k // group
+    out = np.empty((n, nb, block_bytes(group)), dtype=np.uint8)
+    out[:, :, :SCALE_BYTES] = (
+        np.ascontiguousarray(scales_f16, dtype="<f2").view(np.uint8).reshape(n, nb, 2)
+    )
+    c = codes.reshape(n, nb, group // 4, 4).astype(np.uint8)
+    out[:, :, SCALE_BYTES:] = c[..., 0] | (c[..., 1] << 2) | (c[..., 2] << 4) | (c[..., 3] << 6)
+    return out.reshape(-1)
+
+
+def unpack_codes(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
+    qs = _blocks(raw, n, k, group)[:, :, SCALE_BYTES:]
+    shifts = np.arange(4, dtype=np.uint8) * 2
+    return ((qs[..., None] >> shifts) & 3).reshape(n, k).astype(np.uint8)
+
+
+def unpack_scales(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
+    d = np.ascontiguousarray(_blocks(raw, n, k, group)[:, :, :SCALE_BYTES])
+    return d.view("<f2").reshape(n, k // group).astype(np.float16)
+
+
+@dataclass(frozen=True, eq=False)
+class Q2Weight:
+    """An immutable ``block_q2_0`` weight matrix [n, k]: the GGUF bytes, unchanged.
+
+    Attributes:
+        raw: 1-D uint8, exactly ``n * (k // group) * (2 + group // 4)`` bytes,
+            row-major blocks (see the module docstring for the bit layout).
+            Read-only.
+        n: output features (rows). k: input features (codes per row).
+        group: codes per block, 64 or 128.
+    """
+
+    raw: np.ndarray = field(repr=False)
+    n: int
+    k: int
+    group: int = 128
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        _check_nk(self.n, self.k, self.group)
+        raw = self.raw
+        if not isinstance(raw, np.ndarray):
+            raise TypeError(f"raw: expected a numpy uint8 array, got {type(raw).__name__}")
+        if raw.dtype != np.uint8:
+            raise TypeError(f"raw: expected dtype uint8, got {raw.dtype}")
+        if raw.ndim != 1:
+            raise ValueError(f"raw: expected a 1-D byte array, got shape {raw.shape}")
+        want = self.n * row_bytes(self.k, self.group)
+        if raw.size != want:
+            raise ValueError(
+                f"raw: expected exactly {want} bytes for n={self.n} k={self.k} "
+                f"group={self.group}, got {raw.size}"
+            )
+        if not raw.flags.c_contiguous:
+            raise ValueError("raw: expected a contiguous byte array")
+        if raw.flags.writeable:
+            raw = raw.view()
+            raw.flags.writeable = False
+            object.__setattr__(self, "raw", raw)
+        object.__setattr__(self, "n", int(self.n))
+        object.__setattr__(self, "k", int(self.k))
+        object.__setattr__(self, "group", int(self.group))
+
+    # -- constructors -------------------------------------------------------
+    @classmethod
+    def from_bytes(cls, raw, n: int, k: int, group: int = 128) -> Q2Weight:
+        """Wrap GGUF ``block_q2_0`` bytes (any buffer: bytes, memoryview, mmap, ndarray).
+
+        No copy when ``raw`` is already a contiguous uint8 buffer. Raises
+        ValueError/TypeError naming the argument on a wrong length or dtype.
+        """
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            raw = np.frombuffer(raw, dtype=np.uint8)
+        elif hasattr(raw, "__buffer__") and not isinstance(raw, np.ndarray):
+            raw = np.frombuffer(raw, dtype=np.uint8)
+        return cls(raw, n, k, group)
+
+    @classmethod
+    def from_codes(cls, codes: np.ndarray, scales: np.ndarray, group: int = 128) -> Q2Weight:
+        """Pack codes uint8 [n, k] (values 0..3) and scales [n, k//group].
+
+        ``scales`` may be float16 (taken as is) or float32 (rounded to fp16,
+        round-to-nearest-even, overflow -> Inf).
+        """
+        check_group(group)
+        if not isinstance(codes, np.ndarray) or codes.dtype != np.uint8:
+            got = codes.dtype if isinstance(codes, np.ndarray) else type(codes).__name__
+            raise TypeError(f"codes: expected a uint8 array, got {got}")
+        if codes.ndim != 2:
+            raise ValueError(f"codes: expected shape [n, k], got {codes.shape}")
+        n, k = codes.shape
+        _check_nk(n, k, group)
+        if codes.size and int(codes.max()) > 3:
+            raise ValueError(f"codes: expected values 0..3, found {int(codes.max())}")
+        if not isinstance(scales, np.ndarray) or scales.dtype not in (np.float16, np.float32):
+            got = scales.dtype if isinstance(scales, np.ndarray) else type(scales).__name__
+            raise TypeError(f"scales: expected float16 or float32, got {got}")
+        if scales.shape != (n, k // group):
+            raise ValueError(f"scales: expected shape {(n, k // group)}, got {scales.shape}")
+        with np.errstate(over="ignore"):
+            s16 = scales.astype(np.float16)
+        return cls(pack(codes, s16, group), n, k, group)
+
+    # -- accessors ----------------------------------------------------------
+    @property
+    def blocks_per_row(self) -> int:
+        return self.k // self.group
+
+    @property
+    def nbytes(self) -> int:
+        return self.raw.size
+
+    def codes(self) -> np.ndarray:
+        """uint8 [n, k], values 0..3."""
+        return unpack_codes(self.raw, self.n, self.k, self.group)
+
+    def scales(self) -> np.ndarray:
+        """float16 [n, k // group], the per-block ``d``."""
+        return unpack_scales(self.raw, self.n, self.k, self.group)
+
+    def dequantize(self) -> np.ndarray:
+        """float32 [n, k]: exactly ``(code - 1) * float32(d)`` (0 * Inf gives NaN, as in C)."""
+        c = self.codes().astype(np.float32) - np.float32(1)
+        d = np.repeat(self.scales().astype(np.float32), self.group, axis=1)
+        with np.errstate(invalid="ignore"):
+            return c * d
+
+    def validate(self) -> list[str]:
+        """Problems a GEMV would propagate rather than reject: non-finite scales.
+
+        Returns a list of human-readable findings (empty when clean). Code 3
+        is legal and not reported.
+        """
+        s = self.scales()
+        bad = ~np.isfinite(s)
+        if not bad.any():
+            return []
+        rows, blocks = np.nonzero(bad)
+        first = ", ".join(f"(row {r}, block {b}) = {s[r, b]}" for r, b in zip(rows[:5], blocks[:5]))
+        return [f"{bad.sum()} non-finite scale(s) d: {first}"]
+
+    def to_device(self, stream=0):
+        """Upload ``raw`` once; returns a :class:`q2gemv.cuda.DeviceQ2Weight` to reuse."""
+        from .. import cuda as _cuda
+
+        return _cuda.DeviceQ2Weight.upload(self, stream=stream)
+
+
+# -- quantizers ---------------------------------------------------------------
+
+
+def _roundf(v: np.ndarray) -> np.ndarray:
+    """C ``roundf``: nearest, halves away from zero (fp32 in, fp32 out)."""
+    a = np.abs(v)
+    r = np.floor(a)
+    r = r + (a - r >= np.float32(0.5)).astype(np.float32)
+    return np.copysign(r, v).astype(np.float32)
+
+
+def quantize_q2_0(
+    w: np.ndarray, group: int = 128, method: Literal["ggml", "absmean"] = "ggml"
+) -> Q2Weight:
+    """Quantize float weights [n, k] to ``block_q2_0``.
+
+    ``method="ggml"`` reproduces ggml's ``quantize_row_q2_0_ref`` byte for byte:
+    per block, ``amax = max|x|`` in fp32, ``d = fp16(amax)`` (RNE; Inf when
+    amax overflows fp16), ``id = 1/amax`` in fp32 (0 when amax == 0),
+    ``code = clamp(roundf(x * id) + 1, 0, 3)`` with C ``roundf`` (halves away
+    from zero).
+
+    ``method="absmean"`` is the BitNet b1.58 recipe (Ma et al. 2024, "The Era
+    of 1-bit LLMs"), applied per block because the format stores a per-block
+    scale: ``gamma = mean|x|`` over the block (summed in float64, rounded to
+    fp32), ``code = clamp(round_half_even(x / gamma), -1, 1) + 1``,
+    ``d = fp16(gamma)``; a block with gamma == 0 is all code 1 (zero).
+    """
+    check_group(group)
+    w = np.asarray(w)
+    if w.dtype.kind != "f":
+        raise TypeError(f"w: expected a float array, got {w.dtype}")
+    if w.ndim != 2:
+        raise ValueError(f"w: expected shape [n, k], got {w.shape}")
+    n, k = w.shape
+    _check_nk(n, k, group)
+    x = w.astype(np.float32).reshape(n, k // group, group)
+    with np.errstate(all="ignore"):
+        if method == "ggml":
+            amax = np.max(np.abs(x), axis=2)
+            d = amax.astype(np.float16)
+            inv = np.where(amax != 0, np.float32(1) / np.where(amax != 0, amax, 1), 0)
+            q = _roundf(x * inv.astype(np.float32)[..., None]) + np.float32(1)
+            codes = np.clip(q, 0, 3)
+        elif method == "absmean":
+            gamma = np.mean(np.abs(x.astype(np.float64)), axis=2).astype(np.float32)
+            d = gamma.astype(np.float16)
+            safe = np.where(gamma != 0, gamma, np.float32(1))[..., None]
+            q = np.rint(x / safe)
+            codes = np.where(gamma[..., None] != 0, np.clip(q, -1, 1) + 1, 1)
+        else:
+            raise ValueError(f"method: expected 'ggml' or 'absmean', got {method!r}")
+    codes = np.nan_to_num(codes, nan=1).astype(np.uint8).reshape(n, k)
+    return Q2Weight(pack(codes, d, group), n, k, group)
