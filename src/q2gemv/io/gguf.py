@@ -1,0 +1,912 @@
+"""A small GGUF (v2, v3) reader and a Q2_0 writer, memory-mapped and copy-free.
+
+The file layout (GGUF specification, ggml ``docs/gguf.md``; all integers
+little-endian)::
+
+    magic              4 bytes  "GGUF"
+    version            u32      2 or 3 (v1 used u32 counts: refused)
+    tensor_count       u64
+    metadata_kv_count  u64
+    metadata_kv_count x { key: string, value_type: u32, value }
+    tensor_count      x { name: string, n_dims: u32, ne: u64[n_dims],
+                          type: u32, offset: u64 }
+    zero padding up to a multiple of ``alignment``
+    tensor data        each tensor at data_start + offset, offset % alignment == 0
+
+    string  = { len: u64, utf-8 bytes[len] }          (no terminator)
+    array   = { elem_type: u32, count: u64, count x value }
+    value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool (one
+    byte, 0 or 1), 8 string, 9 array, 10 u64, 11 i64, 12 f64
+
+``alignment`` is the metadata key ``general.alignment`` (u32, a power of two),
+32 when absent. ``ne`` is innermost-first: a row-major 2-D weight
+``[n, k]`` is stored with ``ne = [k, n]``.
+
+Q2_0 tensors (GGUF type 42, and 142 ``PQ2_0``) are read as
+:class:`~q2gemv.formats.q2_0.Q2Weight` views of the mapped file. Their group
+(64 or 128) is derived from the byte room the file gives them, never from the
+type id alone (see :func:`q2_groups_for_room`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..formats.q2_0 import GGUF_TYPE_PQ2_0, GGUF_TYPE_Q2_0, GROUPS, Q2Weight, block_bytes
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSION = 3
+GGUF_READ_VERSIONS = (2, 3)
+GGUF_DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4  # ggml refuses tensors of more dimensions
+GGML_MAX_NAME = 64  # ggml's name buffer, terminator included: names up to 63 bytes
+KEY_ALIGNMENT = "general.alignment"
+
+Q2_TYPES = (GGUF_TYPE_Q2_0, GGUF_TYPE_PQ2_0)
+
+# -- metadata value types ------------------------------------------------------
+GGUF_UINT8, GGUF_INT8, GGUF_UINT16, GGUF_INT16 = 0, 1, 2, 3
+GGUF_UINT32, GGUF_INT32, GGUF_FLOAT32, GGUF_BOOL = 4, 5, 6, 7
+GGUF_STRING, GGUF_ARRAY, GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64 = 8, 9, 10, 11, 12
+
+# fixed-size value types: struct code (little-endian), byte size, name
+_SCALARS: dict[int, tuple[str, int, str]] = {
+    GGUF_UINT8: ("<B", 1, "uint8"),
+    GGUF_INT8: ("<b", 1, "int8"),
+    GGUF_UINT16: ("<H", 2, "uint16"),
+    GGUF_INT16: ("<h", 2, "int16"),
+    GGUF_UINT32: ("<I", 4, "uint32"),
+    GGUF_INT32: ("<i", 4, "int32"),
+    GGUF_FLOAT32: ("<f", 4, "float32"),
+    GGUF_BOOL: ("<B", 1, "bool"),
+    GGUF_UINT64: ("<Q", 8, "uint64"),
+    GGUF_INT64: ("<q", 8, "int64"),
+    GGUF_FLOAT64: ("<d", 8, "float64"),
+}
+_NUMPY_DTYPES = {  # element type -> little-endian numpy dtype, for arrays
+    GGUF_UINT8: "<u1",
+    GGUF_INT8: "<i1",
+    GGUF_UINT16: "<u2",
+    GGUF_INT16: "<i2",
+    GGUF_UINT32: "<u4",
+    GGUF_INT32: "<i4",
+    GGUF_FLOAT32: "<f4",
+    GGUF_BOOL: "<u1",
+    GGUF_UINT64: "<u8",
+    GGUF_INT64: "<i8",
+    GGUF_FLOAT64: "<f8",
+}
+
+
+def value_type_name(value_type: int) -> str:
+    """``"uint32"``, ``"string"``, ``"array"``... for a GGUF metadata value type id."""
+    if value_type == GGUF_STRING:
+        return "string"
+    if value_type == GGUF_ARRAY:
+        return "array"
+    if value_type in _SCALARS:
+        return _SCALARS[value_type][2]
+    return f"type{value_type}"
+
+
+# -- ggml tensor types ---------------------------------------------------------
+# id -> (name, elements per block, bytes per block), from ggml's type traits.
+# The Q2_0 ids are not here: their block size depends on the group, which the
+# loader derives per tensor.
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36),
+    41: ("Q1_0", 128, 18),
+}
+_Q2_NAMES = {GGUF_TYPE_Q2_0: "Q2_0", GGUF_TYPE_PQ2_0: "PQ2_0"}
+
+
+def tensor_type_name(type_id: int) -> str:
+    """ggml's name for a tensor type id (``"Q2_0"`` for 42, ``"PQ2_0"`` for 142)."""
+    if type_id in _Q2_NAMES:
+        return _Q2_NAMES[type_id]
+    if type_id in GGML_TYPES:
+        return GGML_TYPES[type_id][0]
+    return f"type{type_id}"
+
+
+class GgufError(ValueError):
+    """A GGUF file that cannot be read as the specification says.
+
+    The message names the file and, where one is concerned, the tensor.
+    ``path`` and ``tensor`` are kept as attributes.
+    """
+
+    def __init__(self, path: str, message: str, tensor: str | None = None) -> None:
+        self.path = path
+        self.tensor = tensor
+        where = f"{path}: tensor {tensor!r}: " if tensor is not None else f"{path}: "
+        super().__init__(where + message)
+
+
+def _align_up(x: int, alignment: int) -> int:
+    return (x + alignment - 1) // alignment * alignment
+
+
+def q2_sizes(n_elements: int, k: int) -> dict[int, int]:
+    """Bytes of a ``block_q2_0`` tensor for each group whose block fits its rows.
+
+    ``k`` is the row length (``ne[0]``); a group is possible only when it
+    divides ``k``, since blocks never straddle rows.
+    """
+    return {g: n_elements // g * block_bytes(g) for g in GROUPS if k >= 1 and k % g == 0}
+
+
+def q2_groups_for_room(n_elements: int, k: int, room: int, alignment: int) -> tuple[int, ...]:
+    """The groups (ascending) whose tensor size explains ``room`` bytes.
+
+    GGUF does not store a tensor's byte size. A ``block_q2_0`` tensor's room
+    is the distance from its offset to the next larger tensor offset, or to
+    the end of the file for the last tensor. Writers place each tensor at the
+    previous one's end rounded up to ``alignment`` (ggml and gguf-py also pad
+    after the last one), so group ``g`` explains the room when::
+
+        size_g <= room < size_g + alignment     size_g = n_elements/g * (2 + g/4)
+
+    Returns ``()`` when no group does (a truncated or malformed file) and both
+    groups when the tensor is too small for the sizes to tell them apart
+    (they differ by ``n_elements/64`` bytes, so at alignment 32 any tensor of
+    2048 or more elements is unambiguous).
+    """
+    return tuple(
+        g for g, size in q2_sizes(n_elements, k).items() if size <= room < size + alignment
+    )
+
+
+@dataclass(frozen=True)
+class GgufTensorInfo:
+    """One tensor info record of a GGUF file.
+
+    Attributes:
+        name: the tensor name.
+        ne: dimensions as stored, innermost first (``ne[0]`` is the row length).
+        type_id: the ggml tensor type id (42 Q2_0, 142 PQ2_0, 0 F32, ...).
+        offset: absolute byte offset of the data in the file.
+        relative_offset: the offset as stored, relative to the data section.
+        room: bytes from ``offset`` to the next larger tensor offset or the end
+            of the file.
+        nbytes: the data size in bytes; ``None`` for an unknown type id or a
+            Q2 tensor whose group the file leaves ambiguous.
+        group: the ``block_q2_0`` group for Q2 types when determined, else
+            ``None``.
+        q2_groups: for Q2 types, the groups that explain ``room`` (see
+            :func:`q2_groups_for_room`); ``()`` for other types.
+    """
+
+    name: str
+    ne: tuple[int, ...]
+    type_id: int
+    offset: int
+    relative_offset: int
+    room: int
+    nbytes: int | None
+    group: int | None = None
+    q2_groups: tuple[int, ...] = ()
+
+    @property
+    def n_elements(self) -> int:
+        return int(np.prod(self.ne, dtype=object)) if self.ne else 1
+
+    @property
+    def k(self) -> int:
+        """Row length: ``ne[0]`` (1 for a 0-D tensor)."""
+        return self.ne[0] if self.ne else 1
+
+    @property
+    def n(self) -> int:
+        """Rows: the product of ``ne[1:]`` (1 for 0-D and 1-D tensors)."""
+        return int(np.prod(self.ne[1:], dtype=object)) if len(self.ne) > 1 else 1
+
+    @property
+    def type_name(self) -> str:
+        return tensor_type_name(self.type_id)
+
+    @property
+    def is_q2(self) -> bool:
+        return self.type_id in Q2_TYPES
+
+
+@dataclass(frozen=True)
+class GgufFile:
+    """The parsed header, metadata and tensor infos of a GGUF file (no tensor data).
+
+    Attributes:
+        path: the file read.
+        version: GGUF version (2 or 3).
+        alignment: ``general.alignment`` or 32.
+        metadata: key -> Python value (int, float, bool, str, or a list of
+            them for arrays; floats carry the stored float32/float64 value).
+        metadata_types: key -> ``(value_type,)`` or, for arrays,
+            ``(GGUF_ARRAY, element_type)``.
+        tensors: tensor infos in file order.
+        data_offset: absolute start of the data section.
+        file_size: bytes in the file.
+    """
+
+    path: str
+    version: int
+    alignment: int
+    metadata: dict[str, Any] = field(repr=False)
+    metadata_types: dict[str, tuple[int, ...]] = field(repr=False)
+    tensors: tuple[GgufTensorInfo, ...] = field(repr=False)
+    data_offset: int
+    file_size: int
+
+    def tensor(self, name: str) -> GgufTensorInfo:
+        """The tensor info named ``name``; KeyError when absent."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(f"{self.path}: no tensor named {name!r}")
+
+
+# -- parsing -------------------------------------------------------------------
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads from a buffer of ``size`` bytes."""
+
+    def __init__(self, buf, size: int, path: str) -> None:
+        self.buf = buf
+        self.size = size
+        self.path = path
+        self.pos = 0
+
+    def need(self, n: int, what: str) -> int:
+        if n < 0 or self.pos + n > self.size:
+            raise GgufError(
+                self.path,
+                f"truncated: {what} needs {n} bytes at offset {self.pos}, "
+                f"but the file has {self.size} bytes",
+            )
+        pos = self.pos
+        self.pos += n
+        return pos
+
+    def scalar(self, value_type: int, what: str):
+        code, size, _ = _SCALARS[value_type]
+        return struct.unpack_from(code, self.buf, self.need(size, what))[0]
+
+    def u32(self, what: str) -> int:
+        return self.scalar(GGUF_UINT32, what)
+
+    def u64(self, what: str) -> int:
+        return self.scalar(GGUF_UINT64, what)
+
+    def string(self, what: str) -> str:
+        n = self.u64(f"{what} length")
+        pos = self.need(n, what)
+        try:
+            return bytes(self.buf[pos : pos + n]).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GgufError(self.path, f"{what} at offset {pos} is not valid UTF-8 ({e})") from e
+
+
+def _read_value(cur: _Cursor, value_type: int, key: str, depth: int = 0):
+    """One metadata value of ``value_type``; arrays become lists."""
+    what = f"metadata {key!r}"
+    if value_type == GGUF_STRING:
+        return cur.string(what)
+    if value_type == GGUF_BOOL:
+        b = cur.scalar(GGUF_BOOL, what)
+        if b not in (0, 1):
+            raise GgufError(
+                cur.path, f"{what}: bool byte {b} at offset {cur.pos - 1} is not 0 or 1"
+            )
+        return bool(b)
+    if value_type in _SCALARS:
+        return cur.scalar(value_type, what)
+    if value_type == GGUF_ARRAY:
+        if depth > 8:
+            raise GgufError(cur.path, f"{what}: arrays nested more than 8 deep")
+        elem = cur.u32(f"{what} array element type")
+        count = cur.u64(f"{what} array length")
+        if elem in _SCALARS:
+            size = _SCALARS[elem][1]
+            pos = cur.need(count * size, f"{what} array of {count} {value_type_name(elem)}")
+            arr = np.frombuffer(bytes(cur.buf[pos : pos + count * size]), dtype=_NUMPY_DTYPES[elem])
+            if elem == GGUF_BOOL:
+                if arr.size and int(arr.max()) > 1:
+                    raise GgufError(cur.path, f"{what}: bool array holds a byte other than 0/1")
+                return arr.astype(bool).tolist()
+            return arr.tolist()
+        if elem in (GGUF_STRING, GGUF_ARRAY):
+            # each element takes at least 8 bytes: refuse absurd counts before looping
+            if count * 8 > cur.size - cur.pos:
+                cur.need(count * 8, f"{what} array of {count} {value_type_name(elem)}")
+            return [_read_value(cur, elem, key, depth + 1) for _ in range(count)]
+        raise GgufError(
+            cur.path, f"{what}: unknown array element type {elem} at offset {cur.pos - 12}"
+        )
+    raise GgufError(cur.path, f"{what}: unknown metadata value type {value_type}")
+
+
+def _parse(buf, size: int, path: str) -> GgufFile:
+    cur = _Cursor(buf, size, path)
+    magic = bytes(buf[cur.need(4, "magic") : 4])
+    if magic != GGUF_MAGIC:
+        raise GgufError(path, f"bad magic {magic!r}: not a GGUF file (expected {GGUF_MAGIC!r})")
+    version = cur.u32("version")
+    if version not in GGUF_READ_VERSIONS:
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        if version == 1:
+            msg = "GGUF v1 (32-bit counts) is not supported; re-convert the model to v3"
+        elif swapped in GGUF_READ_VERSIONS:
+            msg = f"big-endian GGUF (version {swapped}) is not supported"
+        else:
+            msg = f"unknown GGUF version {version} (this reader takes 2 and 3)"
+        raise GgufError(path, msg)
+    n_tensors = cur.u64("tensor count")
+    n_kv = cur.u64("metadata kv count")
+    # a kv takes >= 13 bytes (key length u64, type u32, a 1-byte value) and a tensor
+    # info >= 24 (name length, n_dims, type, offset): refuse counts the file cannot hold.
+    if n_kv * 13 + n_tensors * 24 > size - cur.pos:
+        raise GgufError(
+            path,
+            f"truncated or corrupt: {n_tensors} tensors and {n_kv} metadata entries "
+            f"cannot fit in {size} bytes",
+        )
+
+    metadata: dict[str, Any] = {}
+    metadata_types: dict[str, tuple[int, ...]] = {}
+    for i in range(n_kv):
+        key = cur.string(f"metadata key #{i}")
+        if key in metadata:
+            raise GgufError(path, f"duplicate metadata key {key!r}")
+        vtype = cur.u32(f"metadata {key!r} value type")
+        if vtype not in _SCALARS and vtype not in (GGUF_STRING, GGUF_ARRAY):
+            raise GgufError(
+                path, f"metadata {key!r}: unknown value type {vtype} at offset {cur.pos - 4}"
+            )
+        if vtype == GGUF_ARRAY:
+            elem = struct.unpack_from("<I", buf, cur.need(4, f"metadata {key!r}"))[0]
+            cur.pos -= 4
+            metadata_types[key] = (GGUF_ARRAY, elem)
+        else:
+            metadata_types[key] = (vtype,)
+        metadata[key] = _read_value(cur, vtype, key)
+
+    alignment = GGUF_DEFAULT_ALIGNMENT
+    if KEY_ALIGNMENT in metadata:
+        a = metadata[KEY_ALIGNMENT]
+        if metadata_types[KEY_ALIGNMENT][0] in (GGUF_FLOAT32, GGUF_FLOAT64, GGUF_BOOL) or not (
+            isinstance(a, int) and a > 0 and a & (a - 1) == 0
+        ):
+            raise GgufError(path, f"{KEY_ALIGNMENT} = {a!r}: expected a power-of-two integer")
+        alignment = a
+
+    raw_infos = []
+    names = set()
+    for i in range(n_tensors):
+        name = cur.string(f"tensor info #{i} name")
+        if name in names:
+            raise GgufError(path, "duplicate tensor name", tensor=name)
+        names.add(name)
+        n_dims = cur.u32(f"tensor {name!r} n_dims")
+        if n_dims > GGML_MAX_DIMS:
+            raise GgufError(path, f"n_dims {n_dims} > {GGML_MAX_DIMS}", tensor=name)
+        ne = tuple(cur.u64(f"tensor {name!r} ne[{d}]") for d in range(n_dims))
+        type_id = cur.u32(f"tensor {name!r} type")
+        rel = cur.u64(f"tensor {name!r} offset")
+        raw_infos.append((name, ne, type_id, rel))
+
+    data_offset = _align_up(cur.pos, alignment)
+    if raw_infos and data_offset > size:
+        raise GgufError(
+            path,
+            f"truncated: the data section starts at {data_offset}, but the file has {size} bytes",
+        )
+
+    starts = sorted({data_offset + rel for _, _, _, rel in raw_infos})
+    tensors = []
+    for name, ne, type_id, rel in raw_infos:
+        if rel % alignment:
+            raise GgufError(
+                path, f"offset {rel} is not a multiple of the alignment {alignment}", tensor=name
+            )
+        offset = data_offset + rel
+        if offset > size:
+            raise GgufError(
+                path,
+                f"data at offset {offset} starts past the end of the file ({size} bytes)",
+                tensor=name,
+            )
+        i = bisect.bisect_right(starts, offset)
+        room = min(starts[i] if i < len(starts) else size, size) - offset
+        info = GgufTensorInfo(name, ne, type_id, offset, rel, room, None)
+        tensors.append(_size_tensor(info, alignment, size, path))
+
+    by_offset = sorted(tensors, key=lambda t: (t.offset, t.nbytes or 0))
+    for a, b in zip(by_offset, by_offset[1:], strict=False):
+        if a.nbytes and a.offset + a.nbytes > b.offset:
+            raise GgufError(
+                path,
+                f"data [{a.offset}, {a.offset + a.nbytes}) overlaps tensor {b.name!r} "
+                f"at {b.offset}",
+                tensor=a.name,
+            )
+    return GgufFile(
+        path=path,
+        version=version,
+        alignment=alignment,
+        metadata=metadata,
+        metadata_types=metadata_types,
+        tensors=tuple(tensors),
+        data_offset=data_offset,
+        file_size=size,
+    )
+
+
+def _size_tensor(info: GgufTensorInfo, alignment: int, size: int, path: str) -> GgufTensorInfo:
+    """Fill ``nbytes`` (and the Q2 group) of a tensor info; check it lies inside the file."""
+    n_el, k, name = info.n_elements, info.k, info.name
+    last = info.offset + info.room == size
+    until = "the end of the file" if last else "the next tensor"
+    if info.type_id in Q2_TYPES:
+        if n_el == 0:
+            raise GgufError(path, f"{info.type_name} tensor with ne={list(info.ne)} is empty", name)
+        groups = q2_groups_for_room(n_el, k, info.room, alignment)
+        sizes = q2_sizes(n_el, k)
+        if not groups:
+            if not sizes:
+                raise GgufError(
+                    path,
+                    f"{info.type_name} tensor with ne={list(info.ne)}: the row length "
+                    f"ne[0]={k} is a multiple of neither group 64 nor 128",
+                    tensor=name,
+                )
+            need = ", ".join(f"{s} bytes as group {g}" for g, s in sizes.items())
+            what = (
+                "data past the end of the file: "
+                if last and info.room < min(sizes.values())
+                else ""
+            )
+            raise GgufError(
+                path,
+                f"{what}{info.type_name} tensor of {n_el} elements (ne={list(info.ne)}) "
+                f"needs {need} (plus < {alignment} bytes of padding), but {info.room} "
+                f"bytes lie between its offset {info.offset} and {until}",
+                tensor=name,
+            )
+        if info.type_id == GGUF_TYPE_PQ2_0:
+            if 128 not in groups:
+                raise GgufError(
+                    path,
+                    f"type PQ2_0 (142) is group 128, but its {info.room} bytes of room fit "
+                    f"only group 64 ({sizes[64]} bytes)",
+                    tensor=name,
+                )
+            groups_kept, group = groups, 128  # the id breaks a tie; the size agrees
+        else:
+            groups_kept, group = groups, (groups[0] if len(groups) == 1 else None)
+        nbytes = sizes[group] if group is not None else None
+        return replace(info, nbytes=nbytes, group=group, q2_groups=groups_kept)
+    if info.type_id in GGML_TYPES:
+        tname, blck, tsize = GGML_TYPES[info.type_id]
+        if k % blck:
+            raise GgufError(
+                path,
+                f"{tname} row length ne[0]={k} is not a multiple of its block {blck}",
+                tensor=name,
+            )
+        nbytes = n_el // blck * tsize
+        if info.offset + nbytes > size:
+            raise GgufError(
+                path,
+                f"data past the end of the file: {nbytes} bytes of {tname} at offset "
+                f"{info.offset}, file has {size} bytes",
+                tensor=name,
+            )
+        return replace(info, nbytes=nbytes)
+    return info  # unknown type: size unknown, offset already checked against the file
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError as e:
+        raise FileNotFoundError(f"{path}: cannot read ({e.strerror})") from e
+
+
+def _open_map(path: str) -> tuple[mmap.mmap | bytes, int]:
+    size = _file_size(path)
+    if size == 0:
+        return b"", 0
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), size
+
+
+def read_gguf(path: str | os.PathLike) -> GgufFile:
+    """Parse the header, metadata and tensor infos of a GGUF v2/v3 file.
+
+    Reads through a read-only memory map and checks everything it can
+    without reading tensor data: magic, version, every length against the
+    file size, metadata value types, ``general.alignment``, offsets aligned,
+    inside the file and not overlapping, and each Q2 tensor's room (see
+    :func:`q2_groups_for_room`). A Q2_0 (id 42) tensor too small for its
+    size to tell the groups apart is returned with ``group=None``.
+
+    Raises:
+        GgufError: on any violation, naming the file and the tensor.
+        FileNotFoundError: when the file cannot be opened.
+    """
+    path = os.fspath(path)
+    buf, size = _open_map(path)
+    try:
+        return _parse(buf, size, path)
+    finally:
+        _close_quietly(buf)
+
+
+def load_q2_weights(
+    path: str | os.PathLike, *, ambiguous_group: int | None = None
+) -> dict[str, Q2Weight]:
+    """Every Q2_0 (type 42) and PQ2_0 (type 142) tensor of a GGUF file, memory-mapped.
+
+    The file is mapped read-only and each :class:`Q2Weight` wraps its slice
+    of the map: no tensor byte is copied or read here (the arrays keep the
+    map alive). Other tensor types are skipped.
+
+    Shape: GGUF dims are innermost-first, so a tensor with ``ne = [k, n]``
+    becomes ``Q2Weight(n=ne[1], k=ne[0])``; a 1-D tensor has ``n = 1``; for
+    more dims the outer ones are flattened into ``n = ne[1] * ne[2] * ...``.
+
+    Group: GGUF stores no byte size, so the room of a tensor is the distance
+    from its offset to the next larger tensor offset (or to the end of the
+    file), and group ``g`` is accepted when its size ``n*k/g * (2 + g/4)``
+    satisfies ``size <= room < size + alignment`` (padding up to the
+    alignment may follow). Type 42 is group 64 in mainline ggml and group 128
+    in older PrismML files, so the id alone decides nothing. When both groups
+    fit (tensors under ``64 * alignment`` elements) a 142 tensor is group 128
+    (the only meaning of that id, and its size agrees) and a 42 tensor takes
+    ``ambiguous_group`` when given, else this raises. ``ambiguous_group`` is
+    not used for tensors whose size decides.
+
+    Raises:
+        GgufError: malformed file, no group fits a tensor's room, a 142
+            tensor whose room fits only group 64, or an unresolved tie.
+        ValueError: ``ambiguous_group`` not 64, 128 or None.
+    """
+    if ambiguous_group is not None and (
+        isinstance(ambiguous_group, bool) or ambiguous_group not in GROUPS
+    ):
+        raise ValueError(f"ambiguous_group: expected 64, 128 or None, got {ambiguous_group!r}")
+    path = os.fspath(path)
+    buf, size = _open_map(path)
+    out: dict[str, Q2Weight] = {}
+    try:
+        gf = _parse(buf, size, path)
+        for t in gf.tensors:
+            if not t.is_q2:
+                continue
+            g = t.group
+            if g is None:
+                if ambiguous_group is None:
+                    raise GgufError(
+                        path,
+                        f"Q2_0 tensor of {t.n_elements} elements: its {t.room} bytes of room "
+                        f"fit group 64 and group 128 alike at alignment {gf.alignment}; "
+                        "pass ambiguous_group=64 or 128",
+                        tensor=t.name,
+                    )
+                g = ambiguous_group
+            nbytes = q2_sizes(t.n_elements, t.k)[g]
+            raw = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=t.offset)
+            out[t.name] = Q2Weight.from_bytes(raw, t.n, t.k, g)
+    except BaseException:
+        out.clear()
+        _close_quietly(buf)
+        raise
+    if not out:
+        _close_quietly(buf)
+    return out
+
+
+def _close_quietly(buf) -> None:
+    if isinstance(buf, mmap.mmap):
+        try:
+            buf.close()
+        except BufferError:  # views still alive: the map closes when they go
+            pass
+
+
+# -- writing -------------------------------------------------------------------
+
+_INT_TYPES = (  # the smallest signed type first, as gguf-py does for Python ints
+    (GGUF_INT32, -(2**31), 2**31 - 1),
+    (GGUF_INT64, -(2**63), 2**63 - 1),
+    (GGUF_UINT64, 0, 2**64 - 1),
+)
+_DTYPE_TO_GGUF = {
+    np.dtype(np.uint8): GGUF_UINT8,
+    np.dtype(np.int8): GGUF_INT8,
+    np.dtype(np.uint16): GGUF_UINT16,
+    np.dtype(np.int16): GGUF_INT16,
+    np.dtype(np.uint32): GGUF_UINT32,
+    np.dtype(np.int32): GGUF_INT32,
+    np.dtype(np.float32): GGUF_FLOAT32,
+    np.dtype(np.bool_): GGUF_BOOL,
+    np.dtype(np.uint64): GGUF_UINT64,
+    np.dtype(np.int64): GGUF_INT64,
+    np.dtype(np.float64): GGUF_FLOAT64,
+}
+
+
+def _pack_string(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _infer_type(value, where: str) -> int:
+    if isinstance(value, (np.generic, np.ndarray)) and value.dtype in _DTYPE_TO_GGUF:
+        return GGUF_ARRAY if isinstance(value, np.ndarray) else _DTYPE_TO_GGUF[value.dtype]
+    if isinstance(value, bool):
+        return GGUF_BOOL
+    if isinstance(value, int):
+        for t, lo, hi in _INT_TYPES:
+            if lo <= value <= hi:
+                return t
+        raise ValueError(f"{where}: integer {value} does not fit 64 bits")
+    if isinstance(value, float):
+        return GGUF_FLOAT32
+    if isinstance(value, str):
+        return GGUF_STRING
+    if isinstance(value, (list, tuple)):
+        return GGUF_ARRAY
+    raise TypeError(
+        f"{where}: expected str, int, float, bool, a numpy scalar or a list of them, "
+        f"got {type(value).__name__}"
+    )
+
+
+def _pack_value(value, vtype: int, where: str) -> bytes:
+    if vtype == GGUF_STRING:
+        if not isinstance(value, str):
+            raise TypeError(f"{where}: expected a str, got {type(value).__name__}")
+        return _pack_string(value)
+    if vtype == GGUF_ARRAY:
+        if isinstance(value, np.ndarray):
+            if value.ndim != 1:
+                raise ValueError(f"{where}: expected a 1-D array, got shape {value.shape}")
+            elem = _DTYPE_TO_GGUF[value.dtype]
+            body = value.astype(_NUMPY_DTYPES[elem]).tobytes()
+            return struct.pack("<IQ", elem, value.size) + body
+        items = list(value)
+        if not items:
+            raise ValueError(
+                f"{where}: cannot infer the element type of an empty list; "
+                "pass an empty 1-D numpy array of the wanted dtype"
+            )
+        types = [_infer_type(v, f"{where}[{i}]") for i, v in enumerate(items)]
+        if all(t in (GGUF_INT32, GGUF_INT64, GGUF_UINT64) for t in types) and not any(
+            isinstance(v, np.generic) for v in items
+        ):
+            elem = max(types, key=[GGUF_INT32, GGUF_INT64, GGUF_UINT64].index)
+            if elem == GGUF_UINT64 and min(items) < 0:
+                raise ValueError(f"{where}: integers span more than 64 bits")
+        elif len(set(types)) == 1:
+            elem = types[0]
+        else:
+            names = sorted({value_type_name(t) for t in types})
+            raise TypeError(f"{where}: mixed element types {names} in one array")
+        return struct.pack("<IQ", elem, len(items)) + b"".join(
+            _pack_value(v, elem, f"{where}[{i}]") for i, v in enumerate(items)
+        )
+    code = _SCALARS[vtype][0]
+    if vtype == GGUF_BOOL:
+        return struct.pack(code, 1 if value else 0)
+    try:
+        return struct.pack(code, value.item() if isinstance(value, np.generic) else value)
+    except struct.error as e:
+        raise ValueError(f"{where}: {value!r} does not fit {value_type_name(vtype)} ({e})") from e
+
+
+def default_q2_type_id(group: int) -> int:
+    """GGUF type id written for a group by default: 142 (PQ2_0) for 128, 42 (Q2_0) for 64."""
+    return GGUF_TYPE_PQ2_0 if group == 128 else GGUF_TYPE_Q2_0
+
+
+def save_q2_weights(
+    path: str | os.PathLike,
+    weights: dict[str, Q2Weight],
+    metadata: dict[str, Any] | None = None,
+    *,
+    type_id: int | None = None,
+    alignment: int = GGUF_DEFAULT_ALIGNMENT,
+) -> None:
+    """Write ``weights`` as a GGUF v3 file that :func:`load_q2_weights` reads back.
+
+    Layout: header, ``metadata`` in dict order followed by
+    ``general.alignment`` (u32; kept in place when ``metadata`` already has
+    it with the same value), one tensor info per weight in dict order with
+    ``ne = [k, n]`` (innermost first), zero padding to ``alignment``, then
+    each tensor's raw ``block_q2_0`` bytes, unchanged, each padded with zeros
+    to a multiple of ``alignment`` (the last one too, as ggml does).
+
+    Type ids: by default 142 (PQ2_0) for group 128 and 42 (Q2_0) for group
+    64. ``type_id=42`` writes every tensor as 42, group 128 ones included,
+    as older PrismML files do; ``type_id=142`` requires group 128 throughout.
+
+    Metadata values: ``str``; ``bool``; ``int`` (int32, or int64/uint64 when
+    it does not fit, as gguf-py chooses); ``float`` (float32, as gguf-py
+    chooses: pass ``np.float64`` to keep 64 bits); any numpy scalar of a
+    GGUF type (its dtype decides); lists of one of these kinds (nested lists
+    allowed) or 1-D numpy arrays.
+
+    Raises:
+        TypeError/ValueError naming the argument (a weight not a Q2Weight, a
+        tensor name of 64 bytes or more, an unsupported metadata value, a
+        ``type_id`` other than 42/142/None, an ``alignment`` that is not a
+        power of two >= 8).
+    """
+    if not isinstance(weights, dict):
+        raise TypeError(
+            f"weights: expected a dict of name -> Q2Weight, got {type(weights).__name__}"
+        )
+    metadata = {} if metadata is None else metadata
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata: expected a dict or None, got {type(metadata).__name__}")
+    if type_id is not None and type_id not in Q2_TYPES:
+        raise ValueError(f"type_id: expected 42, 142 or None, got {type_id!r}")
+    if (
+        isinstance(alignment, bool)
+        or not isinstance(alignment, int)
+        or alignment < 8
+        or (alignment & (alignment - 1))
+    ):
+        raise ValueError(f"alignment: expected a power of two >= 8, got {alignment!r}")
+
+    kv = b""
+    n_kv = 0
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metadata: keys must be str, got {type(key).__name__}")
+        where = f"metadata[{key!r}]"
+        if key == KEY_ALIGNMENT:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, np.integer))
+                or int(value) != alignment
+            ):
+                raise ValueError(f"{where}: {value!r} disagrees with alignment={alignment}")
+            vtype, value = GGUF_UINT32, int(value)
+        else:
+            vtype = _infer_type(value, where)
+        kv += _pack_string(key) + struct.pack("<I", vtype) + _pack_value(value, vtype, where)
+        n_kv += 1
+    if KEY_ALIGNMENT not in metadata:
+        kv += _pack_string(KEY_ALIGNMENT) + struct.pack("<II", GGUF_UINT32, alignment)
+        n_kv += 1
+
+    infos = b""
+    rel = 0
+    items = []
+    for name, w in weights.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"weights: tensor names must be non-empty str, got {name!r}")
+        if len(name.encode("utf-8")) >= GGML_MAX_NAME:
+            raise ValueError(
+                f"weights[{name!r}]: tensor names must be under {GGML_MAX_NAME} bytes "
+                "(ggml's limit)"
+            )
+        if not isinstance(w, Q2Weight):
+            raise TypeError(f"weights[{name!r}]: expected a Q2Weight, got {type(w).__name__}")
+        tid = default_q2_type_id(w.group) if type_id is None else type_id
+        if tid == GGUF_TYPE_PQ2_0 and w.group != 128:
+            raise ValueError(
+                f"type_id: 142 (PQ2_0) is group 128, but weights[{name!r}] is group {w.group}"
+            )
+        infos += _pack_string(name) + struct.pack("<IQQIQ", 2, w.k, w.n, tid, rel)
+        items.append(w)
+        rel += _align_up(w.nbytes, alignment)
+
+    head = GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(items), n_kv) + kv + infos
+    with open(os.fspath(path), "wb") as f:
+        f.write(head)
+        f.write(b"\0" * (_align_up(len(head), alignment) - len(head)))
+        for w in items:
+            f.write(memoryview(w.raw))
+            f.write(b"\0" * (_align_up(w.nbytes, alignment) - w.nbytes))
+
+
+# -- inspection ----------------------------------------------------------------
+
+
+def _short(value, limit: int = 60) -> str:
+    if isinstance(value, list):
+        head = ", ".join(_short(v, 20) for v in value[:4])
+        return f"[{head}{', ...' if len(value) > 4 else ''}]"
+    s = repr(value) if isinstance(value, str) else str(value)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def format_inspect(path: str | os.PathLike) -> str:
+    """A human-readable summary of a GGUF file: header, metadata, then one line per tensor.
+
+    Tensor lines give the name, type name, shape ``(n, k)`` (``k = ne[0]``,
+    ``n`` the product of the outer dims; the stored ``ne`` is added for
+    tensors of more than two dims), the group of Q2 types ("64|128?" when the
+    file leaves it ambiguous), the bytes and the absolute offset. Raises
+    :class:`GgufError` on a malformed file, like :func:`read_gguf`.
+    """
+    gf = read_gguf(path)
+    lines = [
+        f"{gf.path}: GGUF v{gf.version}, {len(gf.tensors)} tensors, "
+        f"{len(gf.metadata)} metadata keys, alignment {gf.alignment}, "
+        f"data at byte {gf.data_offset}, {gf.file_size} bytes",
+    ]
+    if gf.metadata:
+        lines.append("metadata:")
+        rows = []
+        for key, value in gf.metadata.items():
+            types = gf.metadata_types[key]
+            if types[0] == GGUF_ARRAY:
+                tname = f"array[{value_type_name(types[1])}] x {len(value)}"
+            else:
+                tname = value_type_name(types[0])
+            rows.append((key, tname, _short(value)))
+        kw = max(len(r[0]) for r in rows)
+        tw = max(len(r[1]) for r in rows)
+        lines += [f"  {k:<{kw}}  {t:<{tw}}  {v}" for k, t, v in rows]
+    if gf.tensors:
+        rows = [("name", "type", "shape (n, k)", "group", "bytes", "offset")]
+        total = 0
+        for t in gf.tensors:
+            shape = f"({t.n}, {t.k})" + (f" ne={list(t.ne)}" if len(t.ne) > 2 else "")
+            if t.is_q2:
+                grp = str(t.group) if t.group is not None else "|".join(map(str, t.q2_groups)) + "?"
+            else:
+                grp = "-"
+            nb = "?" if t.nbytes is None else str(t.nbytes)
+            total += t.nbytes or 0
+            rows.append((t.name, t.type_name, shape, grp, nb, str(t.offset)))
+        widths = [max(len(r[c]) for r in rows) for c in range(6)]
+        lines.append("tensors:")
+        for r in rows:
+            cells = [r[c].rjust(widths[c]) if c >= 3 else r[c].ljust(widths[c]) for c in range(6)]
+            lines.append("  " + "  ".join(cells).rstrip())
+        lines.append(f"total tensor bytes: {total}")
+    return "\n".join(lines)
