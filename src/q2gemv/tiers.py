@@ -1,0 +1,357 @@
+"""The W4A16 NVFP4 tier table: which ``w4a16_gemv_batch{M}`` kernel serves M activation rows.
+
+One kernel template, ``w4a16_gemv_batchm`` with a compile-time ``MAX_M``, is
+built as the tiers batch4 .. batch8. ``MAX_M`` sizes the accumulators, the
+staged activation tile and the unrolled row loop, so it sizes the CODE; the
+run-time ``m < M`` guard skips a dead row's work but not its instructions.
+The seed measured why that matters (NVFP4, N=K=5120, cold weights): batch8
+ran M=4 6.1% slower than batch4 (74.8 vs 70.5 us), and M=5/6 on batch8 at
+~60% of peak bandwidth. Hence the exact-M tiers 5, 6, 7 and a pure decision
+that picks the NARROWEST present tier covering M. Any covering tier gives
+the same bits (every tier keeps the same per-row fp32 order); a wider one is
+only slower.
+
+What is decided where:
+
+* :func:`select_tier` — pure: (m, which tiers are present, exact-M allowed)
+  -> index into :data:`W4A16_BATCHM_WIDTHS`. No env reads.
+* :func:`exact_m_tiers_enabled` / :func:`batch8_rt_enabled` — the kill
+  switches, read from the environment once per process (:func:`reload_env`
+  re-reads them). PRESENCE checks: ``=0`` and the empty string also switch
+  the feature off.
+
+  ==================================  ==========================================
+  variable (or seed spelling)         effect when present
+  ==================================  ==========================================
+  ``Q2GEMV_NO_GEMV_EXACT_M_TIERS``    widths 5, 6, 7 are hidden from selection
+  (``ATLAS_NO_GEMV_EXACT_M_TIERS``)   (4 and 8 never are): batch4 / batch8 only
+  ``Q2GEMV_NO_BATCH8_RT``             width 8 resolves to classic
+  (``ATLAS_NO_BATCH8_RT``)            ``w4a16_gemv_batch8``, not ``_batch8_rt2``
+  ==================================  ==========================================
+
+  Switches only remove tiers from selection; nothing is unloaded, so an A/B
+  needs no rebuild.
+* :class:`W4a16BatchmTiers` — which tier kernels the current target has.
+* :func:`plan_w4a16` — the launches covering any M: the table for 1..8, the
+  wide tiers ``w4a16_gemv_batch16`` (9..16) and ``w4a16_gemv_batch32``
+  (17..32), and chunks of 32 rows beyond. The wide tiers are deliberately
+  NOT in the table: folding them in would silently widen every caller that
+  caps at 8.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+W4A16_BATCHM_WIDTHS: tuple[int, ...] = (4, 5, 6, 7, 8)
+
+# Indices of the exact-M widths (5, 6, 7): the only ones a kill switch hides.
+FIRST_EXACT_M = 1
+EXACT_M_LAST = 3
+
+BATCH8_CLASSIC = "w4a16_gemv_batch8"
+BATCH8_RT2 = "w4a16_gemv_batch8_rt2"
+BATCH16 = "w4a16_gemv_batch16"
+BATCH32 = "w4a16_gemv_batch32"
+WIDE_MAX_M = 32  # rows per launch of the widest tier; larger M is chunked
+
+ENV_NO_EXACT_M = ("Q2GEMV_NO_GEMV_EXACT_M_TIERS", "ATLAS_NO_GEMV_EXACT_M_TIERS")
+ENV_NO_BATCH8_RT = ("Q2GEMV_NO_BATCH8_RT", "ATLAS_NO_BATCH8_RT")
+
+
+def tier_kernel_name(width: int) -> str:
+    """Kernel name of the classic tier of ``width`` rows: ``w4a16_gemv_batch{width}``."""
+    return f"w4a16_gemv_batch{width}"
+
+
+def _check_m(m) -> int:
+    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)):
+        raise TypeError(f"m: expected an int, got {type(m).__name__}")
+    m = int(m)
+    if m < 0:
+        raise ValueError(f"m: expected >= 0, got {m}")
+    return m
+
+
+# -- the pure decision -------------------------------------------------------------
+
+
+def select_tier(m: int, present: Sequence[bool], exact_m: bool) -> int | None:
+    """Index into :data:`W4A16_BATCHM_WIDTHS` of the narrowest tier that serves ``m`` rows.
+
+    A tier serves ``m`` when its width covers ``m``, ``present[i]`` is true
+    and, for the exact-M widths 5/6/7, ``exact_m`` allows it. Returns None
+    for ``m == 0`` and when no tier in the table covers ``m`` (m > 8, or
+    every covering tier absent/hidden): the caller falls back to the wide
+    tiers. Narrowest-that-covers, not exact-only: a target missing a tier
+    still dispatches, on the next wider (bit-identical, slower) tier.
+
+    Raises ValueError for ``m < 0`` or ``len(present) != 5``.
+    """
+    m = _check_m(m)
+    present = tuple(present)
+    if len(present) != len(W4A16_BATCHM_WIDTHS):
+        raise ValueError(
+            f"present: expected {len(W4A16_BATCHM_WIDTHS)} flags, one per width "
+            f"{W4A16_BATCHM_WIDTHS}, got {len(present)}"
+        )
+    if m == 0:
+        return None
+    for i, w in enumerate(W4A16_BATCHM_WIDTHS):
+        hidden = not exact_m and FIRST_EXACT_M <= i <= EXACT_M_LAST
+        if w >= m and present[i] and not hidden:
+            return i
+    return None
+
+
+# -- environment switches (read once per process) ------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvSwitches:
+    """The kill switches as read from the environment, with the variable that set each."""
+
+    exact_m: bool
+    exact_m_source: str | None  # the variable that switched exact-M tiers off, if any
+    batch8_rt: bool
+    batch8_rt_source: str | None
+
+
+def _first_present(names: Sequence[str]) -> str | None:
+    return next((n for n in names if n in os.environ), None)
+
+
+def _read_env() -> EnvSwitches:
+    no_exact = _first_present(ENV_NO_EXACT_M)
+    no_rt = _first_present(ENV_NO_BATCH8_RT)
+    return EnvSwitches(no_exact is None, no_exact, no_rt is None, no_rt)
+
+
+_switches: EnvSwitches | None = None
+
+
+def env_switches() -> EnvSwitches:
+    """The switches, read from ``os.environ`` on first call and cached for the process."""
+    global _switches
+    if _switches is None:
+        _switches = _read_env()
+    return _switches
+
+
+def reload_env() -> EnvSwitches:
+    """Re-read both kill switches from ``os.environ`` (after changing it) and cache the result.
+
+    Selection reads the cache, so a changed variable takes effect only after
+    this call; tables already resolved keep their width-8 kernel until
+    re-resolved.
+    """
+    global _switches
+    _switches = _read_env()
+    return _switches
+
+
+def exact_m_tiers_enabled() -> bool:
+    """May widths 5/6/7 be selected? False when either exact-M kill switch is present."""
+    return env_switches().exact_m
+
+
+def batch8_rt_enabled() -> bool:
+    """May width 8 resolve to the register-tiled ``_rt2`` variant? False when switched off."""
+    return env_switches().batch8_rt
+
+
+# -- the resolved table ------------------------------------------------------------------
+
+
+def _default_resolver(names: Sequence[str]) -> Iterable[str]:
+    from .cuda import w4a16  # lazy: imports numba
+
+    return w4a16.buildable_kernels(names)
+
+
+def candidate_kernel_names() -> tuple[str, ...]:
+    """Every kernel name :meth:`W4a16BatchmTiers.resolve` may look up."""
+    return tuple(tier_kernel_name(w) for w in W4A16_BATCHM_WIDTHS) + (BATCH8_RT2,)
+
+
+@dataclass(frozen=True)
+class W4a16BatchmTiers:
+    """Per width of :data:`W4A16_BATCHM_WIDTHS`, the kernel name serving it or None (absent).
+
+    ``W4a16BatchmTiers()`` is the "no NVFP4 kernels" table: every lookup
+    declines. Build a real one with :meth:`resolve`.
+    """
+
+    kernels: tuple[str | None, ...] = field(default=(None,) * len(W4A16_BATCHM_WIDTHS))
+
+    def __post_init__(self) -> None:
+        ks = tuple(self.kernels)
+        if len(ks) != len(W4A16_BATCHM_WIDTHS):
+            raise ValueError(
+                f"kernels: expected {len(W4A16_BATCHM_WIDTHS)} entries, one per width "
+                f"{W4A16_BATCHM_WIDTHS}, got {len(ks)}"
+            )
+        for k in ks:
+            if k is not None and not isinstance(k, str):
+                raise TypeError(f"kernels: expected str or None entries, got {type(k).__name__}")
+        object.__setattr__(self, "kernels", ks)
+
+    @classmethod
+    def resolve(
+        cls,
+        available: Iterable[str] | None = None,
+        *,
+        resolver: Callable[[Sequence[str]], Iterable[str]] | None = None,
+    ) -> W4a16BatchmTiers:
+        """Record which tier kernels the current target has.
+
+        ``available``: kernel names to treat as present (tests pick subsets).
+        When None, ``resolver(candidates)`` is asked which of
+        :func:`candidate_kernel_names` build; the default resolver is
+        :func:`q2gemv.cuda.w4a16.buildable_kernels`, where a tier that fails
+        to build is simply absent. Width 8 resolves to
+        ``w4a16_gemv_batch8_rt2`` when :func:`batch8_rt_enabled` and it is
+        available (bit-exact with classic batch8), else to
+        ``w4a16_gemv_batch8`` if available.
+        """
+        if available is None:
+            available = (resolver or _default_resolver)(candidate_kernel_names())
+        if isinstance(available, str):
+            raise TypeError("available: expected an iterable of kernel names, got one str")
+        have = set(available)
+        ks: list[str | None] = []
+        for w in W4A16_BATCHM_WIDTHS:
+            if w == 8 and batch8_rt_enabled() and BATCH8_RT2 in have:
+                ks.append(BATCH8_RT2)
+            else:
+                name = tier_kernel_name(w)
+                ks.append(name if name in have else None)
+        return cls(tuple(ks))
+
+    def present(self) -> tuple[bool, ...]:
+        """Which widths resolved: the ``present`` argument of :func:`select_tier`."""
+        return tuple(k is not None for k in self.kernels)
+
+    def _select(self, m: int, exact_m: bool | None) -> int | None:
+        em = exact_m_tiers_enabled() if exact_m is None else bool(exact_m)
+        return select_tier(m, self.present(), em)
+
+    def kernel(self, m: int, *, exact_m: bool | None = None) -> str | None:
+        """Name of the narrowest present tier covering ``m``, or None (the family declines).
+
+        ``exact_m`` overrides :func:`exact_m_tiers_enabled` (None: use it).
+        """
+        i = self._select(m, exact_m)
+        return None if i is None else self.kernels[i]
+
+    def width(self, m: int, *, exact_m: bool | None = None) -> int | None:
+        """Width of the tier :meth:`kernel` would pick, for logging and tests."""
+        i = self._select(m, exact_m)
+        return None if i is None else W4A16_BATCHM_WIDTHS[i]
+
+    def has_base(self) -> bool:
+        """Is the base tier (``w4a16_gemv_batch4``, the one every target carries) present?"""
+        return self.kernels[0] is not None
+
+
+# -- launch plan and explanation ---------------------------------------------------------
+
+
+def _chunk_kernel(rows: int, tiers: W4a16BatchmTiers, exact_m: bool) -> str:
+    if rows <= W4A16_BATCHM_WIDTHS[-1]:
+        k = tiers.kernel(rows, exact_m=exact_m)
+        if k is not None:
+            return k
+    return BATCH16 if rows <= 16 else BATCH32
+
+
+def plan_w4a16(
+    m: int, tiers: W4a16BatchmTiers, *, exact_m: bool | None = None
+) -> list[tuple[int, int, str]]:
+    """Launches ``(row0, rows, kernel_name)`` covering ``m`` activation rows, in row order.
+
+    Rows are cut into chunks of 32 (the last one shorter); each chunk of
+    ``r`` rows runs on the table tier for ``r <= 8`` (:meth:`W4a16BatchmTiers.kernel`),
+    else, or when the table declines, ``w4a16_gemv_batch16`` for ``r <= 16``
+    and ``w4a16_gemv_batch32`` for ``r <= 32``. The wide tiers are assumed
+    present (this package builds them on every target). Empty for ``m == 0``.
+    Pure apart from reading the cached exact-M switch when ``exact_m`` is None.
+    """
+    m = _check_m(m)
+    if not isinstance(tiers, W4a16BatchmTiers):
+        raise TypeError(f"tiers: expected a W4a16BatchmTiers, got {type(tiers).__name__}")
+    em = exact_m_tiers_enabled() if exact_m is None else bool(exact_m)
+    plan = []
+    for r0 in range(0, m, WIDE_MAX_M):
+        rows = min(WIDE_MAX_M, m - r0)
+        plan.append((r0, rows, _chunk_kernel(rows, tiers, em)))
+    return plan
+
+
+def explain_tier(m: int, tiers: W4a16BatchmTiers | None = None) -> str:
+    """A multi-line, human explanation of how ``m`` rows are dispatched.
+
+    States m, the table and its present mask, the exact-M switch and where
+    its value came from, the chosen tier and why, and the launch plan.
+    ``tiers=None`` resolves the table for the current target
+    (:meth:`W4a16BatchmTiers.resolve`, which builds the kernels).
+    """
+    m = _check_m(m)
+    if tiers is None:
+        tiers = W4a16BatchmTiers.resolve()
+    sw = env_switches()
+    present = tiers.present()
+    lines = [f"m = {m}"]
+    table = ", ".join(
+        f"{w}: {k or 'absent'}" for w, k in zip(W4A16_BATCHM_WIDTHS, tiers.kernels, strict=True)
+    )
+    lines.append(f"tier table (width: kernel): {table}")
+    lines.append(f"present mask: {present}")
+    if sw.exact_m:
+        lines.append(
+            f"exact-M tiers 5/6/7: allowed (neither {' nor '.join(ENV_NO_EXACT_M)} is set)"
+        )
+    else:
+        lines.append(f"exact-M tiers 5/6/7: hidden ({sw.exact_m_source} is set)")
+    rt = "allowed" if sw.batch8_rt else f"off ({sw.batch8_rt_source} is set)"
+    lines.append(f"batch8 register-tiled rt2 at table resolution: {rt}")
+    if m == 0:
+        lines.append("chosen: nothing (m = 0 launches no kernel)")
+        return "\n".join(lines)
+    i = select_tier(m, present, sw.exact_m)
+    if i is not None:
+        w = W4A16_BATCHM_WIDTHS[i]
+        skipped = []
+        for j, wj in enumerate(W4A16_BATCHM_WIDTHS[:i]):
+            if wj < m:
+                continue
+            why = "absent" if not present[j] else "hidden by the exact-M switch"
+            skipped.append(f"width {wj} {why}")
+        reason = "narrowest present, allowed width covering m"
+        if skipped:
+            reason += " (" + "; ".join(skipped) + ")"
+        lines.append(f"chosen: width {w} -> {tiers.kernels[i]}: {reason}")
+    elif m <= W4A16_BATCHM_WIDTHS[-1]:
+        lines.append(
+            "chosen: no table tier covers m (every covering width absent or hidden); "
+            f"the wide tier {BATCH16} serves it"
+        )
+    else:
+        beyond = f"m > {W4A16_BATCHM_WIDTHS[-1]} is beyond the table"
+        if m <= 16:
+            lines.append(f"chosen: {BATCH16}: {beyond}; the wide tier batch16 serves 9..16 rows")
+        elif m <= WIDE_MAX_M:
+            lines.append(f"chosen: {BATCH32}: {beyond}; the wide tier batch32 serves 17..32 rows")
+        else:
+            lines.append(
+                f"chosen: chunks of {WIDE_MAX_M} rows on {BATCH32}: {beyond} and the widest "
+                f"tier; the last chunk of {m % WIDE_MAX_M or WIDE_MAX_M} rows by the same rule "
+                f"(table tier for 1..8, {BATCH16} for 9..16, {BATCH32} for 17..32)"
+            )
+    plan = plan_w4a16(m, tiers, exact_m=sw.exact_m)
+    lines.append("launches (row0, rows, kernel): " + ", ".join(map(str, plan)))
+    return "\n".join(lines)

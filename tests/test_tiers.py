@@ -1,0 +1,262 @@
+"""The W4A16 tier table: pure selection (exhaustive), kill switches, resolution, launch plans."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from q2gemv import tiers as T
+from q2gemv.tiers import (
+    BATCH8_RT2,
+    BATCH16,
+    BATCH32,
+    W4A16_BATCHM_WIDTHS,
+    W4a16BatchmTiers,
+    explain_tier,
+    plan_w4a16,
+    select_tier,
+)
+
+ALL_ENV = T.ENV_NO_EXACT_M + T.ENV_NO_BATCH8_RT
+ALL_NAMES = T.candidate_kernel_names()
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No kill switch set; the cache re-read before and after the test."""
+    for v in ALL_ENV:
+        monkeypatch.delenv(v, raising=False)
+    T.reload_env()
+    yield monkeypatch
+    monkeypatch.undo()
+    T.reload_env()
+
+
+# -- select_tier ---------------------------------------------------------------------------
+
+
+def _oracle(m, present, exact_m):
+    """The rule restated: smallest allowed present width >= m."""
+    if m == 0:
+        return None
+    ok = [
+        w
+        for w, p in zip(W4A16_BATCHM_WIDTHS, present, strict=True)
+        if p and w >= m and (exact_m or w in (4, 8))
+    ]
+    return W4A16_BATCHM_WIDTHS.index(min(ok)) if ok else None
+
+
+def test_select_tier_exhaustive():
+    for present in itertools.product([False, True], repeat=5):
+        for exact_m in (False, True):
+            for m in range(0, 12):
+                assert select_tier(m, present, exact_m) == _oracle(m, present, exact_m), (
+                    m,
+                    present,
+                    exact_m,
+                )
+
+
+def test_select_tier_by_hand():
+    full = [True] * 5
+    assert [select_tier(m, full, True) for m in range(10)] == [None, 0, 0, 0, 0, 1, 2, 3, 4, None]
+    assert [select_tier(m, full, False) for m in range(10)] == [None, 0, 0, 0, 0, 4, 4, 4, 4, None]
+    # a missing tier widens to the next present one
+    assert select_tier(5, [True, False, True, True, True], True) == 2
+    # 4 and 8 are never hidden
+    assert select_tier(4, [True, False, False, False, False], False) == 0
+    assert select_tier(8, [False, False, False, False, True], False) == 4
+    # nothing covers
+    assert select_tier(5, [True, False, False, False, False], True) is None
+    assert select_tier(6, [True, True, True, True, False], False) is None
+
+
+@pytest.mark.parametrize("present", [[True] * 4, [True] * 6, []])
+def test_select_tier_wrong_present_length(present):
+    with pytest.raises(ValueError, match="present"):
+        select_tier(1, present, True)
+
+
+def test_select_tier_bad_m():
+    with pytest.raises(ValueError, match="m"):
+        select_tier(-1, [True] * 5, True)
+    with pytest.raises(TypeError, match="m"):
+        select_tier(True, [True] * 5, True)
+    with pytest.raises(TypeError, match="m"):
+        select_tier(2.0, [True] * 5, True)
+
+
+# -- environment switches ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("var", T.ENV_NO_EXACT_M)
+@pytest.mark.parametrize("value", ["1", "0", ""])
+def test_exact_m_switch_is_a_presence_check(clean_env, var, value):
+    assert T.exact_m_tiers_enabled()
+    clean_env.setenv(var, value)
+    assert T.exact_m_tiers_enabled()  # cached: no effect until reload
+    T.reload_env()
+    assert not T.exact_m_tiers_enabled()
+    assert T.env_switches().exact_m_source == var
+    assert T.batch8_rt_enabled()
+    clean_env.delenv(var)
+    T.reload_env()
+    assert T.exact_m_tiers_enabled()
+
+
+@pytest.mark.parametrize("var", T.ENV_NO_BATCH8_RT)
+@pytest.mark.parametrize("value", ["1", "0", ""])
+def test_batch8_rt_switch_is_a_presence_check(clean_env, var, value):
+    assert T.batch8_rt_enabled()
+    clean_env.setenv(var, value)
+    T.reload_env()
+    assert not T.batch8_rt_enabled()
+    assert T.env_switches().batch8_rt_source == var
+    assert T.exact_m_tiers_enabled()
+
+
+def test_switches_hide_but_tables_keep_their_kernels(clean_env):
+    tiers = W4a16BatchmTiers.resolve(ALL_NAMES)
+    assert tiers.kernel(5) == "w4a16_gemv_batch5"
+    clean_env.setenv("Q2GEMV_NO_GEMV_EXACT_M_TIERS", "1")
+    T.reload_env()
+    assert tiers.kernel(5) == BATCH8_RT2  # hidden from selection, not unloaded
+    assert tiers.kernels[1] == "w4a16_gemv_batch5"
+    assert tiers.width(7) == 8 and tiers.width(4) == 4
+    assert tiers.kernel(5, exact_m=True) == "w4a16_gemv_batch5"  # explicit override
+
+
+# -- the resolved table ---------------------------------------------------------------------
+
+
+def test_default_table_declines_everything():
+    t = W4a16BatchmTiers()
+    assert t.present() == (False,) * 5 and not t.has_base()
+    assert all(t.kernel(m) is None and t.width(m) is None for m in range(12))
+
+
+def test_resolve_with_everything(clean_env):
+    t = W4a16BatchmTiers.resolve(ALL_NAMES)
+    assert t.kernels == (
+        "w4a16_gemv_batch4",
+        "w4a16_gemv_batch5",
+        "w4a16_gemv_batch6",
+        "w4a16_gemv_batch7",
+        BATCH8_RT2,
+    )
+    assert t.has_base()
+    assert [t.width(m) for m in range(10)] == [None, 4, 4, 4, 4, 5, 6, 7, 8, None]
+
+
+def test_resolve_width8_preference(clean_env):
+    classic = "w4a16_gemv_batch8"
+    assert W4a16BatchmTiers.resolve([classic]).kernels[4] == classic
+    assert W4a16BatchmTiers.resolve([BATCH8_RT2]).kernels[4] == BATCH8_RT2
+    clean_env.setenv("ATLAS_NO_BATCH8_RT", "1")
+    T.reload_env()
+    assert W4a16BatchmTiers.resolve([classic, BATCH8_RT2]).kernels[4] == classic
+    assert W4a16BatchmTiers.resolve([BATCH8_RT2]).kernels[4] is None
+
+
+def test_resolve_subset(clean_env):
+    t = W4a16BatchmTiers.resolve(["w4a16_gemv_batch4", "w4a16_gemv_batch7"])
+    assert t.present() == (True, False, False, True, False)
+    assert [t.kernel(m) for m in (1, 4, 5, 7, 8)] == [
+        "w4a16_gemv_batch4",
+        "w4a16_gemv_batch4",
+        "w4a16_gemv_batch7",
+        "w4a16_gemv_batch7",
+        None,
+    ]
+    t = W4a16BatchmTiers.resolve(["w4a16_gemv_batch8"])
+    assert not t.has_base() and t.kernel(1) == "w4a16_gemv_batch8"
+
+
+def test_resolve_asks_the_resolver(clean_env):
+    asked = []
+
+    def resolver(names):
+        asked.append(tuple(names))
+        return [n for n in names if n.endswith(("4", "6"))]
+
+    t = W4a16BatchmTiers.resolve(resolver=resolver)
+    assert asked == [ALL_NAMES]
+    assert t.present() == (True, False, True, False, False)
+
+
+def test_resolve_rejects_a_string():
+    with pytest.raises(TypeError, match="available"):
+        W4a16BatchmTiers.resolve("w4a16_gemv_batch4")
+
+
+def test_table_validates_its_entries():
+    with pytest.raises(ValueError, match="kernels"):
+        W4a16BatchmTiers(("a",) * 4)
+    with pytest.raises(TypeError, match="kernels"):
+        W4a16BatchmTiers((1, None, None, None, None))
+
+
+# -- plan and explanation ------------------------------------------------------------------
+
+
+def _expected_kernel(rows, tiers, exact_m):
+    if rows <= 8 and tiers.kernel(rows, exact_m=exact_m):
+        return tiers.kernel(rows, exact_m=exact_m)
+    return BATCH16 if rows <= 16 else BATCH32
+
+
+@pytest.mark.parametrize(
+    "avail",
+    [ALL_NAMES, (), ("w4a16_gemv_batch4",), ("w4a16_gemv_batch5", "w4a16_gemv_batch8")],
+)
+def test_plan_covers_every_row(avail):
+    tiers = W4a16BatchmTiers.resolve(avail)
+    for exact_m in (False, True):
+        for m in range(0, 100):
+            plan = plan_w4a16(m, tiers, exact_m=exact_m)
+            row = 0
+            for r0, rows, name in plan:
+                assert r0 == row and 1 <= rows <= 32
+                assert name == _expected_kernel(rows, tiers, exact_m)
+                row += rows
+            assert row == m
+            assert len(plan) == -(-m // 32)
+
+
+def test_plan_by_hand(clean_env):
+    tiers = W4a16BatchmTiers.resolve(ALL_NAMES)
+    assert plan_w4a16(0, tiers) == []
+    assert plan_w4a16(5, tiers) == [(0, 5, "w4a16_gemv_batch5")]
+    assert plan_w4a16(9, tiers) == [(0, 9, BATCH16)]
+    assert plan_w4a16(16, tiers) == [(0, 16, BATCH16)]
+    assert plan_w4a16(17, tiers) == [(0, 17, BATCH32)]
+    assert plan_w4a16(32, tiers) == [(0, 32, BATCH32)]
+    assert plan_w4a16(33, tiers) == [(0, 32, BATCH32), (32, 1, "w4a16_gemv_batch4")]
+    assert plan_w4a16(77, tiers) == [(0, 32, BATCH32), (32, 32, BATCH32), (64, 13, BATCH16)]
+    assert plan_w4a16(3, W4a16BatchmTiers()) == [(0, 3, BATCH16)]  # table declines
+
+
+def test_plan_bad_args():
+    with pytest.raises(ValueError, match="m"):
+        plan_w4a16(-1, W4a16BatchmTiers())
+    with pytest.raises(TypeError, match="tiers"):
+        plan_w4a16(1, [True] * 5)
+
+
+def test_explain(clean_env):
+    tiers = W4a16BatchmTiers.resolve(["w4a16_gemv_batch4", "w4a16_gemv_batch6", BATCH8_RT2])
+    text = explain_tier(5, tiers)
+    assert "m = 5" in text and "(True, False, True, False, True)" in text
+    assert "width 6 -> w4a16_gemv_batch6" in text and "width 5 absent" in text
+    assert "exact-M tiers 5/6/7: allowed" in text
+    assert "(0, 5, 'w4a16_gemv_batch6')" in text
+    assert "9..16" in explain_tier(12, tiers) and "17..32" in explain_tier(20, tiers)
+    assert "chunks of 32" in explain_tier(40, tiers)
+    assert "nothing" in explain_tier(0, tiers)
+    clean_env.setenv("Q2GEMV_NO_GEMV_EXACT_M_TIERS", "0")
+    T.reload_env()
+    text = explain_tier(5, tiers)
+    assert "hidden (Q2GEMV_NO_GEMV_EXACT_M_TIERS is set)" in text
+    assert "w4a16_gemv_batch8_rt2" in text and "width 6 hidden by the exact-M switch" in text
