@@ -1,7 +1,11 @@
-"""File loading and saving: GGUF Q2_0 weights (``q2gemv.io.gguf``) and NVFP4
-safetensors checkpoints (``q2gemv.io.safetensors``, needs the ``q2gemv[io]`` extra).
+"""File loading and saving, memory-mapped and copy-free.
 
-Importing this package reads no file and imports no optional dependency.
+* :mod:`q2gemv.io.gguf`: GGUF v2/v3 reader, ``block_q2_0`` (types 42, 142)
+  loader and v3 writer, and the ``inspect`` text.
+* :mod:`q2gemv.io.safetensors`: NVFP4 linear layers from ModelOpt and
+  compressed-tensors safetensors checkpoints.
+
+Importing this package reads no file.
 """
 
 from __future__ import annotations
@@ -15,12 +19,16 @@ from .gguf import (
     read_gguf,
     save_q2_weights,
 )
+from .safetensors import SafetensorsError, find_nvfp4_layers, load_nvfp4_weights
 
 __all__ = [
     "GgufError",
     "GgufFile",
     "GgufTensorInfo",
+    "SafetensorsError",
+    "find_nvfp4_layers",
     "format_inspect",
+    "load_nvfp4_weights",
     "load_q2_weights",
     "read_gguf",
     "save_q2_weights",

@@ -1,0 +1,333 @@
+"""NVFP4 weights from safetensors checkpoints (ModelOpt and compressed-tensors layouts).
+
+A safetensors file is::
+
+    header_len   u64, little-endian
+    header       header_len bytes of UTF-8 JSON:
+                 {"__metadata__": {str: str, ...},                    (optional)
+                  "<name>": {"dtype": "U8" | "F8_E4M3" | "F32" | ...,
+                             "shape": [d0, d1, ...],                  (row-major)
+                             "data_offsets": [begin, end]}, ...}
+    data         the tensors, at data_offsets relative to byte 8 + header_len
+
+This module parses that header itself and returns views of a read-only
+memory map: no tensor byte is copied. (The ``safetensors`` package's NumPy
+backend cannot hand out F8_E4M3 tensors, the dtype both layouts use for the
+block scales: ``safe_open(..., framework="np").get_tensor`` raises
+``AttributeError: module 'numpy' has no attribute 'float8_e4m3fn'`` with
+safetensors 0.8.0, and it copies every tensor it returns.) The ``safetensors``
+package is therefore not needed to load; the tests use it to write files.
+
+The two NVFP4 layouts, per linear layer prefix ``<p>`` (the bit layout of
+the pieces is in :mod:`q2gemv.formats.nvfp4`)::
+
+    compressed-tensors              ModelOpt
+    <p>.weight_packed        U8 [n, k/2]         <p>.weight          U8 [n, k/2]
+    <p>.weight_scale         F8_E4M3|U8 [n, k/16] <p>.weight_scale    F8_E4M3|U8 [n, k/16]
+    <p>.weight_global_scale  F32 [] or [1]       <p>.weight_scale_2  F32 [] or [1]
+      a DIVISOR:  w = e2m1 * (s / g_ct)            a MULTIPLIER: w = e2m1 * s * g
+
+The compressed-tensors divisor becomes the multiplier ``fp32(1 / g_ct)``
+(:func:`q2gemv.formats.nvfp4.global_scale_from_divisor`, the convention
+vLLM uses when it loads such a checkpoint): one fp32 division rounded to
+nearest even, exact when ``g_ct`` is a power of two and otherwise within half
+an fp32 ulp of ``1 / g_ct``, so a dequantized weight may differ from
+``fp32(e2m1 * s / g_ct)`` by about one ulp. Activation-side tensors
+(``input_scale``, ``input_global_scale``) are W4A4 state and are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..formats.nvfp4 import BLOCK, Nvfp4Weight
+
+MAX_HEADER_BYTES = 100_000_000  # the safetensors reference implementation's limit
+
+# safetensors dtype -> bytes per element (the ones with a whole-byte size)
+DTYPE_SIZES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
+
+COMPRESSED_TENSORS = "compressed-tensors"
+MODELOPT = "modelopt"
+# layout -> (packed suffix, scales suffix, global-scale suffix)
+LAYOUT_SUFFIXES = {
+    COMPRESSED_TENSORS: ("weight_packed", "weight_scale", "weight_global_scale"),
+    MODELOPT: ("weight", "weight_scale", "weight_scale_2"),
+}
+
+
+class SafetensorsError(ValueError):
+    """A safetensors file or NVFP4 layer that cannot be read; names the file and tensor."""
+
+    def __init__(self, path: str, message: str, tensor: str | None = None) -> None:
+        self.path = path
+        self.tensor = tensor
+        where = f"{path}: tensor {tensor!r}: " if tensor is not None else f"{path}: "
+        super().__init__(where + message)
+
+
+@dataclass(frozen=True)
+class SafetensorsEntry:
+    """One tensor of a safetensors header; ``begin``/``end`` are absolute file offsets."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+def _parse_header(buf, size: int, path: str) -> tuple[dict[str, SafetensorsEntry], dict]:
+    if size < 8:
+        raise SafetensorsError(path, f"truncated: {size} bytes, the header length alone is 8")
+    (n,) = struct.unpack_from("<Q", buf, 0)
+    if n > MAX_HEADER_BYTES:
+        raise SafetensorsError(path, f"header of {n} bytes exceeds the {MAX_HEADER_BYTES} limit")
+    if 8 + n > size:
+        raise SafetensorsError(
+            path, f"truncated: the header needs {n} bytes after byte 8, file has {size}"
+        )
+    try:
+        header = json.loads(bytes(buf[8 : 8 + n]).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SafetensorsError(path, f"header is not UTF-8 JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise SafetensorsError(path, f"header is a JSON {type(header).__name__}, not an object")
+    metadata = header.pop("__metadata__", None) or {}
+    data_start, data_size = 8 + n, size - 8 - n
+    entries: dict[str, SafetensorsEntry] = {}
+    for name, e in header.items():
+        try:
+            dtype, shape, (b, end) = e["dtype"], e["shape"], e["data_offsets"]
+            ok = (
+                isinstance(dtype, str)
+                and isinstance(shape, list)
+                and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in (b, end))
+            )
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok:
+            raise SafetensorsError(path, f"malformed header entry {e!r}", tensor=name)
+        if not 0 <= b <= end <= data_size:
+            raise SafetensorsError(
+                path,
+                f"data_offsets [{b}, {end}] outside the {data_size} data bytes "
+                "(truncated file or corrupt header)",
+                tensor=name,
+            )
+        if dtype in DTYPE_SIZES:
+            want = int(np.prod(shape, dtype=object)) * DTYPE_SIZES[dtype]
+            if end - b != want:
+                raise SafetensorsError(
+                    path,
+                    f"{end - b} data bytes for {dtype} {shape} (needs {want})",
+                    tensor=name,
+                )
+        entries[name] = SafetensorsEntry(
+            name, dtype, tuple(shape), data_start + b, data_start + end
+        )
+    spans = sorted((e.begin, e.end, e.name) for e in entries.values() if e.end > e.begin)
+    for (_, a_end, a), (b_begin, _, b) in zip(spans, spans[1:], strict=False):
+        if a_end > b_begin:
+            raise SafetensorsError(path, f"data overlaps tensor {b!r}", tensor=a)
+    return entries, metadata
+
+
+def find_nvfp4_layers(dtypes: Mapping[str, str]) -> dict[str, tuple[str, tuple[str, str, str]]]:
+    """Group tensor names into NVFP4 layers: prefix -> (layout, (packed, scales, global)).
+
+    ``dtypes`` maps every tensor name of a checkpoint to its safetensors
+    dtype. A prefix ``<p>`` is a compressed-tensors NVFP4 layer when it has
+    ``<p>.weight_global_scale`` or a U8 ``<p>.weight_packed``; it is a
+    ModelOpt one when it has ``<p>.weight_scale_2``, or a U8 ``<p>.weight``
+    beside an F8_E4M3 ``<p>.weight_scale``. Other prefixes (bf16 layers, FP8
+    layers whose ``weight`` is F8_E4M3, int4 ``weight_packed`` stored as I32,
+    MXFP4 with U8 E8M0 scales and no ``weight_scale_2``) are not NVFP4 and
+    are left out.
+
+    Raises:
+        ValueError: an NVFP4 layer misses one of its three tensors, or a
+            prefix carries both layouts.
+    """
+    found: dict[str, tuple[str, tuple[str, str, str]]] = {}
+    for name in dtypes:
+        prefix, _, suffix = name.rpartition(".")
+        if not prefix:
+            continue
+        ct = (suffix == "weight_global_scale") or (
+            suffix == "weight_packed" and dtypes[name] == "U8"
+        )
+        mo = (suffix == "weight_scale_2") or (
+            suffix == "weight"
+            and dtypes[name] == "U8"
+            and dtypes.get(f"{prefix}.weight_scale") == "F8_E4M3"
+        )
+        for layout, hit in ((COMPRESSED_TENSORS, ct), (MODELOPT, mo)):
+            if not hit:
+                continue
+            if prefix in found and found[prefix][0] != layout:
+                raise ValueError(
+                    f"layer {prefix!r} has tensors of both the compressed-tensors and the "
+                    "ModelOpt NVFP4 layouts"
+                )
+            names = tuple(f"{prefix}.{s}" for s in LAYOUT_SUFFIXES[layout])
+            missing = [n for n in names if n not in dtypes]
+            if missing:
+                raise ValueError(
+                    f"{layout} NVFP4 layer {prefix!r} is missing {', '.join(map(repr, missing))}"
+                )
+            found[prefix] = (layout, names)
+    return found
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{path}: no *.safetensors files in this directory")
+        return files
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    return [path]
+
+
+def _open(file: Path):
+    size = file.stat().st_size
+    if size == 0:
+        return b"", 0
+    with open(file, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), size
+
+
+def load_nvfp4_weights(path: str | os.PathLike) -> dict[str, Nvfp4Weight]:
+    """Every NVFP4 linear layer of a safetensors checkpoint, memory-mapped, keyed by prefix.
+
+    ``path`` is a ``.safetensors`` file or a directory whose ``*.safetensors``
+    shards are read together (a layer's tensors may sit in different shards).
+    Layers are found per prefix by :func:`find_nvfp4_layers`; the key of the
+    result is the prefix (``"model.layers.0.mlp.down_proj"``).
+
+    ``packed`` and ``scales`` are read-only views of the mapped file (E4M3
+    scales as their uint8 bits), so nothing is copied. Global scale:
+    ModelOpt's ``weight_scale_2`` is the multiplier as stored
+    (:meth:`Nvfp4Weight.from_parts`); compressed-tensors'
+    ``weight_global_scale`` is a divisor and becomes ``fp32(1 / g_ct)``
+    (:meth:`Nvfp4Weight.from_compressed_tensors`; see the module docstring
+    for the one rounding that implies).
+
+    Checked before a weight is built: packed is U8 [n, k/2], scales are
+    F8_E4M3 or U8 [n, k/16] with k a multiple of 16, the global scale is an
+    F32 scalar or [1].
+
+    Raises:
+        SafetensorsError: a malformed file, a layer missing a companion
+            tensor, or a wrong dtype or shape (naming file and tensor).
+        FileNotFoundError: ``path`` does not exist / holds no shards.
+    """
+    files = _files(Path(os.fspath(path)))
+    where: dict[str, tuple[str, object, SafetensorsEntry]] = {}
+    maps = []
+    try:
+        for file in files:
+            buf, size = _open(file)
+            maps.append(buf)
+            entries, _ = _parse_header(buf, size, str(file))
+            for name, e in entries.items():
+                if name in where:
+                    raise SafetensorsError(
+                        str(file), f"also in {where[name][0]} (duplicate name)", tensor=name
+                    )
+                where[name] = (str(file), buf, e)
+        try:
+            layers = find_nvfp4_layers({n: e.dtype for n, (_, _, e) in where.items()})
+        except ValueError as err:
+            raise SafetensorsError(str(path), str(err)) from err
+        out = {}
+        for prefix, (layout, (p_name, s_name, g_name)) in layers.items():
+            packed = _view(where[p_name], ("U8",), 2)
+            scales = _view(where[s_name], ("F8_E4M3", "U8"), 2)
+            gscale = _view(where[g_name], ("F32",), None)
+            n, half_k = packed.shape
+            file, _, _ = where[p_name]
+            if half_k < BLOCK // 2 or (2 * half_k) % BLOCK:
+                raise SafetensorsError(
+                    file,
+                    f"packed shape {packed.shape}: k = {2 * half_k} is not a multiple of {BLOCK}",
+                    tensor=p_name,
+                )
+            if scales.shape != (n, 2 * half_k // BLOCK):
+                raise SafetensorsError(
+                    where[s_name][0],
+                    f"shape {scales.shape}, expected {(n, 2 * half_k // BLOCK)} "
+                    f"(one E4M3 scale per {BLOCK} weights of {p_name!r} {packed.shape})",
+                    tensor=s_name,
+                )
+            if layout == COMPRESSED_TENSORS:
+                out[prefix] = Nvfp4Weight.from_compressed_tensors(packed, scales, gscale)
+            else:
+                out[prefix] = Nvfp4Weight.from_parts(packed, scales, gscale)
+    except BaseException:
+        for m in maps:
+            _close_quietly(m)
+        raise
+    for m in maps:  # closes the maps no returned weight views; the others stay open
+        _close_quietly(m)
+    return out
+
+
+def _view(
+    located: tuple[str, object, SafetensorsEntry], dtypes: tuple[str, ...], ndim: int | None
+) -> np.ndarray:
+    """A read-only uint8 (or fp32) view of one tensor; ndim None means a scalar or [1]."""
+    file, buf, e = located
+    if e.dtype not in dtypes:
+        raise SafetensorsError(
+            file, f"dtype {e.dtype}, expected {' or '.join(dtypes)}", tensor=e.name
+        )
+    if ndim is None:
+        if e.shape not in ((), (1,)):
+            raise SafetensorsError(
+                file, f"shape {list(e.shape)}, expected a scalar [] or [1]", tensor=e.name
+            )
+        return np.frombuffer(buf, dtype="<f4", count=1, offset=e.begin)
+    if len(e.shape) != ndim or 0 in e.shape:
+        raise SafetensorsError(
+            file, f"shape {list(e.shape)}, expected a non-empty {ndim}-D tensor", tensor=e.name
+        )
+    return np.frombuffer(buf, dtype=np.uint8, count=e.end - e.begin, offset=e.begin).reshape(
+        e.shape
+    )
+
+
+def _close_quietly(buf) -> None:
+    if isinstance(buf, mmap.mmap):
+        try:
+            buf.close()
+        except BufferError:  # views still alive: the map closes when they go
+            pass
