@@ -48,7 +48,9 @@ def as_bf16_bits(a: np.ndarray, name: str = "a") -> np.ndarray:
     activations are refused rather than silently rounded.
     """
     if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name}: expected a numpy ml_dtypes.bfloat16 array, got {type(a).__name__}")
+        raise TypeError(
+            f"{name}: expected a numpy ml_dtypes.bfloat16 array, got {type(a).__name__}"
+        )
     if a.dtype != BF16:
         raise TypeError(f"{name}: expected dtype bfloat16 (ml_dtypes.bfloat16), got {a.dtype}")
     return a.view(np.uint16)

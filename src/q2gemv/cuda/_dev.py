@@ -1,0 +1,144 @@
+"""Device helpers shared by every kernel, each with a simulator twin.
+
+Kernels call only these names for bit casts, rounding-explicit arithmetic
+and warp reduction; they never ask whether they run in the simulator. The
+choice is made once, here, from numba's ``ENABLE_CUDASIM`` (which numba
+reads when it is first imported: the simulator must be selected in the
+environment before that).
+
+Why twins (numba-cuda 0.30.4, ``NUMBA_ENABLE_CUDASIM=1``): the simulator has
+no warp shuffles, its ``libdevice`` functions return None, and its
+``cuda.fma`` multiplies then adds (two roundings). Each twin below has the
+device semantics exactly:
+
+=================  ==================================  ===========================
+helper             device                              simulator twin
+=================  ==================================  ===========================
+u32_as_f32         libdevice.int_as_float              ndarray view
+f32_as_u32         libdevice.float_as_int              ndarray view
+fma                cuda.fma (fma.rn.f32, one rounding)  f64 product + sum -> f32
+fmul_rn, fadd_rn   libdevice (never contracted)        np.float32 ops
+shfl_xor           cuda.shfl_xor_sync, full mask        per-warp exchange + barrier
+=================  ==================================  ===========================
+
+Derived helpers (bf16 conversions, ``warp_sum``) are written once
+on top of these, so they are identical in both worlds. Integer operands are
+cast to uint32 explicitly: under NumPy 2 the simulator keeps a uint16 scalar
+16 bits wide, so ``h << 16`` would be 0 there.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import config, cuda, int32, uint16, uint32
+
+SIMULATED: bool = bool(config.ENABLE_CUDASIM)
+FULL_MASK = 0xFFFFFFFF
+BF16_NAN = 0x7FC0  # the one NaN pattern every backend writes (formats/bf16.py)
+
+_device = cuda.jit(device=True, inline="always")
+
+if SIMULATED:
+    _SHFL_TIMEOUT_S = 120.0
+    _shfl_lock = threading.Lock()
+
+    def _warp_exchange():
+        t = threading.current_thread()
+        mgr = t._manager  # the simulator's per-launch BlockManager
+        warp = t.thread_id // 32
+        with _shfl_lock:
+            state = mgr.__dict__.setdefault("_q2gemv_shfl", {})
+            if warp not in state:
+                state[warp] = ([None] * 32, threading.Barrier(32, timeout=_SHFL_TIMEOUT_S))
+            return state[warp], t.thread_id % 32
+
+    @_device
+    def u32_as_f32(x):
+        return np.uint32(x).view(np.float32)
+
+    @_device
+    def f32_as_u32(x):
+        return np.float32(x).view(np.uint32)
+
+    @_device
+    def fma(a, b, c):
+        # Python floats are IEEE doubles: the f64 emulation of fpmath.fma_f32.
+        with np.errstate(all="ignore"):
+            return np.float32(float(a) * float(b) + float(c))
+
+    @_device
+    def fmul_rn(a, b):
+        with np.errstate(all="ignore"):
+            return np.float32(np.float32(a) * np.float32(b))
+
+    @_device
+    def fadd_rn(a, b):
+        with np.errstate(all="ignore"):
+            return np.float32(np.float32(a) + np.float32(b))
+
+    @_device
+    def shfl_xor(v, offset):
+        (vals, barrier), lane = _warp_exchange()
+        vals[lane] = v
+        barrier.wait()
+        r = vals[lane ^ offset]
+        barrier.wait()
+        return r
+
+else:
+    from numba.cuda import libdevice
+
+    @_device
+    def u32_as_f32(x):
+        return libdevice.int_as_float(int32(x))
+
+    @_device
+    def f32_as_u32(x):
+        return uint32(libdevice.float_as_int(x))
+
+    @_device
+    def fma(a, b, c):
+        return cuda.fma(a, b, c)
+
+    @_device
+    def fmul_rn(a, b):
+        return libdevice.fmul_rn(a, b)
+
+    @_device
+    def fadd_rn(a, b):
+        return libdevice.fadd_rn(a, b)
+
+    @_device
+    def shfl_xor(v, offset):
+        return cuda.shfl_xor_sync(FULL_MASK, v, offset)
+
+
+@_device
+def bf16_to_f32(h):
+    """bf16 bits -> fp32 (exact)."""
+    return u32_as_f32(uint32(h) << uint32(16))
+
+
+@_device
+def f32_to_bf16(v):
+    """fp32 -> bf16 bits, round-to-nearest-even, every NaN -> 0x7FC0."""
+    if v != v:
+        return uint16(BF16_NAN)
+    u = f32_as_u32(v)
+    return uint16((u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16))
+
+
+@_device
+def warp_sum(v):
+    """Butterfly sum over the 32 lanes: xor offsets 16, 8, 4, 2, 1 (fpmath.warp_tree_sum_f32).
+
+    Every lane of the warp must call it; all lanes return the same bits.
+    """
+    v = fadd_rn(v, shfl_xor(v, 16))
+    v = fadd_rn(v, shfl_xor(v, 8))
+    v = fadd_rn(v, shfl_xor(v, 4))
+    v = fadd_rn(v, shfl_xor(v, 2))
+    v = fadd_rn(v, shfl_xor(v, 1))
+    return v

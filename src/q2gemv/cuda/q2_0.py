@@ -1,0 +1,224 @@
+"""numba.cuda kernels for GGUF ``block_q2_0`` GEMV, and their host launch wrappers.
+
+Three kernels, one per seed kernel, each reproduced bit for bit by the
+function of the same name in :mod:`q2gemv.reference.q2_0` (whose docstrings
+state the operation order):
+
+* ``q2_0_gemv`` — baseline: 2 warps per row, 4 rows per 256-thread CTA,
+  one 16-bit load (8 codes) per thread per step, activations read from
+  global memory.
+* ``q2_0_gemv_vec`` — candidate B: 1 warp per row, 8 rows per CTA, 16 codes
+  (two 16-bit halves) per lane per step, activations staged in shared memory
+  as fp32 tiles of :data:`TILE_K`.
+* ``q2_0_gemv_vec_batchm`` — the same thread map and per-row order for up
+  to :data:`~q2gemv.launch.Q2_BATCHM_MAX_M` activation rows: each weight
+  word is read once and multiplied into all M accumulators.
+
+All three read the raw GGUF bytes (keep-packed): ``B16`` is the byte buffer
+viewed as uint16 (codes), ``Bh`` the same buffer viewed as float16 (the
+inline scale ``d`` of block i is half ``i * (1 + group / 8)`` of a row).
+``group`` is a run-time argument (64 or 128), as in the seed.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from .. import launch
+from ..formats import q2_0 as fmt
+from ._dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
+
+TILE_K = 1024  # codes per staged tile: a multiple of 512 keeps word w on lane w % 32
+_MAGIC = 0x4B000000  # fp32 2^23: (2^23 + c) - (2^23 + 1) == c - 1 exactly
+_MAGIC_PLUS_ONE = 8388609.0
+
+
+def _code_minus_one(word, i):
+    """fp32 (code_i - 1) of the i-th 2-bit field of ``word`` (exact, no int->float convert)."""
+    return u32_as_f32(uint32(_MAGIC) | ((word >> uint32(2 * i)) & uint32(3))) - float32(
+        _MAGIC_PLUS_ONE
+    )
+
+
+_code_minus_one = cuda.jit(device=True, inline="always")(_code_minus_one)
+
+
+# -- kernel bodies (plain functions; compiled lazily, cached per knob) --------
+
+
+def _q2_0_gemv_body(A, B16, Bh, C, N, K, group, M):  # noqa: N803 - seed names
+    s_part = cuda.shared.array(8, float32)
+    tid = cuda.threadIdx.x
+    warp = tid >> 5
+    lane = tid & 31
+    row = cuda.blockIdx.x * 4 + (warp >> 1)
+    t = (warp & 1) * 32 + lane  # 0..63 within the row
+    hshift = 4 if group == 128 else 3  # halves of codes per block: group / 8
+    hpb = (group >> 3) + 1  # halves per block incl. the scale
+    acc = float32(0.0)
+    if row < N:
+        row_base = row * (K // group) * hpb
+        for h in range(t, K >> 3, 64):
+            blk = h >> hshift
+            hb = row_base + blk * hpb
+            d = float32(Bh[hb])
+            word = uint32(B16[hb + 1 + (h & ((1 << hshift) - 1))])
+            s = float32(0.0)
+            for i in range(8):
+                s = fma(_code_minus_one(word, i), bf16_to_f32(A[0, h * 8 + i]), s)
+            acc = fadd_rn(acc, fmul_rn(s, d))
+    v = warp_sum(acc)
+    if lane == 0:
+        s_part[warp] = v
+    cuda.syncthreads()
+    if lane == 0 and (warp & 1) == 0 and row < N:
+        C[0, row] = f32_to_bf16(fadd_rn(s_part[warp], s_part[warp + 1]))
+
+
+def _make_vec_body(max_m: int):
+    smem = max_m * TILE_K
+
+    def body(A, B16, Bh, C, N, K, group, M):  # noqa: N803
+        s_a = cuda.shared.array(smem, float32)
+        acc = cuda.local.array(max_m, float32)
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        row = cuda.blockIdx.x * 8 + (tid >> 5)
+        wshift = 3 if group == 128 else 2  # 16-code words per block: group / 16
+        hpb = (group >> 3) + 1
+        row_base = row * (K // group) * hpb
+        for m in range(max_m):
+            acc[m] = float32(0.0)
+        for k0 in range(0, K, TILE_K):
+            kt = min(TILE_K, K - k0)
+            cuda.syncthreads()
+            for m in range(max_m):
+                if m < M:
+                    for j in range(tid, kt, 256):
+                        s_a[m * TILE_K + j] = bf16_to_f32(A[m, k0 + j])
+            cuda.syncthreads()
+            if row < N:
+                for wl in range(lane, kt >> 4, 32):
+                    gw = (k0 >> 4) + wl
+                    blk = gw >> wshift
+                    hb = row_base + blk * hpb
+                    d = float32(Bh[hb])
+                    q = hb + 1 + 2 * (gw & ((1 << wshift) - 1))
+                    word = uint32(B16[q]) | (uint32(B16[q + 1]) << uint32(16))
+                    for m in range(max_m):
+                        if m < M:
+                            base = m * TILE_K + wl * 16
+                            s = float32(0.0)
+                            for i in range(16):
+                                s = fma(_code_minus_one(word, i), s_a[base + i], s)
+                            acc[m] = fadd_rn(acc[m], fmul_rn(s, d))
+        for m in range(max_m):
+            if m < M:
+                v = warp_sum(acc[m])
+                if lane == 0 and row < N:
+                    C[m, row] = f32_to_bf16(v)
+
+    return body
+
+
+# name -> (body factory, max_m per launch)
+KERNELS: dict[str, tuple] = {
+    "q2_0_gemv": (lambda: _q2_0_gemv_body, 1),
+    "q2_0_gemv_vec": (lambda: _make_vec_body(1), 1),
+    "q2_0_gemv_vec_batchm": (lambda: _make_vec_body(launch.Q2_BATCHM_MAX_M), 8),
+}
+SIGNATURE = (
+    "void(uint16[:, ::1], uint16[::1], float16[::1], uint16[:, ::1], int32, int32, int32, int32)"
+)
+
+
+def kernel_body(name: str):
+    """The plain Python body of kernel ``name`` (for ``cuda.compile_ptx``)."""
+    return KERNELS[name][0]()
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(name: str):
+    """The ``cuda.jit`` dispatcher of kernel ``name``, built on first use."""
+    if name not in KERNELS:
+        raise ValueError(f"kernel: expected one of {sorted(KERNELS)}, got {name!r}")
+    return cuda.jit(SIGNATURE)(kernel_body(name))
+
+
+def ptx_specs() -> list[tuple[str, object, str]]:
+    """``(name, body, signature)`` of every kernel here, for PTX compilation tests."""
+    return [(name, kernel_body(name), SIGNATURE) for name in KERNELS]
+
+
+# -- device-resident weights ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceQ2Weight:
+    """A :class:`~q2gemv.Q2Weight` uploaded once: reuse it across calls."""
+
+    b16: object  # device uint16 view of the raw bytes
+    bh: object  # device float16 view of the same bytes
+    n: int
+    k: int
+    group: int
+
+    @classmethod
+    def upload(cls, w: fmt.Q2Weight, stream=0) -> DeviceQ2Weight:
+        d = cuda.to_device(w.raw.view(np.uint16), stream=stream)
+        return cls(d, d.view(np.float16), w.n, w.k, w.group)
+
+
+def as_device_weight(weight, stream=0) -> DeviceQ2Weight:
+    if isinstance(weight, DeviceQ2Weight):
+        return weight
+    if isinstance(weight, fmt.Q2Weight):
+        return DeviceQ2Weight.upload(weight, stream)
+    raise TypeError(f"weight: expected a Q2Weight or DeviceQ2Weight, got {type(weight).__name__}")
+
+
+# -- launches ------------------------------------------------------------------
+
+
+def launch_raw(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int, stream=0) -> None:
+    """One launch of kernel ``name`` on device arrays: A [m, K], C [m, N] (bf16 bits).
+
+    Refuses ``m`` beyond what the kernel stages (1 for the M=1 kernels,
+    8 for batchm) instead of writing out of bounds.
+    """
+    max_m = KERNELS[name][1]
+    if not 1 <= m <= max_m:
+        raise ValueError(f"m: kernel {name} serves 1..{max_m} rows per launch, got {m}")
+    if tuple(d_a.shape) != (m, dw.k):
+        raise ValueError(f"a: expected shape {(m, dw.k)}, got {tuple(d_a.shape)}")
+    if tuple(d_out.shape) != (m, dw.n):
+        raise ValueError(f"out: expected shape {(m, dw.n)}, got {tuple(d_out.shape)}")
+    grid = launch.q2_grid(name, dw.n)
+    compiled(name)[grid, launch.THREADS_PER_CTA, stream](
+        d_a, dw.b16, dw.bh, d_out, np.int32(dw.n), np.int32(dw.k), np.int32(dw.group), np.int32(m)
+    )
+
+
+def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
+    """Run kernel ``name`` over every row of ``a_bits`` (uint16 [M, K]); returns uint16 [M, N].
+
+    The M=1 kernels take one launch per activation row; batchm takes one
+    launch per chunk of at most 8 rows (:func:`q2gemv.launch.batchm_row_chunks`).
+    """
+    dw = as_device_weight(weight, stream)
+    m = a_bits.shape[0]
+    out = np.empty((m, dw.n), dtype=np.uint16)
+    if m == 0:
+        return out
+    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
+    d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
+    for r0, rows in launch.batchm_row_chunks(m, KERNELS[name][1]):
+        launch_raw(name, d_a[r0 : r0 + rows], dw, d_out[r0 : r0 + rows], rows, stream)
+    d_out.copy_to_host(out, stream=stream)
+    if stream:
+        stream.synchronize()
+    return out

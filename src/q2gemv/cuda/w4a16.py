@@ -1,0 +1,400 @@
+"""numba.cuda kernels of the W4A16 NVFP4 GEMV family, and their host launch wrappers.
+
+Every kernel here is reproduced bit for bit by :func:`q2gemv.reference.w4a16.w4a16_gemv`,
+whose docstring states the contract (thread map and fp32 operation order).
+
+One template, ``w4a16_gemv_batchm`` (:func:`_make_batchm_body`), with two
+compile-time knobs (:class:`KernelSpec`):
+
+* ``max_m`` sizes the per-row accumulators, the staged activation tile and
+  the unrolled per-row loop; a run-time ``m < M`` guard skips dead rows.
+  Tiers ``w4a16_gemv_batch4`` .. ``_batch8`` (the table in
+  :mod:`q2gemv.tiers`) and the wide tiers ``_batch16`` / ``_batch32``
+  (not in the table) are this template at max_m = 4..8, 16, 32.
+* ``cols`` — output columns per warp. ``w4a16_gemv_batch8_rt2`` is the
+  register-tiled batch8 (cols = 2): each staged activation is loaded once
+  from shared memory and fed to two columns. Every column keeps the
+  per-lane order of the classic kernel, so the bits are identical.
+
+Thread map (fixed by the contract): 256-thread CTAs of 8 warps; warp w of
+CTA b computes columns ``(8 b + w) * cols + t`` (t < cols); lane l owns the
+16-weight groups q = l, l+32, ... of those columns. Grid ``ceil(N / (8 * cols))``;
+warps past N compute a clamped (valid) row and write nothing.
+
+Per K tile of ``TILE_K`` (a multiple of 512, so a tile holds 32 * j whole
+groups and lane l still meets exactly the groups q = l (mod 32)), the CTA
+stages the live activation rows in shared memory TRANSPOSED to
+``[m][i][group] `` with a padded group stride: lane l reading element i of its
+group hits consecutive words (no bank conflicts; the natural ``[m][k]``
+layout would put lanes l and l+2 in one bank, a 16-way conflict). Rows are
+staged as fp32 when ``max_m * TILE_K * 4`` bytes fit the 48 KB static limit
+(max_m <= 16) and as raw bf16 bits otherwise (max_m = 32: widened at use,
+exactly).
+
+Per group: the two 32-bit words of its 16 nibbles are read once per column
+and each E2M1 value is decoded once (a bit trick, exact) and used for all
+live rows; the E4M3 scale likewise. Why the template is issue/shared-memory
+bound and what rt2 buys: every FMA needs one shared-memory word, and an SM
+serves 32 words per clock against 128 FMA lanes, so the classic kernel tops
+out near a quarter of the FMA peak; rt2 feeds two FMAs per word.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32
+
+from ..formats.bf16 import as_bf16_bits, bits_to_bf16
+from ..formats.nvfp4 import BLOCK, Nvfp4Weight
+from ..tiers import W4a16BatchmTiers, plan_w4a16
+from ._dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
+
+THREADS_PER_CTA = 256
+WARPS_PER_CTA = THREADS_PER_CTA // 32
+SMEM_BUDGET = 32 * 1024  # bytes of staged activations per CTA (static limit: 48 KB)
+_E2M1_RESCALE = 2.0**126  # nibble bits placed at fp32 bits 24..22 read as x * 2^-126
+_E4M3_RESCALE = 2.0**120  # byte bits placed at fp32 bits 26..20 read as x * 2^-120
+_F32_QNAN = 0x7FC00000
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Compile-time knobs of one kernel of the family."""
+
+    name: str
+    max_m: int  # activation rows per launch
+    cols: int = 1  # output columns per warp (2: register-tiled)
+
+    @property
+    def columns_per_cta(self) -> int:
+        return WARPS_PER_CTA * self.cols
+
+    @property
+    def tile_k(self) -> int:
+        return tile_k(self.max_m)
+
+    def grid(self, n: int) -> tuple[int, int, int]:
+        """Grid for ``n`` output columns; the block is always (256, 1, 1)."""
+        if n < 1:
+            raise ValueError(f"n: expected >= 1, got {n}")
+        return (-(-n // self.columns_per_cta), 1, 1)
+
+
+def stage_f32(max_m: int) -> bool:
+    """Stage activations as fp32 (True) or as raw bf16 bits (False, when fp32 would not fit)."""
+    return max_m * 512 * 4 <= SMEM_BUDGET
+
+
+def tile_k(max_m: int) -> int:
+    """K elements staged per tile: the largest multiple of 512 (<= 2048) within the budget."""
+    elem = 4 if stage_f32(max_m) else 2
+    return max(512, min(2048, SMEM_BUDGET // (max_m * elem) // 512 * 512))
+
+
+SPECS: dict[str, KernelSpec] = {
+    s.name: s
+    for s in (
+        KernelSpec("w4a16_gemv_batch4", 4),
+        KernelSpec("w4a16_gemv_batch5", 5),
+        KernelSpec("w4a16_gemv_batch6", 6),
+        KernelSpec("w4a16_gemv_batch7", 7),
+        KernelSpec("w4a16_gemv_batch8", 8),
+        KernelSpec("w4a16_gemv_batch8_rt2", 8, cols=2),
+        KernelSpec("w4a16_gemv_batch16", 16),
+        KernelSpec("w4a16_gemv_batch32", 32),
+    )
+}
+KERNEL_NAMES: tuple[str, ...] = tuple(SPECS)
+SIGNATURE = (
+    "void(uint16[:, ::1], uint32[:, ::1], uint8[:, ::1], uint16[:, ::1], "
+    "float32, int32, int32, int32)"
+)
+
+
+# -- device helpers (exact decodes built on _dev's bit casts) -----------------------
+
+
+@cuda.jit(device=True, inline="always")
+def _e2m1(word, i):
+    """fp32 value of E2M1 nibble ``i`` (0..7) of ``word``, exactly.
+
+    ``eem`` goes to fp32 bits 24..22 and the sign to bit 31, which reads as
+    the value times 2^-126 (code 1 lands on the fp32 subnormal 2^-127); the
+    power-of-two rescale is exact.
+    """
+    t = word >> uint32(4 * i)
+    bits = ((t & uint32(7)) << uint32(22)) | ((t & uint32(8)) << uint32(28))
+    return u32_as_f32(bits) * float32(_E2M1_RESCALE)
+
+
+@cuda.jit(device=True, inline="always")
+def _e4m3(b):
+    """fp32 value of E4M3-fn bit pattern ``b`` (0..255), exactly; 0x7F/0xFF -> NaN.
+
+    ``eeeemmm`` goes to fp32 bits 26..20 (sign to 31): the value times 2^-120
+    (subnormals land on fp32 subnormals); the rescale is exact.
+    """
+    bits = ((b & uint32(0x7F)) << uint32(20)) | ((b & uint32(0x80)) << uint32(24))
+    v = u32_as_f32(bits) * float32(_E4M3_RESCALE)
+    if (b & uint32(0x7F)) == uint32(0x7F):
+        v = u32_as_f32(uint32(_F32_QNAN))
+    return v
+
+
+@cuda.jit(device=True, inline="always")
+def _keep(h):
+    return h
+
+
+# -- the template --------------------------------------------------------------------
+
+
+def _make_batchm_body(max_m: int, cols: int):
+    """Kernel body of ``w4a16_gemv_batchm<max_m>`` computing ``cols`` columns per warp.
+
+    Arguments: A uint16 [M, K] (bf16 bits), Wp uint32 [N, K/8] (the packed
+    nibbles, two words per group), S uint8 [N, K/16] (E4M3 bits), C uint16
+    [M, N] (bf16 bits, written), g fp32 global scale, N, K, M.
+    """
+    tk = tile_k(max_m)
+    gstride = tk // BLOCK + 1  # padded: staging writes spread over banks too
+    mstride = BLOCK * gstride
+    smem = max_m * mstride
+    as_f32 = stage_f32(max_m)
+    sdtype = float32 if as_f32 else uint16
+    stage = bf16_to_f32 if as_f32 else _keep  # on the way into shared memory
+    fetch = _keep if as_f32 else bf16_to_f32  # on the way out
+    nacc = max_m * cols
+
+    def body(A, Wp, S, C, g, N, K, M):  # noqa: N803 - kernel argument names
+        s_a = cuda.shared.array(smem, sdtype)
+        acc = cuda.local.array(nacc, float32)
+        part = cuda.local.array(nacc, float32)
+        w_lo = cuda.local.array(cols, uint32)
+        w_hi = cuda.local.array(cols, uint32)
+        scale = cuda.local.array(cols, float32)
+        ev = cuda.local.array(cols, float32)
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        col0 = (cuda.blockIdx.x * WARPS_PER_CTA + (tid >> 5)) * cols
+        for x in range(nacc):
+            acc[x] = float32(0.0)
+        for k0 in range(0, K, tk):
+            kt = min(tk, K - k0)
+            cuda.syncthreads()
+            for m in range(max_m):
+                if m < M:
+                    for j in range(tid, kt, THREADS_PER_CTA):
+                        dst = uint32(m * mstride) + uint32((j & 15) * gstride + (j >> 4))
+                        s_a[dst] = stage(A[m, k0 + j])
+            cuda.syncthreads()
+            for ql in range(lane, kt >> 4, 32):
+                q = (k0 >> 4) + ql
+                for t in range(cols):
+                    r = min(col0 + t, N - 1)  # past N: compute a valid row, write nothing
+                    w_lo[t] = uint32(Wp[r, 2 * q])
+                    w_hi[t] = uint32(Wp[r, 2 * q + 1])
+                    scale[t] = _e4m3(uint32(S[r, q]))
+                for x in range(nacc):
+                    part[x] = float32(0.0)
+                for i in range(BLOCK):
+                    for t in range(cols):
+                        ev[t] = _e2m1(w_lo[t] if i < 8 else w_hi[t], i & 7)
+                    # unsigned indices: numba adds a negative-index fix-up to signed ones
+                    off = uint32(ql) + uint32(i * gstride)
+                    for m in range(max_m):
+                        if m < M:
+                            a = fetch(s_a[off + uint32(m * mstride)])
+                            for t in range(cols):
+                                part[t * max_m + m] = fma(ev[t], a, part[t * max_m + m])
+                for m in range(max_m):
+                    if m < M:
+                        for t in range(cols):
+                            x = t * max_m + m
+                            acc[x] = fadd_rn(acc[x], fmul_rn(part[x], scale[t]))
+        for m in range(max_m):
+            if m < M:
+                for t in range(cols):
+                    v = warp_sum(acc[t * max_m + m])
+                    if lane == t and col0 + t < N:
+                        C[m, col0 + t] = f32_to_bf16(fmul_rn(v, g))
+
+    return body
+
+
+@functools.cache
+def kernel_body(name: str):
+    """The plain Python body of kernel ``name`` (for ``cuda.jit`` / ``cuda.compile_ptx``)."""
+    spec = spec_of(name)
+    return _make_batchm_body(spec.max_m, spec.cols)
+
+
+def spec_of(name: str) -> KernelSpec:
+    if name not in SPECS:
+        raise ValueError(f"kernel: expected one of {list(SPECS)}, got {name!r}")
+    return SPECS[name]
+
+
+@functools.cache
+def compiled(name: str):
+    """The ``cuda.jit`` dispatcher of kernel ``name``, built (compiled) on first use."""
+    return cuda.jit(SIGNATURE)(kernel_body(name))
+
+
+def buildable_kernels(names: Iterable[str] = KERNEL_NAMES) -> list[str]:
+    """The subset of ``names`` that this module defines and that build on the current target.
+
+    The default resolver of :meth:`q2gemv.tiers.W4a16BatchmTiers.resolve`: a
+    kernel that fails to build is left out (an absent tier), not an error.
+    """
+    ok = []
+    for name in names:
+        if name not in SPECS:
+            continue
+        try:
+            compiled(name)
+        except Exception:  # noqa: BLE001 - any build failure means "absent"
+            continue
+        ok.append(name)
+    return ok
+
+
+def ptx_specs() -> list[tuple[str, object, str]]:
+    """``(name, body, signature)`` of every kernel here, for PTX compilation tests."""
+    return [(name, kernel_body(name), SIGNATURE) for name in SPECS]
+
+
+# -- device-resident weights -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceNvfp4Weight:
+    """An :class:`~q2gemv.formats.nvfp4.Nvfp4Weight` uploaded once: reuse it across calls."""
+
+    wp: object  # device uint32 [n, k/8]: the packed nibbles, two words per group
+    scales: object  # device uint8 [n, k/16]: E4M3 bits
+    global_scale: np.float32
+    n: int
+    k: int
+
+    @classmethod
+    def upload(cls, w: Nvfp4Weight, stream=0) -> DeviceNvfp4Weight:
+        if not isinstance(w, Nvfp4Weight):
+            raise TypeError(f"weight: expected an Nvfp4Weight, got {type(w).__name__}")
+        wp = cuda.to_device(w.packed.view(np.uint32), stream=stream)
+        sc = cuda.to_device(w.scales, stream=stream)
+        return cls(wp, sc, np.float32(w.global_scale), w.n, w.k)
+
+
+def as_device_weight(weight, stream=0) -> DeviceNvfp4Weight:
+    if isinstance(weight, DeviceNvfp4Weight):
+        return weight
+    if isinstance(weight, Nvfp4Weight):
+        return DeviceNvfp4Weight.upload(weight, stream)
+    raise TypeError(
+        f"weight: expected an Nvfp4Weight or DeviceNvfp4Weight, got {type(weight).__name__}"
+    )
+
+
+# -- launches -------------------------------------------------------------------------------
+
+
+def launch_raw(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int, stream=0) -> None:
+    """One launch of kernel ``name`` on device arrays: A [m, K], C [m, N] (bf16 bits, uint16).
+
+    Refuses ``m`` beyond the kernel's ``max_m`` (the kernel stages and
+    accumulates at most that many rows) instead of leaving rows unwritten.
+    """
+    spec = spec_of(name)
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
+        raise TypeError(f"m: expected an int, got {type(m).__name__}")
+    if not 1 <= m <= spec.max_m:
+        raise ValueError(f"m: kernel {name} serves 1..{spec.max_m} rows per launch, got {m}")
+    for arg, arr, want in (("a", d_a, (m, dw.k)), ("out", d_out, (m, dw.n))):
+        if np.dtype(arr.dtype) != np.uint16:
+            raise TypeError(f"{arg}: expected uint16 bf16 bits, got {arr.dtype}")
+        if tuple(arr.shape) != want:
+            raise ValueError(f"{arg}: expected shape {want}, got {tuple(arr.shape)}")
+    compiled(name)[spec.grid(dw.n), THREADS_PER_CTA, stream](
+        d_a,
+        dw.wp,
+        dw.scales,
+        d_out,
+        dw.global_scale,
+        np.int32(dw.n),
+        np.int32(dw.k),
+        np.int32(m),
+    )
+
+
+def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
+    """Run kernel ``name`` over every row of ``a_bits`` (uint16 [M, K]); returns uint16 [M, N].
+
+    One launch per chunk of at most the kernel's ``max_m`` rows.
+    """
+    return _run_plan(chunk_plan(name, a_bits.shape[0]), a_bits, weight, stream)
+
+
+def chunk_plan(name: str, m: int) -> list[tuple[int, int, str]]:
+    """``(row0, rows, name)`` launches of kernel ``name`` covering ``m`` rows (<= max_m each)."""
+    max_m = spec_of(name).max_m
+    return [(r0, min(max_m, m - r0), name) for r0 in range(0, m, max_m)]
+
+
+def _run_plan(plan, a_bits: np.ndarray, weight, stream) -> np.ndarray:
+    dw = as_device_weight(weight, stream)
+    m = a_bits.shape[0]
+    out = np.empty((m, dw.n), dtype=np.uint16)
+    if m == 0:
+        return out
+    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
+    d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
+    for r0, rows, name in plan:
+        launch_raw(name, d_a[r0 : r0 + rows], dw, d_out[r0 : r0 + rows], rows, stream)
+    d_out.copy_to_host(out, stream=stream)
+    if stream:
+        stream.synchronize()
+    return out
+
+
+def w4a16_gemv(
+    a: np.ndarray,
+    weight,
+    *,
+    kernel: str | None = None,
+    tiers: W4a16BatchmTiers | None = None,
+    stream=0,
+) -> np.ndarray:
+    """``a @ w.T`` on the GPU (or the simulator), bit-equal to the NumPy reference.
+
+    ``a``: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K]; ``weight``: an
+    :class:`~q2gemv.formats.nvfp4.Nvfp4Weight` or a :class:`DeviceNvfp4Weight`.
+    Returns bf16 [N] or [M, N].
+
+    ``kernel`` forces one kernel of :data:`KERNEL_NAMES` (rows chunked by its
+    max_m). Otherwise the launches follow :func:`q2gemv.tiers.plan_w4a16`
+    over ``tiers`` (default: every tier here treated as present, compiled on
+    first use, so the kill switches of :mod:`q2gemv.tiers` apply).
+    """
+    bits = as_bf16_bits(a, "a")
+    if bits.ndim not in (1, 2):
+        raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
+    squeeze = bits.ndim == 1
+    bits2 = bits.reshape(1, -1) if squeeze else bits
+    dw = as_device_weight(weight, stream)
+    if bits2.shape[1] != dw.k:
+        raise ValueError(f"a: expected K={dw.k} columns to match weight, got {bits2.shape[1]}")
+    m = bits2.shape[0]
+    if kernel is not None:
+        plan = chunk_plan(kernel, m)
+    else:
+        if tiers is None:
+            tiers = W4a16BatchmTiers.resolve(KERNEL_NAMES)
+        plan = plan_w4a16(m, tiers)
+    out = _run_plan(plan, bits2, dw, stream)
+    y = bits_to_bf16(out)
+    return y[0] if squeeze else y

@@ -1,0 +1,69 @@
+"""Launch geometry and batch chunking: pure functions, tested exhaustively on the CPU.
+
+The thread maps (fixed by the seed, and by the references' operation order):
+
+* ``q2_0_gemv`` (baseline): 2 warps per output row, 4 rows per 256-thread
+  CTA, grid ``ceil(N / 4)``.
+* ``q2_0_gemv_vec`` and ``q2_0_gemv_vec_batchm`` ("candidate B"): 1 warp per
+  output row, 8 rows per 256-thread CTA, grid ``ceil(N / 8)``.
+
+``q2_0_gemv_vec_batchm`` stages at most :data:`Q2_BATCHM_MAX_M` activation
+rows per launch; a caller with more rows is served by successive launches
+over row chunks, with the [M, K] input and [M, N] output advanced by whole
+bf16 rows. Rows are independent and every row's arithmetic is the M=1
+kernel's, so chunking is numerically inert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+THREADS_PER_CTA = 256
+BF16_BYTES = 2
+Q2_BATCHM_MAX_M = 8
+
+Q2_ROWS_PER_CTA = {
+    "q2_0_gemv": 4,  # 2 warps per row
+    "q2_0_gemv_vec": 8,  # 1 warp per row
+    "q2_0_gemv_vec_batchm": 8,
+}
+
+
+def div_ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def q2_grid(kernel: str, n: int) -> tuple[int, int, int]:
+    """Grid of ``kernel`` for ``n`` output rows; the block is always (256, 1, 1)."""
+    try:
+        rows = Q2_ROWS_PER_CTA[kernel]
+    except KeyError:
+        raise ValueError(f"kernel: expected one of {sorted(Q2_ROWS_PER_CTA)}, got {kernel!r}")
+    if n < 1:
+        raise ValueError(f"n: expected >= 1, got {n}")
+    return (div_ceil(n, rows), 1, 1)
+
+
+def batchm_row_chunks(m: int, max_m: int = Q2_BATCHM_MAX_M) -> Iterator[tuple[int, int]]:
+    """``(r0, rows)`` chunks: contiguous from 0, 1 <= rows <= max_m, summing to m.
+
+    Empty when m == 0.
+    """
+    if m < 0:
+        raise ValueError(f"m: expected >= 0, got {m}")
+    if max_m < 1:
+        raise ValueError(f"max_m: expected >= 1, got {max_m}")
+    for r0 in range(0, m, max_m):
+        yield r0, min(max_m, m - r0)
+
+
+def batchm_launch_chunks(
+    m: int, k: int, n: int, max_m: int = Q2_BATCHM_MAX_M
+) -> Iterator[tuple[int, int, int]]:
+    """``(input_byte_offset, output_byte_offset, rows)`` for each batchm launch.
+
+    BF16 row strides: the input is [M, K], the output [M, N]; e.g. m=17,
+    k=256, n=5 -> (0, 0, 8), (4096, 80, 8), (8192, 160, 1).
+    """
+    for r0, rows in batchm_row_chunks(m, max_m):
+        yield r0 * k * BF16_BYTES, r0 * n * BF16_BYTES, rows

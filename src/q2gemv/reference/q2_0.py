@@ -1,0 +1,131 @@
+"""NumPy references for the Q2_0 kernels, reproducing each kernel's fp32 order bit for bit.
+
+Shared by all three (and stated once here):
+
+* ``cm1 = code - 1`` in {-1, 0, 1, 2} as fp32 (exact); ``a`` is the bf16
+  activation widened to fp32 (exact); ``d`` the block's fp16 scale widened
+  to fp32 (exact).
+* Per thread and per 16-bit half (baseline, 8 codes) or 32-bit word (vec,
+  16 codes) of one block: ``s = +0.0; s = fma(cm1_i, a_i, s)`` for the codes
+  in increasing k. The products are exact (a times -1, 0, 1 or 2), so each
+  fma rounds only its addition; it also avoids the overflow of ``2 * a``
+  near the bf16 maximum that a separate multiply would hit.
+* Then ``acc = fadd_rn(acc, fmul_rn(s, d))``: the scale is applied once per
+  half/word, with both roundings explicit; ``acc`` starts at +0.0.
+* Per warp: the butterfly ``fpmath.warp_tree_sum_f32`` (xor 16, 8, 4, 2, 1).
+* Output: bf16 round-to-nearest-even, NaN -> 0x7FC0.
+
+The order of one output row depends only on (row, K, group, kernel thread
+map); never on M or on how rows are chunked into launches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..formats.bf16 import as_bf16_bits, bf16_bits_to_f32, bits_to_bf16, f32_to_bf16_bits
+from ..formats.q2_0 import Q2Weight
+from ..fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
+
+_ROW_CHUNK = 512  # rows of the weight processed at once (bounds memory)
+
+
+def _prep(a, weight: Q2Weight):
+    if not isinstance(weight, Q2Weight):
+        raise TypeError(f"weight: expected a Q2Weight, got {type(weight).__name__}")
+    bits = as_bf16_bits(a, "a")
+    if bits.ndim not in (1, 2):
+        raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
+    squeeze = bits.ndim == 1
+    bits2 = bits.reshape(1, -1) if squeeze else bits
+    if bits2.shape[1] != weight.k:
+        raise ValueError(f"a: expected K={weight.k} columns to match weight, got {bits2.shape[1]}")
+    return bf16_bits_to_f32(bits2), squeeze
+
+
+def _finish(y: np.ndarray, squeeze: bool) -> np.ndarray:
+    out = bits_to_bf16(f32_to_bf16_bits(y))
+    return out[0] if squeeze else out
+
+
+def _lane_partials(a32, weight: Q2Weight, r0: int, r1: int, lanes: int, width: int):
+    """Per-lane fp32 accumulators [M, rows, lanes] for units of ``width`` codes.
+
+    Unit u of a row (codes u*width .. u*width+width-1) belongs to lane
+    u % lanes, which visits its units in increasing u.
+    """
+    m, k = a32.shape
+    g = weight.group
+    rows = r1 - r0
+    units = k // width
+    steps = -(-units // lanes)
+    pad = steps * lanes * width
+    codes = weight.codes()[r0:r1]
+    cm1 = np.zeros((rows, pad), np.float32)
+    cm1[:, :k] = codes.astype(np.float32) - np.float32(1)
+    ap = np.zeros((m, pad), np.float32)
+    ap[:, :k] = a32
+    d_unit = np.zeros((rows, steps * lanes), np.float32)
+    d_unit[:, :units] = np.repeat(weight.scales()[r0:r1].astype(np.float32), g // width, axis=1)
+    cm1 = cm1.reshape(rows, steps, lanes, width)
+    ap = ap.reshape(m, steps, lanes, width)
+    d_unit = d_unit.reshape(rows, steps, lanes)
+    acc = np.zeros((m, rows, lanes), np.float32)
+    for t in range(steps):
+        valid = (t * lanes + np.arange(lanes)) < units  # lanes with a unit at this step
+        s = np.zeros((m, rows, lanes), np.float32)
+        for i in range(width):
+            s = fma_f32(cm1[None, :, t, :, i], ap[:, None, t, :, i], s)
+        new = fadd_rn(acc, fmul_rn(s, d_unit[None, :, t, :]))
+        acc = np.where(valid, new, acc)
+    return acc
+
+
+def _rows(a, weight: Q2Weight, lanes: int, width: int, combine) -> np.ndarray:
+    a32, squeeze = _prep(a, weight)
+    y = np.empty((a32.shape[0], weight.n), np.float32)
+    for r0 in range(0, weight.n, _ROW_CHUNK):
+        r1 = min(weight.n, r0 + _ROW_CHUNK)
+        y[:, r0:r1] = combine(_lane_partials(a32, weight, r0, r1, lanes, width))
+    return _finish(y, squeeze)
+
+
+def q2_0_gemv(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
+    """Reference of the baseline kernel ``q2_0_gemv`` (2 warps per row).
+
+    Thread t in 0..63 of a row (warp t // 32, lane t % 32) owns the 16-bit
+    halves h = t, t+64, ... (8 codes each, codes 8h..8h+7) in increasing h;
+    per half: ``s`` over its 8 codes, then ``acc = fadd_rn(acc, fmul_rn(s, d))``.
+    Each warp reduces its 32 lanes by the butterfly; the row result is
+    ``fadd_rn(warp0, warp1)``. ``a`` is bf16 [K] or [M, K] (each activation
+    row is one M=1 launch); returns bf16 [N] or [M, N].
+    """
+
+    def combine(acc):  # [M, rows, 64]
+        return fadd_rn(warp_tree_sum_f32(acc[..., :32]), warp_tree_sum_f32(acc[..., 32:]))
+
+    return _rows(a, weight, 64, 8, combine)
+
+
+def q2_0_gemv_vec(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
+    """Reference of ``q2_0_gemv_vec`` (candidate B: 1 warp per row).
+
+    Lane l in 0..31 owns the 32-bit words w = l, l+32, ... (16 codes each,
+    codes 16w..16w+15, always inside one block) in increasing w; per word:
+    ``s`` over its 16 codes, then ``acc = fadd_rn(acc, fmul_rn(s, d))``; the
+    row result is the butterfly over the 32 lanes. Shared-memory tiling of
+    the activations does not change this order. ``a`` is bf16 [K] or [M, K];
+    returns bf16 [N] or [M, N].
+    """
+    return _rows(a, weight, 32, 16, warp_tree_sum_f32)
+
+
+def q2_0_gemv_vec_batchm(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
+    """Reference of ``q2_0_gemv_vec_batchm``: row for row, exactly :func:`q2_0_gemv_vec`.
+
+    The batched kernel keeps M independent accumulators over the same
+    per-lane order and reduction, so every output row equals the M=1
+    kernel's bit for bit (batch invariance); chunking M into launches of at
+    most 8 rows is inert.
+    """
+    return q2_0_gemv_vec(a, weight)

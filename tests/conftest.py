@@ -1,0 +1,28 @@
+"""Test session set-up: pick the CUDA simulator on machines without a GPU.
+
+numba reads NUMBA_ENABLE_CUDASIM once, when first imported, so this must
+run before any test module imports numba. Set NUMBA_ENABLE_CUDASIM yourself
+to override (``=0`` on a GPU machine forces the real device).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from q2gemv.backends import gpu_present
+
+if "NUMBA_ENABLE_CUDASIM" not in os.environ and not gpu_present():
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not SIMULATED and gpu_present():
+        return
+    skip = pytest.mark.skip(reason="needs a real CUDA GPU (this run uses the CUDA simulator)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
