@@ -7,12 +7,16 @@ is light: numba and the kernels load on first use.
 
 from __future__ import annotations
 
+from .api import gemv
 from .check import assert_bits_equal, compare_bits
+from .formats.bf16 import BF16
 from .formats.q2_0 import Q2Weight, quantize_q2_0
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "gemv",
+    "BF16",
     "Q2Weight",
     "quantize_q2_0",
     "assert_bits_equal",

@@ -38,7 +38,9 @@ def q2_grid(kernel: str, n: int) -> tuple[int, int, int]:
     try:
         rows = Q2_ROWS_PER_CTA[kernel]
     except KeyError:
-        raise ValueError(f"kernel: expected one of {sorted(Q2_ROWS_PER_CTA)}, got {kernel!r}")
+        raise ValueError(
+            f"kernel: expected one of {sorted(Q2_ROWS_PER_CTA)}, got {kernel!r}"
+        ) from None
     if n < 1:
         raise ValueError(f"n: expected >= 1, got {n}")
     return (div_ceil(n, rows), 1, 1)

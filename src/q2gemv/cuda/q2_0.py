@@ -26,7 +26,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda, float32, int32, uint32
+from numba import cuda, float32, uint32
 
 from .. import launch
 from ..formats import q2_0 as fmt
@@ -141,7 +141,7 @@ def kernel_body(name: str):
     return KERNELS[name][0]()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(name: str):
     """The ``cuda.jit`` dispatcher of kernel ``name``, built on first use."""
     if name not in KERNELS:

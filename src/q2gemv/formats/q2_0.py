@@ -228,7 +228,9 @@ class Q2Weight:
         if not bad.any():
             return []
         rows, blocks = np.nonzero(bad)
-        first = ", ".join(f"(row {r}, block {b}) = {s[r, b]}" for r, b in zip(rows[:5], blocks[:5]))
+        first = ", ".join(
+            f"(row {r}, block {b}) = {s[r, b]}" for r, b in zip(rows[:5], blocks[:5], strict=False)
+        )
         return [f"{bad.sum()} non-finite scale(s) d: {first}"]
 
     def to_device(self, stream=0):

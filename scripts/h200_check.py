@@ -1,0 +1,134 @@
+"""Every kernel on real-model shapes against its reference, bit for bit (GPU only).
+
+    python scripts/h200_check.py [--quick] [--out DIR]
+
+Q2_0: q2_0_gemv, q2_0_gemv_vec, q2_0_gemv_vec_batchm on 5120x5120,
+17408x5120 and 5120x17408 (N x K), both groups, M in 1..9, 16, 17, random
+codes including code 3. NVFP4 tiers too, when the W4A16 family is present.
+The reference is computed once per (shape, group) for the largest M: rows
+are independent, so the first M rows are the expectation for every M.
+Prints a summary table last; writes a CSV under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from q2gemv import Q2Weight, reference
+from q2gemv.check import compare_bits
+from q2gemv.cuda import q2_0 as q2cuda
+from q2gemv.formats.bf16 import BF16
+
+SHAPES = ((5120, 5120), (17408, 5120), (5120, 17408))
+MS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17)
+
+
+def q2_rows(rng, quick: bool) -> list[dict]:
+    rows = []
+    shapes = SHAPES[:1] if quick else SHAPES
+    for n, k in shapes:
+        for g in (64, 128):
+            codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
+            scales = (rng.standard_normal((n, k // g)) * 0.02).astype(np.float32)
+            w = Q2Weight.from_codes(codes, scales, group=g)
+            dw = q2cuda.DeviceQ2Weight.upload(w)
+            a = rng.standard_normal((max(MS), k)).astype(BF16)
+            t0 = time.perf_counter()
+            want = {
+                "q2_0_gemv": reference.q2_0_gemv(a, w).view(np.uint16),
+                "vec": reference.q2_0_gemv_vec(a, w).view(np.uint16),
+            }
+            t_ref = time.perf_counter() - t0
+            for name in q2cuda.KERNELS:
+                exp = want["q2_0_gemv" if name == "q2_0_gemv" else "vec"]
+                for m in MS:
+                    got = q2cuda.run(name, a[:m].view(np.uint16), dw)
+                    rep = compare_bits(got, exp[:m])
+                    rows.append(
+                        dict(
+                            family="q2_0",
+                            kernel=name,
+                            n=n,
+                            k=k,
+                            group=g,
+                            m=m,
+                            elements=got.size,
+                            mismatches=rep.mismatches,
+                            ref_s=round(t_ref, 2),
+                        )
+                    )
+                    if not rep.ok:
+                        print(rep.format(f"{name} {n}x{k} g{g} m={m}"), file=sys.stderr)
+            print(f"q2_0 {n}x{k} g{g}: done", file=sys.stderr, flush=True)
+    return rows
+
+
+def w4a16_rows(rng, quick: bool) -> list[dict]:
+    try:
+        from q2gemv.cuda import w4a16 as wcuda
+        from q2gemv.formats.nvfp4 import Nvfp4Weight
+        from q2gemv.reference.w4a16 import w4a16_gemv
+    except ImportError as e:
+        print(f"W4A16 family not available: {e}", file=sys.stderr)
+        return []
+    rows = []
+    shapes = SHAPES[:1] if quick else SHAPES[:2]
+    for n, k in shapes:
+        w = Nvfp4Weight.from_float(rng.standard_normal((n, k)).astype(np.float32) * 0.02)
+        a = rng.standard_normal((33, k)).astype(BF16)
+        want = w4a16_gemv(a, w).view(np.uint16)
+        for name, max_m in wcuda.TIERS.items():
+            for m in sorted({1, 3, max_m // 2, max_m - 1, max_m} - {0}):
+                got = wcuda.run(name, a[:m], w).view(np.uint16)
+                rep = compare_bits(got, want[:m])
+                rows.append(
+                    dict(
+                        family="w4a16",
+                        kernel=name,
+                        n=n,
+                        k=k,
+                        group=16,
+                        m=m,
+                        elements=got.size,
+                        mismatches=rep.mismatches,
+                        ref_s=0,
+                    )
+                )
+                if not rep.ok:
+                    print(rep.format(f"{name} {n}x{k} m={m}"), file=sys.stderr)
+        print(f"w4a16 {n}x{k}: done", file=sys.stderr, flush=True)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true", help="first shape only")
+    p.add_argument("--out", type=Path, default=Path("."))
+    args = p.parse_args()
+    rng = np.random.default_rng(2026)
+    rows = q2_rows(rng, args.quick) + w4a16_rows(rng, args.quick)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "h200_check.csv", "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
+        wr.writeheader()
+        wr.writerows(rows)
+    print(f"{'family':7} {'kernel':26} {'cases':>5} {'elements':>10} {'mismatching':>11}")
+    for fam, kern in dict.fromkeys((r["family"], r["kernel"]) for r in rows):
+        sel = [r for r in rows if r["kernel"] == kern]
+        print(
+            f"{fam:7} {kern:26} {len(sel):5d} {sum(r['elements'] for r in sel):10d} "
+            f"{sum(r['mismatches'] for r in sel):11d}"
+        )
+    bad = sum(r["mismatches"] for r in rows)
+    print("ALL BIT-EXACT" if bad == 0 else f"MISMATCHES: {bad}")
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

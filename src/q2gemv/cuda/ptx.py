@@ -1,0 +1,77 @@
+"""Compile every kernel to PTX (no GPU needed) and summarise what the compiler made of it.
+
+``python -m q2gemv.cuda.ptx [--cc 9.0] [--dump DIR]`` prints a JSON summary per
+kernel: whether it uses local memory (spills or a register array that did
+not stay in registers), and instruction counts that matter for the inner
+loop. Must run with the real numba CUDA target (not the simulator); NVVM
+comes from pip (``numba-cuda[cu13]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def kernel_specs() -> list[tuple[str, object, str]]:
+    """``(name, body, signature)`` of every kernel in the package."""
+    from . import q2_0
+
+    specs = list(q2_0.ptx_specs())
+    try:
+        from . import w4a16
+    except ImportError:  # the W4A16 family is optional while it is being built
+        return specs
+    if hasattr(w4a16, "ptx_specs"):
+        specs += list(w4a16.ptx_specs())
+    return specs
+
+
+def summarise(ptx: str) -> dict:
+    body = [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith("//")]
+    ops = [ln.split()[0] for ln in body if re.match(r"^[a-z]", ln)]
+
+    def count(prefix: str) -> int:
+        return sum(1 for o in ops if o.startswith(prefix))
+
+    return {
+        "uses_local_memory": bool(re.search(r"\.local\b|ld\.local|st\.local", ptx)),
+        "instructions": len(ops),
+        "fma.rn.f32": count("fma.rn.f32"),
+        "mul.rn.f32": count("mul.rn.f32"),
+        "add.rn.f32": count("add.rn.f32"),
+        "shfl": count("shfl"),
+        "ld.global": count("ld.global"),
+        "ld.shared": count("ld.shared"),
+    }
+
+
+def compile_all(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
+    from numba import config, cuda
+
+    if config.ENABLE_CUDASIM:
+        raise RuntimeError("PTX needs the real CUDA target: unset NUMBA_ENABLE_CUDASIM")
+    return {name: cuda.compile_ptx(body, sig, cc=cc)[0] for name, body, sig in kernel_specs()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--cc", default="9.0")
+    p.add_argument("--dump", type=Path, help="write NAME.ptx files here")
+    args = p.parse_args(argv)
+    cc = tuple(int(x) for x in args.cc.split("."))
+    ptxs = compile_all(cc)  # type: ignore[arg-type]
+    if args.dump:
+        args.dump.mkdir(parents=True, exist_ok=True)
+        for name, ptx in ptxs.items():
+            (args.dump / f"{name}.ptx").write_text(ptx)
+    json.dump({name: summarise(ptx) for name, ptx in ptxs.items()}, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The device helpers in q2gemv.cuda._dev, run as kernels (simulator twins in CI, GPU on a GPU).
+
+Each helper must have exactly the semantics the references assume.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from numba import cuda, float32, uint32
+
+from q2gemv.check import assert_bits_equal
+from q2gemv.cuda import _dev
+from q2gemv.formats.bf16 import f32_to_bf16_bits
+from q2gemv.fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
+
+
+@cuda.jit
+def _scalar_kernel(x, y, z, bits, out_fma, out_mul, out_add, out_bf16, out_cast, out_widen):
+    i = cuda.grid(1)
+    if i < x.size:
+        out_fma[i] = _dev.fma(x[i], y[i], z[i])
+        out_mul[i] = _dev.fmul_rn(x[i], y[i])
+        out_add[i] = _dev.fadd_rn(x[i], z[i])
+        out_bf16[i] = _dev.f32_to_bf16(z[i])
+        out_cast[i] = _dev.f32_as_u32(_dev.u32_as_f32(bits[i]))
+        out_widen[i] = _dev.bf16_to_f32(bits[i] & uint32(0xFFFF))
+
+
+@cuda.jit
+def _warp_kernel(v, out):
+    i = cuda.grid(1)
+    out[i] = _dev.warp_sum(v[i])
+
+
+def _inputs(n=64):
+    rng = np.random.default_rng(3)
+    x = rng.integers(-1, 3, n).astype(np.float32)
+    y = (rng.standard_normal(n) * 10.0 ** rng.integers(-38, 38, n)).astype(np.float32)
+    y = y.astype(ml_dtypes.bfloat16).astype(np.float32)
+    y[:4] = [3.3895314e38, -3.3895314e38, np.inf, 1e-45]
+    x[:4] = [2, 2, 0, 2]
+    z = (rng.standard_normal(n) * 10.0 ** rng.integers(-38, 38, n)).astype(np.float32)
+    z[:4] = [-3.3895314e38, 1.0, 1.0, 0.0]
+    z[4:8] = np.array([0x7FC00001, 0x3F808000, 0x3F818000, 0x80000000], np.uint32).view(np.float32)
+    bits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    return x, y, z, bits
+
+
+def test_scalar_helpers_match_host_semantics():
+    x, y, z, bits = _inputs()
+    n = x.size
+    outs = [np.zeros(n, np.float32) for _ in range(3)] + [
+        np.zeros(n, np.uint16),
+        np.zeros(n, np.uint32),
+        np.zeros(n, np.float32),
+    ]
+    _scalar_kernel[1, n](x, y, z, bits, *outs)
+    out_fma, out_mul, out_add, out_bf16, out_cast, out_widen = outs
+    assert_bits_equal(out_fma, fma_f32(x, y, z), "fma")
+    assert out_fma[0] == np.float32(3.3895314e38)  # 2*max - max: no intermediate overflow
+    assert_bits_equal(out_mul, fmul_rn(x, y), "fmul_rn")
+    assert_bits_equal(out_add, fadd_rn(x, z), "fadd_rn")
+    assert_bits_equal(out_bf16, f32_to_bf16_bits(z), "f32_to_bf16")
+    assert out_bf16[4] == 0x7FC0
+    assert_bits_equal(out_cast, bits, "bit casts")
+    assert_bits_equal(out_widen.view(np.uint32), (bits & 0xFFFF) << 16, "bf16_to_f32")
+
+
+def test_warp_sum_is_the_butterfly_on_every_lane():
+    rng = np.random.default_rng(4)
+    v = (rng.standard_normal(64) * 10.0 ** rng.integers(-5, 6, 64)).astype(np.float32)
+    out = np.zeros(64, np.float32)
+    _warp_kernel[1, 64](v, out)
+    for w in range(2):
+        want = warp_tree_sum_f32(v[32 * w : 32 * w + 32])
+        assert_bits_equal(out[32 * w : 32 * w + 32], np.full(32, want, np.float32), f"warp {w}")
+
+
+def test_warp_sum_order_is_not_sequential():
+    # lanes 0, 16: 2^25 and -2^25 cancel first, so lane 1's 1.0 survives; a
+    # sequential sum would give ((2^25 + 1) - 2^25) == 0 after rounding.
+    v = np.zeros(32, np.float32)
+    v[0], v[1], v[16] = 2.0**25, 1.0, -(2.0**25)
+    out = np.zeros(32, np.float32)
+    _warp_kernel[1, 32](v, out)
+    assert out[0] == 1.0 and float32(out[31]) == 1.0

@@ -1,0 +1,53 @@
+"""Grid math and batch chunking: exhaustive, pure, CPU-only."""
+
+from __future__ import annotations
+
+import pytest
+
+from q2gemv import launch
+
+
+@pytest.mark.parametrize("m", range(0, 70))
+def test_row_chunks_cover_every_row_once(m):
+    chunks = list(launch.batchm_row_chunks(m))
+    nxt = 0
+    for r0, rows in chunks:
+        assert r0 == nxt
+        assert 1 <= rows <= launch.Q2_BATCHM_MAX_M
+        nxt += rows
+    assert nxt == m
+    assert (chunks == []) == (m == 0)
+    # only the last chunk may be short
+    assert all(rows == 8 for _, rows in chunks[:-1])
+
+
+def test_launch_chunks_seed_example():
+    assert list(launch.batchm_launch_chunks(17, 256, 5)) == [
+        (0, 0, 8),
+        (4096, 80, 8),
+        (8192, 160, 1),
+    ]
+
+
+def test_launch_chunk_offsets_are_whole_bf16_rows():
+    for m in (1, 8, 9, 33):
+        for (ib, ob, rows), (r0, rows2) in zip(
+            launch.batchm_launch_chunks(m, 640, 7), launch.batchm_row_chunks(m), strict=False
+        ):
+            assert (ib, ob, rows) == (r0 * 640 * 2, r0 * 7 * 2, rows2)
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 7, 8, 9, 16, 17, 5120, 17408])
+def test_grids(n):
+    assert launch.q2_grid("q2_0_gemv", n) == ((n + 3) // 4, 1, 1)
+    assert launch.q2_grid("q2_0_gemv_vec", n) == ((n + 7) // 8, 1, 1)
+    assert launch.q2_grid("q2_0_gemv_vec_batchm", n) == ((n + 7) // 8, 1, 1)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="m"):
+        list(launch.batchm_row_chunks(-1))
+    with pytest.raises(ValueError, match="kernel"):
+        launch.q2_grid("nope", 4)
+    with pytest.raises(ValueError, match="n"):
+        launch.q2_grid("q2_0_gemv", 0)

@@ -1,0 +1,115 @@
+"""The Q2_0 numba kernels against their references, bit for bit.
+
+Runs on the CUDA simulator in CI (tiny shapes: it runs one OS thread per
+CUDA thread) and on the GPU where there is one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import q2gemv
+from q2gemv import reference
+from q2gemv.check import assert_bits_equal
+from q2gemv.cuda import q2_0 as q2cuda
+
+from .q2_cases import random_acts, random_weight
+
+M1_KERNELS = ("q2_0_gemv", "q2_0_gemv_vec")
+
+
+def _check(kernel, a, w, label):
+    got = q2gemv.gemv(a, w, kernel=kernel, backend="cuda")
+    want = getattr(reference, kernel)(a, w)
+    assert_bits_equal(got.view(np.uint16), want.view(np.uint16), label)
+    return got
+
+
+@pytest.mark.parametrize("group", [64, 128])
+@pytest.mark.parametrize("kernel", M1_KERNELS)
+@pytest.mark.parametrize("n,blocks", [(1, 1), (7, 2), (9, 4), (24, 1)])
+def test_m1_kernels(kernel, group, n, blocks):
+    rng = np.random.default_rng(n * 10 + blocks)
+    k = group * blocks
+    w = random_weight(rng, n, k, group)
+    _check(kernel, random_acts(rng, 1, k)[0], w, f"{kernel} g{group} n={n} k={k}")
+
+
+@pytest.mark.parametrize("kernel", M1_KERNELS)
+def test_m1_kernels_two_rows_each_one_launch(kernel):
+    rng = np.random.default_rng(5)
+    w = random_weight(rng, 9, 256, 128)
+    _check(kernel, random_acts(rng, 2, 256), w, kernel)
+
+
+@pytest.mark.parametrize("group", [64, 128])
+@pytest.mark.parametrize("m", [0, 1, 2, 7, 8, 9, 17])
+def test_batchm_every_chunk_boundary(group, m):
+    rng = np.random.default_rng(100 + m)
+    n, k = (7, 2 * group) if m <= 8 else (5, group)
+    w = random_weight(rng, n, k, group)
+    a = random_acts(rng, m, k)
+    got = _check("q2_0_gemv_vec_batchm", a, w, f"batchm g{group} m={m}")
+    assert got.shape == (m, n)
+
+
+def test_batchm_rows_equal_the_m1_kernel_rows():
+    """Batch invariance on the device itself, not only through the references."""
+    rng = np.random.default_rng(6)
+    w = random_weight(rng, 5, 256, 64)
+    a = random_acts(rng, 9, 256)
+    batched = q2gemv.gemv(a, w, kernel="q2_0_gemv_vec_batchm", backend="cuda")
+    for r in (0, 8):
+        single = q2gemv.gemv(a[r], w, kernel="q2_0_gemv_vec", backend="cuda")
+        assert_bits_equal(batched[r].view(np.uint16), single.view(np.uint16), f"row {r}")
+
+
+@pytest.mark.parametrize("kernel", ["q2_0_gemv", "q2_0_gemv_vec_batchm"])
+def test_special_activations_and_scales(kernel):
+    rng = np.random.default_rng(7)
+    # fp16 d: 0, -0, subnormal, max, Inf, NaN in the first blocks
+    w = random_weight(rng, 9, 512, 64, scale_bits=[0x0000, 0x8000, 0x0001, 0x7BFF, 0x7C00, 0x7E00])
+    a = random_acts(rng, 3 if kernel.endswith("batchm") else 1, 512, specials=True)
+    got = _check(kernel, a, w, kernel)
+    assert (got.view(np.uint16) == 0x7FC0).any()  # NaN reached the output in one pattern
+
+
+def test_large_products_need_the_fused_add():
+    """s = -max, then fma(+2, max, s) = max exactly; a separate 2 * max would be Inf."""
+    k = 64
+    codes = np.ones((1, k), np.uint8)
+    codes[0, :2] = [2, 3]  # +1, +2
+    w = q2gemv.Q2Weight.from_codes(codes, np.ones((1, 1), np.float16), group=64)
+    a = np.zeros(k, np.float32)
+    a[:2] = [-3.3895314e38, 3.3895314e38]
+    a = a.astype(q2gemv.formats.bf16.BF16)
+    for kernel in ("q2_0_gemv", "q2_0_gemv_vec"):
+        got = _check(kernel, a, w, kernel)
+        assert got.view(np.uint16)[0] == 0x7F7F  # max, not Inf
+
+
+def test_raw_launch_refuses_more_rows_than_staged():
+    rng = np.random.default_rng(8)
+    w = random_weight(rng, 8, 128, 128)
+    dw = q2cuda.DeviceQ2Weight.upload(w)
+    from numba import cuda
+
+    d_a = cuda.to_device(np.zeros((9, 128), np.uint16))
+    d_out = cuda.device_array((9, 8), np.uint16)
+    with pytest.raises(ValueError, match="m: kernel q2_0_gemv_vec_batchm serves 1..8"):
+        q2cuda.launch_raw("q2_0_gemv_vec_batchm", d_a, dw, d_out, 9)
+    with pytest.raises(ValueError, match="m: kernel q2_0_gemv_vec serves 1..1"):
+        q2cuda.launch_raw("q2_0_gemv_vec", d_a[:2], dw, d_out[:2], 2)
+
+
+def test_device_weight_reuse_and_out_argument():
+    rng = np.random.default_rng(9)
+    w = random_weight(rng, 7, 128, 128)
+    dw = w.to_device()
+    a = random_acts(rng, 2, 128)
+    out = np.empty((2, 7), q2gemv.formats.bf16.BF16)
+    res = q2gemv.gemv(a, dw, out=out)  # a device weight implies the cuda backend
+    assert res is out
+    want = reference.q2_0_gemv_vec_batchm(a, w)
+    assert_bits_equal(out.view(np.uint16), want.view(np.uint16))

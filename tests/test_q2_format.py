@@ -1,0 +1,156 @@
+"""block_q2_0 packing, ggml's own vectors, quantizers and validation."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from q2gemv import Q2Weight, quantize_q2_0
+from q2gemv.check import assert_bits_equal
+from q2gemv.formats import q2_0 as fmt
+
+
+def _ggml():
+    path = resources.files("q2gemv.golden") / "data" / "ggml_q2_0_reference_vectors.npz"
+    with resources.as_file(path) as p, np.load(p) as z:
+        return {k: z[k] for k in z.files}
+
+
+GGML = _ggml()
+GGML_CASES = [(g, i) for g in (64, 128) for i in range(3)]
+
+
+@pytest.mark.parametrize("g,i", GGML_CASES)
+def test_quantize_matches_ggml_bytes(g, i):
+    x = GGML[f"g{g}_case{i}_x"]
+    assert_bits_equal(quantize_q2_0(x, group=g).raw, GGML[f"g{g}_case{i}_raw"], f"g{g} case{i}")
+
+
+@pytest.mark.parametrize("g,i", GGML_CASES)
+def test_dequantize_matches_ggml(g, i):
+    x = GGML[f"g{g}_case{i}_x"]
+    w = Q2Weight.from_bytes(GGML[f"g{g}_case{i}_raw"], *x.shape, group=g)
+    assert_bits_equal(w.dequantize(), GGML[f"g{g}_case{i}_dequant"], f"g{g} case{i}")
+
+
+def test_ggml_adversarial_case_has_overflowing_scale_reported_by_validate():
+    x = GGML["g128_case2_x"]
+    w = Q2Weight.from_bytes(GGML["g128_case2_raw"], *x.shape, group=128)
+    findings = w.validate()
+    assert len(findings) == 1 and "inf" in findings[0]
+
+
+def test_bit_layout_lsb_first_every_slot():
+    # code c in slot j of byte 0 (all other codes 1 = zero weight)
+    for j in range(4):
+        for c in range(4):
+            codes = np.ones((1, 64), np.uint8)
+            codes[0, j] = c
+            w = Q2Weight.from_codes(codes, np.ones((1, 1), np.float16), group=64)
+            byte = w.raw[2]
+            other = sum(1 << (2 * s) for s in range(4) if s != j)
+            assert byte == (c << (2 * j)) | other
+            assert w.dequantize()[0, j] == c - 1
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_round_trip_codes_scales(group):
+    rng = np.random.default_rng(1)
+    codes = rng.integers(0, 4, (5, 3 * group), dtype=np.uint8)
+    scales = rng.standard_normal((5, 3)).astype(np.float16)
+    w = Q2Weight.from_codes(codes, scales, group=group)
+    assert w.raw.size == 5 * 3 * fmt.block_bytes(group)
+    assert_bits_equal(w.codes(), codes)
+    assert_bits_equal(w.scales(), scales)
+    want = (codes.astype(np.float32) - 1) * np.repeat(scales.astype(np.float32), group, axis=1)
+    assert_bits_equal(w.dequantize(), want)
+
+
+def test_float32_scales_round_to_fp16_nearest_even():
+    # 1 + 2^-11 is a tie between fp16 1.0 and 1 + 2^-10: even mantissa -> 1.0
+    s = np.array([[1 + 2**-11, 1 + 3 * 2**-11, 70000.0]], np.float32)
+    w = Q2Weight.from_codes(np.ones((1, 192), np.uint8), s, group=64)
+    assert w.scales().tolist() == [[1.0, 1 + 2**-9, np.inf]]
+
+
+def test_from_bytes_wraps_without_copy_and_is_immutable():
+    raw = np.zeros(2 * 34, np.uint8)
+    w = Q2Weight.from_bytes(raw, 2, 128)
+    assert np.shares_memory(w.raw, raw)
+    with pytest.raises(ValueError):
+        w.raw[0] = 1
+    with pytest.raises(AttributeError):
+        w.n = 3  # type: ignore[misc]
+
+
+def test_from_bytes_accepts_bytes():
+    w = Q2Weight.from_bytes(bytes(18), 1, 64, group=64)
+    assert w.k == 64 and w.group == 64
+
+
+@pytest.mark.parametrize(
+    "call,exc,needle",
+    [
+        (lambda: Q2Weight.from_bytes(np.zeros(33, np.uint8), 1, 128), ValueError, "raw"),
+        (lambda: Q2Weight.from_bytes(np.zeros(34, np.int8), 1, 128), TypeError, "raw"),
+        (lambda: Q2Weight.from_bytes(np.zeros((2, 17), np.uint8), 1, 128), ValueError, "raw"),
+        (lambda: Q2Weight.from_bytes(np.zeros(34, np.uint8), 1, 100), ValueError, "k"),
+        (lambda: Q2Weight.from_bytes(np.zeros(34, np.uint8), 1, 128, 32), ValueError, "group"),
+        (lambda: Q2Weight.from_bytes(np.zeros(34, np.uint8), 0, 128), ValueError, "n"),
+        (
+            lambda: Q2Weight.from_codes(np.ones((1, 64), np.uint8), np.ones((1, 1)), 64),
+            TypeError,
+            "scales",
+        ),
+        (
+            lambda: Q2Weight.from_codes(
+                np.full((1, 64), 4, np.uint8), np.ones((1, 1), np.float16), 64
+            ),
+            ValueError,
+            "codes",
+        ),
+        (
+            lambda: Q2Weight.from_codes(np.ones((1, 64), np.int32), np.ones((1, 1), np.float16)),
+            TypeError,
+            "codes",
+        ),
+        (
+            lambda: Q2Weight.from_codes(
+                np.ones((1, 64), np.uint8), np.ones((1, 2), np.float16), 64
+            ),
+            ValueError,
+            "scales",
+        ),
+        (lambda: quantize_q2_0(np.ones((2, 100), np.float32)), ValueError, "k"),
+        (lambda: quantize_q2_0(np.ones((2, 128), np.int32)), TypeError, "w"),
+        (lambda: quantize_q2_0(np.ones((2, 128)), method="nope"), ValueError, "method"),
+    ],
+)
+def test_bad_input_names_the_argument(call, exc, needle):
+    with pytest.raises(exc, match=needle):
+        call()
+
+
+def test_validate_reports_nan_and_inf_scales():
+    s = np.array([[1.0, np.nan], [np.inf, -np.inf]], np.float16)
+    w = Q2Weight.from_codes(np.ones((2, 128), np.uint8), s, group=64)
+    (finding,) = w.validate()
+    assert finding.startswith("3 non-finite")
+
+
+def test_absmean_recipe():
+    x = np.array([[0.0, 0.5, -1.5, 3.0] * 16], np.float32)  # mean|x| = 1.25
+    w = quantize_q2_0(x, group=64, method="absmean")
+    assert w.scales()[0, 0] == np.float16(1.25)
+    # x / gamma = 0, 0.4, -1.2, 2.4 -> rint -> 0, 0, -1, 2 -> clip -> 0, 0, -1, 1
+    assert w.codes()[0, :4].tolist() == [1, 1, 0, 2]
+    assert quantize_q2_0(np.zeros((1, 64)), group=64, method="absmean").codes().max() == 1
+
+
+def test_group_from_nbytes():
+    assert fmt.group_from_nbytes(34 * 4, 512) == 128
+    assert fmt.group_from_nbytes(18 * 8, 512) == 64
+    with pytest.raises(ValueError, match="neither"):
+        fmt.group_from_nbytes(100, 512)
