@@ -3,8 +3,8 @@
 Every kernel here is reproduced bit for bit by :func:`q2gemv.reference.w4a16.w4a16_gemv`,
 whose docstring states the contract (thread map and fp32 operation order).
 
-One template, ``w4a16_gemv_batchm`` (:func:`_make_batchm_body`), with two
-compile-time knobs (:class:`KernelSpec`):
+One template, ``w4a16_gemv_batchm`` (:func:`_make_batchm_body`), with
+compile-time knobs (:class:`KernelSpec`; each compiled kernel is cached by name):
 
 * ``max_m`` sizes the per-row accumulators, the staged activation tile and
   the unrolled per-row loop; a run-time ``m < M`` guard skips dead rows.
@@ -15,21 +15,24 @@ compile-time knobs (:class:`KernelSpec`):
   register-tiled batch8 (cols = 2): each staged activation is loaded once
   from shared memory and fed to two columns. Every column keeps the
   per-lane order of the classic kernel, so the bits are identical.
+* ``depth`` / ``a_ahead`` — latency hiding only (register look-ahead of
+  weights and of the next activation tile); they change no arithmetic.
 
 Thread map (fixed by the contract): 256-thread CTAs of 8 warps; warp w of
 CTA b computes columns ``(8 b + w) * cols + t`` (t < cols); lane l owns the
 16-weight groups q = l, l+32, ... of those columns. Grid ``ceil(N / (8 * cols))``;
-warps past N compute a clamped (valid) row and write nothing.
+a warp wholly past N only helps stage activations; rt2's second column past
+N reads a valid (clamped) row and writes nothing.
 
-Per K tile of ``TILE_K`` (a multiple of 512, so a tile holds 32 * j whole
-groups and lane l still meets exactly the groups q = l (mod 32)), the CTA
-stages the live activation rows in shared memory TRANSPOSED to
-``[m][i][group] `` with a padded group stride: lane l reading element i of its
-group hits consecutive words (no bank conflicts; the natural ``[m][k]``
-layout would put lanes l and l+2 in one bank, a 16-way conflict). Rows are
-staged as fp32 when ``max_m * TILE_K * 4`` bytes fit the 48 KB static limit
-(max_m <= 16) and as raw bf16 bits otherwise (max_m = 32: widened at use,
-exactly).
+Per K tile of ``TILE_K`` = 512 elements (32 whole groups: lane l takes the
+tile's group l, so it still meets exactly the groups q = l (mod 32)), the
+CTA stages the live activation rows in shared memory TRANSPOSED to
+``[m][i][group]`` with a padded group stride (33): lane l reading element i
+of its group hits consecutive words, no bank conflicts (the natural
+``[m][k]`` layout puts lanes l and l+2 in one bank, a 16-way conflict).
+Rows are staged as fp32 where that fits the 48 KB static shared-memory limit
+(max_m <= 16: 33.8 KB at 16) and as raw bf16 bits otherwise (max_m = 32,
+33.8 KB; widened exactly at use).
 
 Per group: the two 32-bit words of its 16 nibbles are read once per column
 and each E2M1 value is decoded once (a bit trick, exact) and used for all
@@ -37,6 +40,14 @@ live rows; the E4M3 scale likewise. Why the template is issue/shared-memory
 bound and what rt2 buys: every FMA needs one shared-memory word, and an SM
 serves 32 words per clock against 128 FMA lanes, so the classic kernel tops
 out near a quarter of the FMA peak; rt2 feeds two FMAs per word.
+
+Measured (H200, N = K = 5120, cold weights, see :data:`SPECS`): 36 us at
+M = 1 on batch4, 46 us at M = 4, 79 us at M = 8 (62 us on rt2), 170 us at
+M = 16, 423 us at M = 32, against 16.5 us for torch's bf16 ``linear`` at
+any of these M. These kernels are correct, not yet fast: the fixed cost at
+M = 1 (two barriers and one group per lane per 512-element tile, ~9
+instructions of E2M1 decode per weight) and the shared-memory word per FMA
+are the known limits.
 """
 
 from __future__ import annotations
@@ -46,7 +57,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda, float32, uint16, uint32
+from numba import cuda, float32, uint16, uint32, uint64
 
 from ..formats.bf16 import as_bf16_bits, bits_to_bf16
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight
@@ -55,7 +66,11 @@ from ._dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, w
 
 THREADS_PER_CTA = 256
 WARPS_PER_CTA = THREADS_PER_CTA // 32
-SMEM_BUDGET = 32 * 1024  # bytes of staged activations per CTA (static limit: 48 KB)
+SMEM_STATIC_LIMIT = 48 * 1024
+# K elements staged per tile: 32 groups, one per lane, so lane l always meets
+# the groups q = l (mod 32). Kept at one group per lane so K = 528 already
+# spans two tiles in every tier (the simulator tests reach the tile seam).
+TILE_K = 512
 _E2M1_RESCALE = 2.0**126  # nibble bits placed at fp32 bits 24..22 read as x * 2^-126
 _E4M3_RESCALE = 2.0**120  # byte bits placed at fp32 bits 26..20 read as x * 2^-120
 _F32_QNAN = 0x7FC00000
@@ -68,14 +83,12 @@ class KernelSpec:
     name: str
     max_m: int  # activation rows per launch
     cols: int = 1  # output columns per warp (2: register-tiled)
+    depth: int = 2  # groups of weights each lane holds in registers ahead of use
+    a_ahead: bool = False  # hold the next activation tile in registers while computing
 
     @property
     def columns_per_cta(self) -> int:
         return WARPS_PER_CTA * self.cols
-
-    @property
-    def tile_k(self) -> int:
-        return tile_k(self.max_m)
 
     def grid(self, n: int) -> tuple[int, int, int]:
         """Grid for ``n`` output columns; the block is always (256, 1, 1)."""
@@ -85,16 +98,15 @@ class KernelSpec:
 
 
 def stage_f32(max_m: int) -> bool:
-    """Stage activations as fp32 (True) or as raw bf16 bits (False, when fp32 would not fit)."""
-    return max_m * 512 * 4 <= SMEM_BUDGET
+    """Stage activations as fp32 (True), or as raw bf16 bits where fp32 would pass 48 KB."""
+    return max_m * BLOCK * (TILE_K // BLOCK + 1) * 4 <= SMEM_STATIC_LIMIT
 
 
-def tile_k(max_m: int) -> int:
-    """K elements staged per tile: the largest multiple of 512 (<= 2048) within the budget."""
-    elem = 4 if stage_f32(max_m) else 2
-    return max(512, min(2048, SMEM_BUDGET // (max_m * elem) // 512 * 512))
-
-
+# Latency knobs, numerically inert: medians of 5 x 100 cold-weight launches,
+# N = K = 5120 on an H200 (2026-11-29), over depth 1/2/4/8 x a_ahead off/on.
+# depth 2 was best or within noise for batch4 (36 us at M=1, 46 us at M=4);
+# depth 1 for batch8 (79 us) and rt2 (62 us) and batch32 (423 us, 96 regs);
+# depth 4 + a_ahead for batch16 (170 us against 218 us at depth 2).
 SPECS: dict[str, KernelSpec] = {
     s.name: s
     for s in (
@@ -102,10 +114,10 @@ SPECS: dict[str, KernelSpec] = {
         KernelSpec("w4a16_gemv_batch5", 5),
         KernelSpec("w4a16_gemv_batch6", 6),
         KernelSpec("w4a16_gemv_batch7", 7),
-        KernelSpec("w4a16_gemv_batch8", 8),
-        KernelSpec("w4a16_gemv_batch8_rt2", 8, cols=2),
-        KernelSpec("w4a16_gemv_batch16", 16),
-        KernelSpec("w4a16_gemv_batch32", 32),
+        KernelSpec("w4a16_gemv_batch8", 8, depth=1),
+        KernelSpec("w4a16_gemv_batch8_rt2", 8, cols=2, depth=1),
+        KernelSpec("w4a16_gemv_batch16", 16, depth=4, a_ahead=True),
+        KernelSpec("w4a16_gemv_batch32", 32, depth=1),
     )
 }
 KERNEL_NAMES: tuple[str, ...] = tuple(SPECS)
@@ -119,15 +131,15 @@ SIGNATURE = (
 
 
 @cuda.jit(device=True, inline="always")
-def _e2m1(word, i):
-    """fp32 value of E2M1 nibble ``i`` (0..7) of ``word``, exactly.
+def _e2m1_low(word):
+    """fp32 value of the E2M1 code in the low nibble of ``word``, exactly.
 
     ``eem`` goes to fp32 bits 24..22 and the sign to bit 31, which reads as
     the value times 2^-126 (code 1 lands on the fp32 subnormal 2^-127); the
-    power-of-two rescale is exact.
+    power-of-two rescale is exact. Constant shifts only: the caller walks a
+    word by shifting it right 4 bits per element.
     """
-    t = word >> uint32(4 * i)
-    bits = ((t & uint32(7)) << uint32(22)) | ((t & uint32(8)) << uint32(28))
+    bits = ((word & uint32(7)) << uint32(22)) | ((word & uint32(8)) << uint32(28))
     return u32_as_f32(bits) * float32(_E2M1_RESCALE)
 
 
@@ -153,15 +165,20 @@ def _keep(h):
 # -- the template --------------------------------------------------------------------
 
 
-def _make_batchm_body(max_m: int, cols: int):
+def _make_batchm_body(max_m: int, cols: int, depth: int, a_ahead: bool):
     """Kernel body of ``w4a16_gemv_batchm<max_m>`` computing ``cols`` columns per warp.
 
     Arguments: A uint16 [M, K] (bf16 bits), Wp uint32 [N, K/8] (the packed
     nibbles, two words per group), S uint8 [N, K/16] (E4M3 bits), C uint16
     [M, N] (bf16 bits, written), g fp32 global scale, N, K, M.
+
+    Latency hiding (numerically inert): each lane keeps the words and scale
+    bytes of its next ``depth`` groups in registers, loading group
+    ``q + 32 * depth`` before it computes group ``q``; with ``a_ahead`` each
+    thread also holds its share of the next activation tile in registers
+    while the current tile is computed.
     """
-    tk = tile_k(max_m)
-    gstride = tk // BLOCK + 1  # padded: staging writes spread over banks too
+    gstride = TILE_K // BLOCK + 1  # padded: staging writes spread over banks too
     mstride = BLOCK * gstride
     smem = max_m * mstride
     as_f32 = stage_f32(max_m)
@@ -169,53 +186,106 @@ def _make_batchm_body(max_m: int, cols: int):
     stage = bf16_to_f32 if as_f32 else _keep  # on the way into shared memory
     fetch = _keep if as_f32 else bf16_to_f32  # on the way out
     nacc = max_m * cols
+    nslot = depth * cols
+    per_thread = TILE_K // THREADS_PER_CTA  # activations a thread stages per row per tile
+    nra = max_m * per_thread if a_ahead else 1
 
     def body(A, Wp, S, C, g, N, K, M):  # noqa: N803 - kernel argument names
         s_a = cuda.shared.array(smem, sdtype)
         acc = cuda.local.array(nacc, float32)
         part = cuda.local.array(nacc, float32)
+        pw_lo = cuda.local.array(nslot, uint32)  # slot s, column t at s * cols + t
+        pw_hi = cuda.local.array(nslot, uint32)
+        p_sc = cuda.local.array(nslot, uint32)
         w_lo = cuda.local.array(cols, uint32)
         w_hi = cuda.local.array(cols, uint32)
         scale = cuda.local.array(cols, float32)
         ev = cuda.local.array(cols, float32)
+        ra = cuda.local.array(nra, uint16)
         tid = cuda.threadIdx.x
         lane = tid & 31
         col0 = (cuda.blockIdx.x * WARPS_PER_CTA + (tid >> 5)) * cols
+        live = col0 < N  # warp-uniform: a warp wholly past N only helps stage
+        groups = K >> 4
         for x in range(nacc):
             acc[x] = float32(0.0)
-        for k0 in range(0, K, tk):
-            kt = min(tk, K - k0)
+        if live:
+            for s in range(depth):
+                qs = lane + 32 * s
+                if qs < groups:
+                    for t in range(cols):
+                        r = min(col0 + t, N - 1)  # rt2's column past N: a valid row
+                        pw_lo[s * cols + t] = uint32(Wp[r, 2 * qs])
+                        pw_hi[s * cols + t] = uint32(Wp[r, 2 * qs + 1])
+                        p_sc[s * cols + t] = uint32(S[r, qs])
+        if a_ahead:
+            for m in range(max_m):
+                if m < M:
+                    for h in range(per_thread):
+                        j = tid + h * THREADS_PER_CTA
+                        if j < K:
+                            ra[m * per_thread + h] = A[m, j]
+        for k0 in range(0, K, TILE_K):
+            kt = min(TILE_K, K - k0)
             cuda.syncthreads()
             for m in range(max_m):
                 if m < M:
-                    for j in range(tid, kt, THREADS_PER_CTA):
-                        dst = uint32(m * mstride) + uint32((j & 15) * gstride + (j >> 4))
-                        s_a[dst] = stage(A[m, k0 + j])
+                    for h in range(per_thread):
+                        j = tid + h * THREADS_PER_CTA
+                        if j < kt:
+                            dst = uint32(m * mstride) + uint32((j & 15) * gstride + (j >> 4))
+                            if a_ahead:
+                                s_a[dst] = stage(ra[m * per_thread + h])
+                                if k0 + TILE_K + j < K:
+                                    ra[m * per_thread + h] = A[m, k0 + TILE_K + j]
+                            else:
+                                s_a[dst] = stage(A[m, k0 + j])
             cuda.syncthreads()
-            for ql in range(lane, kt >> 4, 32):
-                q = (k0 >> 4) + ql
+            if not live:
+                continue
+            q = (k0 >> 4) + lane  # this lane's group in the tile
+            for t in range(cols):
+                w_lo[t] = pw_lo[t]
+                w_hi[t] = pw_hi[t]
+                scale[t] = _e4m3(p_sc[t])
+            for s in range(depth - 1):
                 for t in range(cols):
-                    r = min(col0 + t, N - 1)  # past N: compute a valid row, write nothing
-                    w_lo[t] = uint32(Wp[r, 2 * q])
-                    w_hi[t] = uint32(Wp[r, 2 * q + 1])
-                    scale[t] = _e4m3(uint32(S[r, q]))
-                for x in range(nacc):
-                    part[x] = float32(0.0)
-                for i in range(BLOCK):
-                    for t in range(cols):
-                        ev[t] = _e2m1(w_lo[t] if i < 8 else w_hi[t], i & 7)
-                    # unsigned indices: numba adds a negative-index fix-up to signed ones
-                    off = uint32(ql) + uint32(i * gstride)
-                    for m in range(max_m):
-                        if m < M:
-                            a = fetch(s_a[off + uint32(m * mstride)])
-                            for t in range(cols):
-                                part[t * max_m + m] = fma(ev[t], a, part[t * max_m + m])
+                    pw_lo[s * cols + t] = pw_lo[(s + 1) * cols + t]
+                    pw_hi[s * cols + t] = pw_hi[(s + 1) * cols + t]
+                    p_sc[s * cols + t] = p_sc[(s + 1) * cols + t]
+            qn = q + 32 * depth
+            if qn < groups:
+                for t in range(cols):
+                    r = min(col0 + t, N - 1)
+                    x = (depth - 1) * cols + t
+                    pw_lo[x] = uint32(Wp[r, 2 * qn])
+                    pw_hi[x] = uint32(Wp[r, 2 * qn + 1])
+                    p_sc[x] = uint32(S[r, qn])
+            if q >= groups:
+                continue  # the last tile is short: this lane has no group in it
+            for x in range(nacc):
+                part[x] = float32(0.0)
+            # unsigned indices: numba adds a negative-index fix-up to signed ones
+            off = uint64(lane)
+            for i in range(BLOCK):
+                for t in range(cols):
+                    if i == 8:
+                        w_lo[t] = w_hi[t]  # elements 8..15: the group's second word
+                    ev[t] = _e2m1_low(w_lo[t])
+                    w_lo[t] = w_lo[t] >> uint32(4)
                 for m in range(max_m):
                     if m < M:
+                        a = fetch(s_a[off + uint64(m * mstride)])
                         for t in range(cols):
-                            x = t * max_m + m
-                            acc[x] = fadd_rn(acc[x], fmul_rn(part[x], scale[t]))
+                            part[t * max_m + m] = fma(ev[t], a, part[t * max_m + m])
+                off += uint64(gstride)
+            for m in range(max_m):
+                if m < M:
+                    for t in range(cols):
+                        x = t * max_m + m
+                        acc[x] = fadd_rn(acc[x], fmul_rn(part[x], scale[t]))
+        if not live:
+            return
         for m in range(max_m):
             if m < M:
                 for t in range(cols):
@@ -230,7 +300,7 @@ def _make_batchm_body(max_m: int, cols: int):
 def kernel_body(name: str):
     """The plain Python body of kernel ``name`` (for ``cuda.jit`` / ``cuda.compile_ptx``)."""
     spec = spec_of(name)
-    return _make_batchm_body(spec.max_m, spec.cols)
+    return _make_batchm_body(spec.max_m, spec.cols, spec.depth, spec.a_ahead)
 
 
 def spec_of(name: str) -> KernelSpec:

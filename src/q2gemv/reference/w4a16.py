@@ -104,5 +104,14 @@ def w4a16_gemv(a: np.ndarray, weight: Nvfp4Weight) -> np.ndarray:
     return out[0] if squeeze else out
 
 
-# Every kernel of the family has this reference (the order is MAX_M-independent).
+# One reference per kernel name (``getattr(reference, kernel)`` works), all the
+# same function: the order does not depend on MAX_M, register tiling or chunking.
 w4a16_gemv_batchm = w4a16_gemv
+w4a16_gemv_batch4 = w4a16_gemv
+w4a16_gemv_batch5 = w4a16_gemv
+w4a16_gemv_batch6 = w4a16_gemv
+w4a16_gemv_batch7 = w4a16_gemv
+w4a16_gemv_batch8 = w4a16_gemv
+w4a16_gemv_batch8_rt2 = w4a16_gemv
+w4a16_gemv_batch16 = w4a16_gemv
+w4a16_gemv_batch32 = w4a16_gemv
