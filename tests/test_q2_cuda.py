@@ -16,7 +16,7 @@ from q2gemv.cuda import q2_0 as q2cuda
 
 from .q2_cases import random_acts, random_weight
 
-M1_KERNELS = ("q2_0_gemv", "q2_0_gemv_vec")
+M1_KERNELS = ("q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_rt4")
 
 
 def _check(kernel, a, w, label):
@@ -28,7 +28,7 @@ def _check(kernel, a, w, label):
 
 @pytest.mark.parametrize("group", [64, 128])
 @pytest.mark.parametrize("kernel", M1_KERNELS)
-@pytest.mark.parametrize("n,blocks", [(1, 1), (7, 2), (9, 4), (24, 1)])
+@pytest.mark.parametrize("n,blocks", [(1, 1), (7, 2), (9, 4), (33, 1)])
 def test_m1_kernels(kernel, group, n, blocks):
     rng = np.random.default_rng(n * 10 + blocks)
     k = group * blocks
@@ -113,3 +113,10 @@ def test_device_weight_reuse_and_out_argument():
     assert res is out
     want = reference.q2_0_gemv_vec_batchm(a, w)
     assert_bits_equal(out.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("m", [1, 5, 8, 9])
+def test_batchm_register_tiled_candidate(m):
+    rng = np.random.default_rng(200 + m)
+    w = random_weight(rng, 17, 128, 64)  # 17 rows: a tail inside the second 16-row CTA
+    _check("q2_0_gemv_vec_batchm_rt2", random_acts(rng, m, 128), w, f"batchm_rt2 m={m}")

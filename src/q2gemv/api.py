@@ -11,7 +11,13 @@ from .backends import BACKENDS, default_backend
 from .formats.bf16 import BF16, as_bf16_bits, bits_to_bf16
 from .formats.q2_0 import Q2Weight
 
-Q2_KERNELS = ("q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_batchm")
+Q2_KERNELS = (
+    "q2_0_gemv",
+    "q2_0_gemv_vec",
+    "q2_0_gemv_vec_batchm",
+    "q2_0_gemv_vec_rt4",
+    "q2_0_gemv_vec_batchm_rt2",
+)
 
 
 def _weight_nk(weight) -> tuple[int, int]:

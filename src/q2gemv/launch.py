@@ -26,6 +26,8 @@ Q2_ROWS_PER_CTA = {
     "q2_0_gemv": 4,  # 2 warps per row
     "q2_0_gemv_vec": 8,  # 1 warp per row
     "q2_0_gemv_vec_batchm": 8,
+    "q2_0_gemv_vec_rt4": 32,  # 1 warp per 4 rows (register-tiled candidate)
+    "q2_0_gemv_vec_batchm_rt2": 16,  # 1 warp per 2 rows
 }
 
 

@@ -26,22 +26,28 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32, uint32, uint64
 
 from .. import launch
 from ..formats import q2_0 as fmt
 from ._dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
 
 TILE_K = 1024  # codes per staged tile: a multiple of 512 keeps word w on lane w % 32
-_MAGIC = 0x4B000000  # fp32 2^23: (2^23 + c) - (2^23 + 1) == c - 1 exactly
-_MAGIC_PLUS_ONE = 8388609.0
 
 
 def _code_minus_one(word, i):
-    """fp32 (code_i - 1) of the i-th 2-bit field of ``word`` (exact, no int->float convert)."""
-    return u32_as_f32(uint32(_MAGIC) | ((word >> uint32(2 * i)) & uint32(3))) - float32(
-        _MAGIC_PLUS_ONE
-    )
+    """fp32 ``code_i - 1`` of 2-bit field i (0..15) of ``word``: exact, no shift for i < 8.
+
+    Field i sits at bit 2*(i % 8) of the low (i < 8) or high half. OR-ing it
+    into the mantissa of 2^(23 - 2*(i % 8)) makes that float's ulp 1 at the
+    field, so the float is 2^(23 - 2s) + code; subtracting 2^(23 - 2s) + 1 is
+    exact (Sterbenz). One LOP3 and one FADD per code, with constants folded.
+    """
+    half = word if i < 8 else word >> uint32(16)
+    slot = i & 7
+    mag = uint32((150 - 2 * slot) << 23)
+    f = u32_as_f32(mag | (half & uint32(3 << (2 * slot))))
+    return f - (u32_as_f32(mag) + float32(1.0))
 
 
 _code_minus_one = cuda.jit(device=True, inline="always")(_code_minus_one)
@@ -79,48 +85,72 @@ def _q2_0_gemv_body(A, B16, Bh, C, N, K, group, M):  # noqa: N803 - seed names
         C[0, row] = f32_to_bf16(fadd_rn(s_part[warp], s_part[warp + 1]))
 
 
-def _make_vec_body(max_m: int):
+def _make_vec_body(max_m: int, rows_per_warp: int = 1):
+    """Candidate-B body: 1 warp per row (``rows_per_warp`` rows per warp when register-tiled).
+
+    ``max_m`` sizes the staged activation tile, the accumulators and the
+    unrolled row loop; a run-time ``m < M`` guard skips dead rows. With
+    ``rows_per_warp = T > 1`` each lane applies the 16 activations it loaded
+    to the same word of T rows (fewer shared-memory reads per product); every
+    row keeps the per-lane order of ``T = 1``, so the reference is the same.
+    """
     smem = max_m * TILE_K
+    T = rows_per_warp
+    rows_per_cta = 8 * T
+    n_acc = max_m * T
+    n_cm1 = 16 * T
 
     def body(A, B16, Bh, C, N, K, group, M):  # noqa: N803
         s_a = cuda.shared.array(smem, float32)
-        acc = cuda.local.array(max_m, float32)
+        acc = cuda.local.array(n_acc, float32)
+        cm1 = cuda.local.array(n_cm1, float32)
+        av = cuda.local.array(16, float32)
+        dv = cuda.local.array(T, float32)
         tid = cuda.threadIdx.x
         lane = tid & 31
-        row = cuda.blockIdx.x * 8 + (tid >> 5)
+        row0 = cuda.blockIdx.x * rows_per_cta + (tid >> 5) * T
         wshift = 3 if group == 128 else 2  # 16-code words per block: group / 16
-        hpb = (group >> 3) + 1
-        row_base = row * (K // group) * hpb
-        for m in range(max_m):
-            acc[m] = float32(0.0)
+        wmask = (1 << wshift) - 1
+        hpb = (group >> 3) + 1  # uint16 halves per block, scale included
+        row_halves = (K // group) * hpb
+        for j in range(n_acc):
+            acc[j] = float32(0.0)
         for k0 in range(0, K, TILE_K):
             kt = min(TILE_K, K - k0)
             cuda.syncthreads()
             for m in range(max_m):
                 if m < M:
                     for j in range(tid, kt, 256):
-                        s_a[m * TILE_K + j] = bf16_to_f32(A[m, k0 + j])
+                        s_a[uint32(m * TILE_K + j)] = bf16_to_f32(A[m, k0 + j])
             cuda.syncthreads()
-            if row < N:
+            if row0 < N:
                 for wl in range(lane, kt >> 4, 32):
                     gw = (k0 >> 4) + wl
-                    blk = gw >> wshift
-                    hb = row_base + blk * hpb
-                    d = float32(Bh[hb])
-                    q = hb + 1 + 2 * (gw & ((1 << wshift) - 1))
-                    word = uint32(B16[q]) | (uint32(B16[q + 1]) << uint32(16))
+                    blk_half = (gw >> wshift) * hpb
+                    q_off = 1 + 2 * (gw & wmask)
+                    for t in range(T):
+                        # rows past N (tail of the last CTA) load row N-1 and are never stored
+                        hb = uint32(min(row0 + t, N - 1) * row_halves + blk_half)
+                        dv[t] = float32(Bh[hb])
+                        word = uint32(B16[hb + q_off]) | (uint32(B16[hb + q_off + 1]) << 16)
+                        for i in range(16):
+                            cm1[t * 16 + i] = _code_minus_one(word, i)
                     for m in range(max_m):
                         if m < M:
-                            base = m * TILE_K + wl * 16
-                            s = float32(0.0)
+                            base = uint64(m * TILE_K + wl * 16)  # unsigned: no wraparound code
                             for i in range(16):
-                                s = fma(_code_minus_one(word, i), s_a[base + i], s)
-                            acc[m] = fadd_rn(acc[m], fmul_rn(s, d))
+                                av[i] = s_a[base + uint64(i)]
+                            for t in range(T):
+                                s = float32(0.0)
+                                for i in range(16):
+                                    s = fma(cm1[t * 16 + i], av[i], s)
+                                acc[m * T + t] = fadd_rn(acc[m * T + t], fmul_rn(s, dv[t]))
         for m in range(max_m):
             if m < M:
-                v = warp_sum(acc[m])
-                if lane == 0 and row < N:
-                    C[m, row] = f32_to_bf16(v)
+                for t in range(T):
+                    v = warp_sum(acc[m * T + t])
+                    if lane == 0 and row0 + t < N:
+                        C[m, row0 + t] = f32_to_bf16(v)
 
     return body
 
@@ -130,6 +160,9 @@ KERNELS: dict[str, tuple] = {
     "q2_0_gemv": (lambda: _q2_0_gemv_body, 1),
     "q2_0_gemv_vec": (lambda: _make_vec_body(1), 1),
     "q2_0_gemv_vec_batchm": (lambda: _make_vec_body(launch.Q2_BATCHM_MAX_M), 8),
+    # register-tiled candidates: same per-row order as q2_0_gemv_vec (same reference)
+    "q2_0_gemv_vec_rt4": (lambda: _make_vec_body(1, 4), 1),
+    "q2_0_gemv_vec_batchm_rt2": (lambda: _make_vec_body(launch.Q2_BATCHM_MAX_M, 2), 8),
 }
 SIGNATURE = (
     "void(uint16[:, ::1], uint16[::1], float16[::1], uint16[:, ::1], int32, int32, int32, int32)"

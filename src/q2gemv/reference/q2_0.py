@@ -129,3 +129,17 @@ def q2_0_gemv_vec_batchm(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     most 8 rows is inert.
     """
     return q2_0_gemv_vec(a, weight)
+
+
+def q2_0_gemv_vec_rt4(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
+    """Reference of the register-tiled candidate ``q2_0_gemv_vec_rt4``: :func:`q2_0_gemv_vec`.
+
+    Each warp computes 4 rows, but every row keeps candidate B's per-lane
+    word order and butterfly, so the bits are those of ``q2_0_gemv_vec``.
+    """
+    return q2_0_gemv_vec(a, weight)
+
+
+def q2_0_gemv_vec_batchm_rt2(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
+    """Reference of ``q2_0_gemv_vec_batchm_rt2`` (2 rows per warp): :func:`q2_0_gemv_vec`."""
+    return q2_0_gemv_vec(a, weight)
