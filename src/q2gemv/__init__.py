@@ -7,15 +7,24 @@ is light: numba and the kernels load on first use.
 
 from __future__ import annotations
 
-from .api import gemv
+from .api import explain, gemv, plan
 from .check import assert_bits_equal, compare_bits
 from .formats.bf16 import BF16
+from .formats.nvfp4 import Nvfp4Weight
 from .formats.q2_0 import Q2Weight, quantize_q2_0
+from .tiers import W4A16_BATCHM_WIDTHS, W4a16BatchmTiers, exact_m_tiers_enabled, select_tier
 
 __version__ = "0.1.0"
 
 __all__ = [
     "gemv",
+    "explain",
+    "plan",
+    "Nvfp4Weight",
+    "W4A16_BATCHM_WIDTHS",
+    "W4a16BatchmTiers",
+    "exact_m_tiers_enabled",
+    "select_tier",
     "BF16",
     "Q2Weight",
     "quantize_q2_0",

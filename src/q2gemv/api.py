@@ -1,4 +1,9 @@
-"""``q2gemv.gemv``: the user-facing entry that validates, picks a kernel and a backend."""
+"""``q2gemv.gemv`` and ``q2gemv.explain``: validate, pick a kernel and a backend, run.
+
+Both families go through here: a :class:`~q2gemv.Q2Weight` runs the Q2_0
+kernels, an :class:`~q2gemv.Nvfp4Weight` the W4A16 tiers. Nothing here
+imports numba until a CUDA launch is asked for.
+"""
 
 from __future__ import annotations
 
@@ -6,38 +11,61 @@ import sys
 
 import numpy as np
 
-from . import launch
+from . import launch, tiers
 from .backends import BACKENDS, default_backend
 from .formats.bf16 import BF16, as_bf16_bits, bits_to_bf16
+from .formats.nvfp4 import Nvfp4Weight
 from .formats.q2_0 import Q2Weight
 
-Q2_KERNELS = (
-    "q2_0_gemv",
-    "q2_0_gemv_vec",
-    "q2_0_gemv_vec_batchm",
-    "q2_0_gemv_vec_rt4",
-    "q2_0_gemv_vec_batchm_rt2",
-)
+Q2_KERNELS: dict[str, int] = {  # kernel -> activation rows per launch
+    "q2_0_gemv": 1,
+    "q2_0_gemv_vec": 1,
+    "q2_0_gemv_vec_batchm": launch.Q2_BATCHM_MAX_M,
+    "q2_0_gemv_vec_rt4": 1,
+    "q2_0_gemv_vec_batchm_rt2": launch.Q2_BATCHM_MAX_M,
+}
+W4A16_KERNELS: dict[str, int] = {  # kernel -> max M per launch
+    **{tiers.tier_kernel_name(w): w for w in tiers.W4A16_BATCHM_WIDTHS},
+    tiers.BATCH8_RT2: 8,
+    tiers.BATCH16: 16,
+    tiers.BATCH32: 32,
+}
 
 
-def _weight_nk(weight) -> tuple[int, int]:
-    try:
-        return int(weight.n), int(weight.k)
-    except AttributeError:
+def _device_weight_family(weight) -> str | None:
+    """Without importing numba: device weights can only exist once q2gemv.cuda is loaded."""
+    q2 = sys.modules.get("q2gemv.cuda.q2_0")
+    if q2 is not None and isinstance(weight, q2.DeviceQ2Weight):
+        return "q2_0"
+    w4 = sys.modules.get("q2gemv.cuda.w4a16")
+    if w4 is not None and isinstance(weight, w4.DeviceNvfp4Weight):
+        return "w4a16"
+    return None
+
+
+def weight_family(weight) -> tuple[str, bool]:
+    """``("q2_0" | "w4a16", on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
+    if isinstance(weight, Q2Weight):
+        return "q2_0", False
+    if isinstance(weight, Nvfp4Weight):
+        return "w4a16", False
+    fam = _device_weight_family(weight)
+    if fam is None:
         raise TypeError(
-            f"weight: expected a Q2Weight or Nvfp4Weight, got {type(weight).__name__}"
-        ) from None
-
-
-def _is_device_weight(weight) -> bool:
-    """Without importing numba: a device weight can only exist once q2gemv.cuda is loaded."""
-    mod = sys.modules.get("q2gemv.cuda.q2_0")
-    return mod is not None and isinstance(weight, mod.DeviceQ2Weight)
+            "weight: expected a Q2Weight, Nvfp4Weight or their device-resident forms, "
+            f"got {type(weight).__name__}"
+        )
+    return fam, True
 
 
 def default_q2_kernel(m: int) -> str:
-    """M=1 -> the candidate-B kernel; otherwise the batched kernel (chunked by 8)."""
+    """M=1 -> candidate B (``q2_0_gemv_vec``); otherwise the batched kernel (chunked by 8)."""
     return "q2_0_gemv_vec" if m == 1 else "q2_0_gemv_vec_batchm"
+
+
+def default_w4a16_tiers() -> tiers.W4a16BatchmTiers:
+    """Every tier this package builds counts as present; the kill switches still apply."""
+    return tiers.W4a16BatchmTiers.resolve(available=tiers.candidate_kernel_names())
 
 
 def check_activations(a, k: int) -> tuple[np.ndarray, bool]:
@@ -64,6 +92,34 @@ def check_out(out, a, shape: tuple[int, ...]) -> None:
         raise ValueError("out: must not alias the activations a")
 
 
+def plan(weight, m: int, kernel: str | None = None) -> list[tuple[int, int, str]]:
+    """The launches ``(row0, rows, kernel)`` that serve ``m`` activation rows.
+
+    Q2_0: the default kernel (or ``kernel``) in chunks of its rows per launch
+    (1 for the M=1 kernels: one launch per activation row). W4A16: the tier
+    plan of :func:`q2gemv.tiers.plan_w4a16`, or one forced tier, which must
+    cover ``m`` (a forced tier is never chunked silently).
+    """
+    family, _ = weight_family(weight)
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+        raise ValueError(f"m: expected an int >= 0, got {m!r}")
+    if family == "q2_0":
+        name = default_q2_kernel(m) if kernel is None else kernel
+        if name not in Q2_KERNELS:
+            raise ValueError(f"kernel: expected one of {tuple(Q2_KERNELS)}, got {name!r}")
+        return [(r0, rows, name) for r0, rows in launch.batchm_row_chunks(m, Q2_KERNELS[name])]
+    if kernel is None:
+        return tiers.plan_w4a16(m, default_w4a16_tiers())
+    if kernel not in W4A16_KERNELS:
+        raise ValueError(f"kernel: expected one of {tuple(W4A16_KERNELS)}, got {kernel!r}")
+    if m > W4A16_KERNELS[kernel]:
+        raise ValueError(
+            f"kernel: {kernel} serves at most {W4A16_KERNELS[kernel]} rows, got M={m} "
+            "(leave kernel=None to let the tier plan chunk it)"
+        )
+    return [(0, m, kernel)] if m else []
+
+
 def gemv(
     a: np.ndarray,
     weight,
@@ -76,50 +132,56 @@ def gemv(
 
     Args:
         a: ``ml_dtypes.bfloat16`` activations, [K] or [M, K] (any M >= 0).
-        weight: a :class:`~q2gemv.Q2Weight` (or a device-resident
-            :class:`~q2gemv.cuda.DeviceQ2Weight` for ``backend="cuda"``).
-        kernel: force one kernel: ``"q2_0_gemv"``, ``"q2_0_gemv_vec"``
-            (each M=1 kernel runs one launch per activation row) or
-            ``"q2_0_gemv_vec_batchm"`` (chunks of at most 8 rows). Default:
-            ``q2_0_gemv_vec`` for M=1, the batched kernel otherwise.
+        weight: a :class:`~q2gemv.Q2Weight` or :class:`~q2gemv.Nvfp4Weight`
+            (or their device-resident forms from ``.to_device()`` /
+            ``q2gemv.cuda``, which imply ``backend="cuda"``).
+        kernel: force one kernel. Q2_0: ``"q2_0_gemv"``, ``"q2_0_gemv_vec"``,
+            ``"q2_0_gemv_vec_rt4"`` (M=1 kernels: one launch per activation
+            row), ``"q2_0_gemv_vec_batchm"``, ``"q2_0_gemv_vec_batchm_rt2"``
+            (chunks of at most 8 rows). W4A16: any tier
+            (``w4a16_gemv_batch4`` .. ``_batch8``, ``_batch8_rt2``,
+            ``_batch16``, ``_batch32``), which must cover M. Default: see
+            :func:`plan` and :func:`explain`.
         backend: ``"reference"`` (NumPy) or ``"cuda"`` (the numba kernels on
             the GPU, or the CUDA simulator when ``NUMBA_ENABLE_CUDASIM=1``).
             Default: ``"cuda"`` where available, else ``"reference"``.
         out: optional bfloat16 array of the result's shape to write into.
 
     Returns:
-        bfloat16 [M, N] (or [N] for 1-D ``a``).
+        bfloat16 [M, N] (or [N] for 1-D ``a``); ``out`` itself when given.
 
     Raises:
-        TypeError / ValueError naming the argument, before anything runs.
+        TypeError / ValueError naming the argument, before anything is launched.
     """
-    n, k = _weight_nk(weight)
-    bits, was_1d = check_activations(a, k)
-    m = bits.shape[0]
+    family, on_device = weight_family(weight)
+    bits, was_1d = check_activations(a, weight.k)
+    m, n = bits.shape[0], weight.n
     shape = (n,) if was_1d else (m, n)
     if out is not None:
         check_out(out, a, shape)
     if backend is None:
-        backend = "cuda" if _is_device_weight(weight) else default_backend()
+        backend = "cuda" if on_device else default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    if kernel is None:
-        kernel = default_q2_kernel(m)
-    if kernel not in Q2_KERNELS:
-        raise ValueError(f"kernel: expected one of {Q2_KERNELS}, got {kernel!r}")
-    if backend == "reference" and not isinstance(weight, Q2Weight):
-        raise TypeError("weight: the reference backend needs a host Q2Weight")
+    if backend == "reference" and on_device:
+        raise TypeError("weight: the reference backend needs a host weight, not a device one")
+    launches = plan(weight, m, kernel)
 
     if m == 0:
         y = np.empty((0, n), np.uint16)
     elif backend == "reference":
         from . import reference
 
-        y = getattr(reference, kernel)(bits_to_bf16(bits), weight).view(np.uint16)
-    else:
+        name = launches[0][2] if family == "q2_0" else "w4a16_gemv"
+        y = getattr(reference, name)(bits_to_bf16(bits), weight).view(np.uint16)
+    elif family == "q2_0":
         from .cuda import q2_0 as q2cuda
 
-        y = q2cuda.run(kernel, bits, weight)
+        y = q2cuda.run(launches[0][2], bits, weight)
+    else:
+        from .cuda import w4a16 as w4cuda
+
+        y = w4cuda._run_plan(launches, bits, weight, 0)
     result = bits_to_bf16(y.reshape(shape))
     if out is not None:
         out[...] = result
@@ -127,4 +189,33 @@ def gemv(
     return result
 
 
-__all__ = ["gemv", "default_q2_kernel", "launch"]
+def explain(weight, m: int, kernel: str | None = None) -> str:
+    """Human-readable account of what :func:`gemv` would launch for ``m`` rows, and why."""
+    family, _ = weight_family(weight)
+    launches = plan(weight, m, kernel)
+    head = f"{family} weight n={weight.n} k={weight.k}" + (
+        f" group={weight.group}" if family == "q2_0" else ""
+    )
+    lines = [head]
+    if family == "w4a16" and kernel is None:
+        lines.append(tiers.explain_tier(m, default_w4a16_tiers()))
+    elif family == "q2_0":
+        why = (
+            "forced by kernel="
+            if kernel
+            else ("M=1: candidate B, 1 warp per row" if m == 1 else "M != 1: batched kernel")
+        )
+        lines.append(f"m = {m}; kernel: {launches[0][2] if launches else '-'} ({why})")
+    else:
+        lines.append(f"m = {m}; kernel forced: {kernel}")
+    if not (family == "w4a16" and kernel is None):  # explain_tier lists its own plan
+        lines.append(
+            f"launches ({len(launches)}): "
+            + ", ".join(f"rows {r0}..{r0 + rows - 1} on {name}" for r0, rows, name in launches)
+            if launches
+            else "launches: none (m = 0)"
+        )
+    return "\n".join(lines)
+
+
+__all__ = ["gemv", "explain", "plan", "default_q2_kernel", "weight_family"]
