@@ -45,7 +45,13 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 
 def compare_bits(got: np.ndarray, want: np.ndarray, limit: int = 10) -> BitReport:
-    """Compare bit patterns (float arrays are viewed as unsigned ints of their width)."""
+    """Compare the bit patterns of ``got`` and ``want`` (arrays of one shape and item width).
+
+    Float arrays are viewed as unsigned ints of their width (bf16 -> uint16,
+    float32 -> uint32), so NaN payloads and -0.0 count. ``limit``: how many
+    mismatches (index, got bits, want bits) the report keeps, in C order.
+    Raises ValueError on a shape mismatch, TypeError on a width mismatch.
+    """
     g, w = _bits(got), _bits(want)
     if g.shape != w.shape:
         raise ValueError(f"shape mismatch: got {g.shape}, want {w.shape}")
@@ -61,7 +67,12 @@ def compare_bits(got: np.ndarray, want: np.ndarray, limit: int = 10) -> BitRepor
 
 
 def assert_bits_equal(got: np.ndarray, want: np.ndarray, label: str = "", context=None) -> None:
-    """Raise AssertionError with the shared report unless every bit matches."""
+    """Raise AssertionError with the shared report unless every bit of ``got`` equals ``want``.
+
+    ``label`` prefixes the report; ``context``, if given, is called with each
+    mismatching index and its string appended to that line (e.g. the inputs
+    that produced it). Raises as :func:`compare_bits` on shape/width mismatch.
+    """
     rep = compare_bits(got, want)
     if not rep.ok:
         raise AssertionError(rep.format(label, context))

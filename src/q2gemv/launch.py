@@ -32,6 +32,7 @@ Q2_ROWS_PER_CTA = {
 
 
 def div_ceil(a: int, b: int) -> int:
+    """Integer ``ceil(a / b)`` for ints ``a >= 0`` and ``b >= 1`` (no float rounding)."""
     return -(-a // b)
 
 
@@ -66,7 +67,9 @@ def batchm_launch_chunks(
 ) -> Iterator[tuple[int, int, int]]:
     """``(input_byte_offset, output_byte_offset, rows)`` for each batchm launch.
 
-    BF16 row strides: the input is [M, K], the output [M, N]; e.g. m=17,
+    ``m`` activation rows of ``k`` bf16 values each, ``n`` output columns,
+    at most ``max_m`` rows per launch (chunks as :func:`batchm_row_chunks`,
+    whose ValueErrors it raises). BF16 row strides: the input is [M, K], the output [M, N]; e.g. m=17,
     k=256, n=5 -> (0, 0, 8), (4096, 80, 8), (8192, 160, 1).
     """
     for r0, rows in batchm_row_chunks(m, max_m):
