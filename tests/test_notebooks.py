@@ -1,0 +1,94 @@
+"""Execute every notebook in ``notebooks/`` with nbclient; a failing cell fails the test.
+
+Each notebook runs in its own fresh ``python3`` kernel process (ipykernel's
+native kernel: this interpreter), so numba's once-per-process choice of
+simulator or GPU is made inside the kernel, from the environment passed here.
+Without a GPU that is ``NUMBA_ENABLE_CUDASIM=1`` (tests/conftest.py sets it),
+and the notebooks keep their shapes small enough for the simulator.
+
+Also checked without running anything: notebooks are committed without
+outputs, and define no kernels (they import the package).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="nbformat is in the test extra")
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+CELL_TIMEOUT_S = 900  # the simulator runs one OS thread per CUDA thread; CI has 2 cores
+EXPECTED = {
+    "01_q2_0_format.ipynb",
+    "02_bit_exact_kernels.ipynb",
+    "03_w4a16_tiers.ipynb",
+    "04_performance.ipynb",
+}
+
+
+def _read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def _kernel_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("MPLBACKEND", "Agg")
+    # Decided here, not in the kernel: numba reads it once, at import.
+    env["NUMBA_ENABLE_CUDASIM"] = os.environ.get("NUMBA_ENABLE_CUDASIM", "1")
+    for switch in (
+        "Q2GEMV_NO_GEMV_EXACT_M_TIERS",
+        "ATLAS_NO_GEMV_EXACT_M_TIERS",
+        "Q2GEMV_NO_BATCH8_RT",
+        "ATLAS_NO_BATCH8_RT",
+    ):
+        env.pop(switch, None)  # the notebooks show the defaults, then set them on purpose
+    return env
+
+
+def test_all_notebooks_present():
+    assert {p.name for p in NOTEBOOKS} >= EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_committed_without_outputs(path):
+    nb = _read(path)
+    nbformat.validate(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert not cell.outputs, f"{path.name} cell {i}: commit notebooks without outputs"
+            assert cell.execution_count is None, f"{path.name} cell {i}: has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_defines_no_kernels(path):
+    src = "\n".join(c.source for c in _read(path).cells if c.cell_type == "code")
+    assert not re.search(r"cuda\s*\.\s*jit|@jit|numba\s*\.\s*jit", src), (
+        f"{path.name}: notebooks import the package's kernels and define none"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_executes(path):
+    nbclient = pytest.importorskip("nbclient", reason="nbclient is in the test extra")
+    pytest.importorskip("ipykernel", reason="ipykernel is in the test extra")
+    nb = _read(path)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",  # ipykernel's native kernel: this interpreter
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+        allow_errors=False,
+    )
+    t0 = time.perf_counter()
+    try:
+        client.execute(env=_kernel_env())
+    except nbclient.exceptions.CellExecutionError as e:
+        pytest.fail(f"{path.name}: a cell failed\n{e}", pytrace=False)
+    print(f"{path.name}: executed in {time.perf_counter() - t0:.1f} s")
