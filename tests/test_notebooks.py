@@ -92,3 +92,41 @@ def test_notebook_executes(path):
     except nbclient.exceptions.CellExecutionError as e:
         pytest.fail(f"{path.name}: a cell failed\n{e}", pytrace=False)
     print(f"{path.name}: executed in {time.perf_counter() - t0:.1f} s")
+
+
+def _synthetic_gemv_csv(path: Path) -> None:
+    """A tiny CSV in the ``q2gemv bench`` schema; SYNTHETIC numbers, only to exercise the plots."""
+    cols = ["family", "kernel", "role", "selected", "n", "k", "m", "group", "time_us"]
+    cols += ["gbps", "pct_read_ceiling", "bf16_us", "speedup_vs_bf16"]
+    lines = [",".join(cols)]
+    for m in (1, 2, 4, 8):
+        bf16 = 10.0 + m
+        for fam, kernel, role, sel, group, t in (
+            ("bf16", "torch_linear", "baseline", "1", "", bf16),
+            ("q2_0", "q2_0_gemv_vec_batchm", "batchm", "1", "128", 5.0 + m),
+            ("w4a16", "w4a16_gemv_batch8", "tier", "1", "", 6.0 + m),
+        ):
+            lines.append(
+                f"{fam},{kernel},{role},{sel},64,64,{m},{group},{t},1.0,{50 + m},{bf16},{bf16 / t}"
+            )
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_performance_notebook_plots_when_results_exist(tmp_path):
+    nbclient = pytest.importorskip("nbclient", reason="nbclient is in the test extra")
+    pytest.importorskip("matplotlib", reason="matplotlib is in the test extra")
+    _synthetic_gemv_csv(tmp_path / "benchmarks" / "results" / "h200_gemv.csv")
+    nb = _read(NOTEBOOK_DIR / "04_performance.ipynb")
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute(env=_kernel_env())
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "12 timed rows from 1 file(s)" in text, text
+    assert any("image/png" in o.get("data", {}) for o in outputs), "no figure drawn"
