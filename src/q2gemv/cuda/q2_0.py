@@ -202,6 +202,8 @@ class DeviceQ2Weight:
 
     @classmethod
     def upload(cls, w: fmt.Q2Weight, stream=0) -> DeviceQ2Weight:
+        if not isinstance(w, fmt.Q2Weight):
+            raise TypeError(f"weight: expected a Q2Weight, got {type(w).__name__}")
         d = cuda.to_device(w.raw.view(np.uint16), stream=stream)
         return cls(d, d.view(np.float16), w.n, w.k, w.group)
 
@@ -217,19 +219,39 @@ def as_device_weight(weight, stream=0) -> DeviceQ2Weight:
 # -- launches ------------------------------------------------------------------
 
 
+def _max_m(name: str) -> int:
+    if name not in KERNELS:
+        raise ValueError(f"kernel: expected one of {sorted(KERNELS)}, got {name!r}")
+    return KERNELS[name][1]
+
+
+def check_bits(a_bits, k: int) -> None:
+    """Activation bits for :func:`run`: a uint16 numpy array [M, k]; raises naming ``a_bits``."""
+    if not isinstance(a_bits, np.ndarray) or a_bits.dtype != np.uint16:
+        got = a_bits.dtype if isinstance(a_bits, np.ndarray) else type(a_bits).__name__
+        raise TypeError(f"a_bits: expected uint16 bf16 bits (a numpy array), got {got}")
+    if a_bits.ndim != 2 or a_bits.shape[1] != k:
+        raise ValueError(f"a_bits: expected shape [M, K] = [M, {k}], got {a_bits.shape}")
+
+
 def launch_raw(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int, stream=0) -> None:
     """One launch of kernel ``name`` on device arrays: A [m, K], C [m, N] (bf16 bits).
 
     Refuses ``m`` beyond what the kernel stages (1 for the M=1 kernels,
     8 for batchm) instead of writing out of bounds.
     """
-    max_m = KERNELS[name][1]
+    max_m = _max_m(name)
+    if not isinstance(dw, DeviceQ2Weight):
+        raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
+        raise TypeError(f"m: expected an int, got {type(m).__name__}")
     if not 1 <= m <= max_m:
         raise ValueError(f"m: kernel {name} serves 1..{max_m} rows per launch, got {m}")
-    if tuple(d_a.shape) != (m, dw.k):
-        raise ValueError(f"a: expected shape {(m, dw.k)}, got {tuple(d_a.shape)}")
-    if tuple(d_out.shape) != (m, dw.n):
-        raise ValueError(f"out: expected shape {(m, dw.n)}, got {tuple(d_out.shape)}")
+    for arg, arr, want in (("a", d_a, (m, dw.k)), ("out", d_out, (m, dw.n))):
+        if np.dtype(arr.dtype) != np.uint16:
+            raise TypeError(f"{arg}: expected uint16 bf16 bits, got {arr.dtype}")
+        if tuple(arr.shape) != want:
+            raise ValueError(f"{arg}: expected shape {want}, got {tuple(arr.shape)}")
     grid = launch.q2_grid(name, dw.n)
     compiled(name)[grid, launch.THREADS_PER_CTA, stream](
         d_a, dw.b16, dw.bh, d_out, np.int32(dw.n), np.int32(dw.k), np.int32(dw.group), np.int32(m)
@@ -242,14 +264,16 @@ def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     The M=1 kernels take one launch per activation row; batchm takes one
     launch per chunk of at most 8 rows (:func:`q2gemv.launch.batchm_row_chunks`).
     """
+    max_m = _max_m(name)
     dw = as_device_weight(weight, stream)
+    check_bits(a_bits, dw.k)
     m = a_bits.shape[0]
     out = np.empty((m, dw.n), dtype=np.uint16)
     if m == 0:
         return out
     d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
     d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
-    for r0, rows in launch.batchm_row_chunks(m, KERNELS[name][1]):
+    for r0, rows in launch.batchm_row_chunks(m, max_m):
         launch_raw(name, d_a[r0 : r0 + rows], dw, d_out[r0 : r0 + rows], rows, stream)
     d_out.copy_to_host(out, stream=stream)
     if stream:

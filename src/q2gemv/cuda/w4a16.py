@@ -380,6 +380,8 @@ def launch_raw(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int, stream=0) -
     accumulates at most that many rows) instead of leaving rows unwritten.
     """
     spec = spec_of(name)
+    if not isinstance(dw, DeviceNvfp4Weight):
+        raise TypeError(f"weight: expected a DeviceNvfp4Weight, got {type(dw).__name__}")
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
         raise TypeError(f"m: expected an int, got {type(m).__name__}")
     if not 1 <= m <= spec.max_m:
@@ -417,6 +419,11 @@ def chunk_plan(name: str, m: int) -> list[tuple[int, int, str]]:
 
 def _run_plan(plan, a_bits: np.ndarray, weight, stream) -> np.ndarray:
     dw = as_device_weight(weight, stream)
+    if not isinstance(a_bits, np.ndarray) or a_bits.dtype != np.uint16:
+        got = a_bits.dtype if isinstance(a_bits, np.ndarray) else type(a_bits).__name__
+        raise TypeError(f"a_bits: expected uint16 bf16 bits (a numpy array), got {got}")
+    if a_bits.ndim != 2 or a_bits.shape[1] != dw.k:
+        raise ValueError(f"a_bits: expected shape [M, K] = [M, {dw.k}], got {a_bits.shape}")
     m = a_bits.shape[0]
     out = np.empty((m, dw.n), dtype=np.uint16)
     if m == 0:
