@@ -41,13 +41,14 @@ bound and what rt2 buys: every FMA needs one shared-memory word, and an SM
 serves 32 words per clock against 128 FMA lanes, so the classic kernel tops
 out near a quarter of the FMA peak; rt2 feeds two FMAs per word.
 
-Measured (H200, N = K = 5120, cold weights, see :data:`SPECS`): 36 us at
-M = 1 on batch4, 46 us at M = 4, 79 us at M = 8 (62 us on rt2), 170 us at
-M = 16, 423 us at M = 32, against 16.5 us for torch's bf16 ``linear`` at
-any of these M. These kernels are correct, not yet fast: the fixed cost at
-M = 1 (two barriers and one group per lane per 512-element tile, ~9
-instructions of E2M1 decode per weight) and the shared-memory word per FMA
-are the known limits.
+Measured (H200, N = K = 5120, cold weights, see :data:`SPECS`): 27 us at
+M = 1 on batch4, 38 us at M = 4, 76 us at M = 8 (59 us on rt2), ~175 us at
+M = 16, ~425 us at M = 32, against 16.5 us for torch's bf16 ``linear`` at
+any of these M. These kernels are correct, not yet fast. ncu on batch4 at
+M = 1: issue-bound (0.90 warps issued per scheduler per cycle, SM 82%,
+DRAM 9%): dead rows still issue their predicated LDS/FFMA (the cost the
+exact-M tiers exist to avoid), and numba's 64-bit loop counters add uniform
+instructions; the shared-memory word per FMA bounds the wider tiers.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class KernelSpec:
     cols: int = 1  # output columns per warp (2: register-tiled)
     depth: int = 2  # groups of weights each lane holds in registers ahead of use
     a_ahead: bool = False  # hold the next activation tile in registers while computing
+    unroll_words: bool = True  # decode with constant shifts (unrolled per 32-bit word)
 
     @property
     def columns_per_cta(self) -> int:
@@ -102,11 +104,14 @@ def stage_f32(max_m: int) -> bool:
     return max_m * BLOCK * (TILE_K // BLOCK + 1) * 4 <= SMEM_STATIC_LIMIT
 
 
-# Latency knobs, numerically inert: medians of 5 x 100 cold-weight launches,
-# N = K = 5120 on an H200 (2026-11-29), over depth 1/2/4/8 x a_ahead off/on.
-# depth 2 was best or within noise for batch4 (36 us at M=1, 46 us at M=4);
-# depth 1 for batch8 (79 us) and rt2 (62 us) and batch32 (423 us, 96 regs);
-# depth 4 + a_ahead for batch16 (170 us against 218 us at depth 2).
+# Knobs that change no arithmetic, chosen on an H200 (2026-11-29): medians of
+# 5 x 100 cold-weight launches, N = K = 5120. Prefetch depth 1/2/4/8 x a_ahead
+# (rolled decode loop): depth 2 best or within noise for the narrow tiers,
+# depth 1 for batch8, rt2 and batch32, depth 4 + a_ahead for batch16 (170 us
+# against 218 us at depth 2). Unrolled words then took batch4 from 36 to 27 us
+# at M = 1 (38 us at M = 4), batch8 from 79 to 76 us, rt2 from 62 to 59 us,
+# but batch32 from 423 to 593 us (108 registers, 5 KB of PTX more), so
+# batch32 keeps the rolled loop.
 SPECS: dict[str, KernelSpec] = {
     s.name: s
     for s in (
@@ -117,7 +122,7 @@ SPECS: dict[str, KernelSpec] = {
         KernelSpec("w4a16_gemv_batch8", 8, depth=1),
         KernelSpec("w4a16_gemv_batch8_rt2", 8, cols=2, depth=1),
         KernelSpec("w4a16_gemv_batch16", 16, depth=4, a_ahead=True),
-        KernelSpec("w4a16_gemv_batch32", 32, depth=1),
+        KernelSpec("w4a16_gemv_batch32", 32, depth=1, unroll_words=False),
     )
 }
 KERNEL_NAMES: tuple[str, ...] = tuple(SPECS)
@@ -165,7 +170,7 @@ def _keep(h):
 # -- the template --------------------------------------------------------------------
 
 
-def _make_batchm_body(max_m: int, cols: int, depth: int, a_ahead: bool):
+def _make_batchm_body(max_m: int, cols: int, depth: int, a_ahead: bool, unroll_words: bool):
     """Kernel body of ``w4a16_gemv_batchm<max_m>`` computing ``cols`` columns per warp.
 
     Arguments: A uint16 [M, K] (bf16 bits), Wp uint32 [N, K/8] (the packed
@@ -176,7 +181,9 @@ def _make_batchm_body(max_m: int, cols: int, depth: int, a_ahead: bool):
     bytes of its next ``depth`` groups in registers, loading group
     ``q + 32 * depth`` before it computes group ``q``; with ``a_ahead`` each
     thread also holds its share of the next activation tile in registers
-    while the current tile is computed.
+    while the current tile is computed. ``unroll_words`` walks each 32-bit
+    word of nibbles with constant shifts (unrolled) instead of one rolled
+    16-element loop.
     """
     gstride = TILE_K // BLOCK + 1  # padded: staging writes spread over banks too
     mstride = BLOCK * gstride
@@ -267,18 +274,33 @@ def _make_batchm_body(max_m: int, cols: int, depth: int, a_ahead: bool):
                 part[x] = float32(0.0)
             # unsigned indices: numba adds a negative-index fix-up to signed ones
             off = uint64(lane)
-            for i in range(BLOCK):
-                for t in range(cols):
-                    if i == 8:
-                        w_lo[t] = w_hi[t]  # elements 8..15: the group's second word
-                    ev[t] = _e2m1_low(w_lo[t])
-                    w_lo[t] = w_lo[t] >> uint32(4)
-                for m in range(max_m):
-                    if m < M:
-                        a = fetch(s_a[off + uint64(m * mstride)])
+            if unroll_words:  # constant shifts: LLVM unrolls the 8 nibbles of a word
+                for h in range(2):  # the group's two words: elements 0..7, then 8..15
+                    for t in range(cols):
+                        if h == 1:
+                            w_lo[t] = w_hi[t]
+                    for j in range(8):
                         for t in range(cols):
-                            part[t * max_m + m] = fma(ev[t], a, part[t * max_m + m])
-                off += uint64(gstride)
+                            ev[t] = _e2m1_low(w_lo[t] >> uint32(4 * j))
+                        for m in range(max_m):
+                            if m < M:
+                                a = fetch(s_a[off + uint64(m * mstride)])
+                                for t in range(cols):
+                                    part[t * max_m + m] = fma(ev[t], a, part[t * max_m + m])
+                        off += uint64(gstride)
+            else:  # one rolled loop over the 16 elements: less code for wide tiers
+                for i in range(BLOCK):
+                    for t in range(cols):
+                        if i == 8:
+                            w_lo[t] = w_hi[t]
+                        ev[t] = _e2m1_low(w_lo[t])
+                        w_lo[t] = w_lo[t] >> uint32(4)
+                    for m in range(max_m):
+                        if m < M:
+                            a = fetch(s_a[off + uint64(m * mstride)])
+                            for t in range(cols):
+                                part[t * max_m + m] = fma(ev[t], a, part[t * max_m + m])
+                    off += uint64(gstride)
             for m in range(max_m):
                 if m < M:
                     for t in range(cols):
@@ -300,7 +322,7 @@ def _make_batchm_body(max_m: int, cols: int, depth: int, a_ahead: bool):
 def kernel_body(name: str):
     """The plain Python body of kernel ``name`` (for ``cuda.jit`` / ``cuda.compile_ptx``)."""
     spec = spec_of(name)
-    return _make_batchm_body(spec.max_m, spec.cols, spec.depth, spec.a_ahead)
+    return _make_batchm_body(spec.max_m, spec.cols, spec.depth, spec.a_ahead, spec.unroll_words)
 
 
 def spec_of(name: str) -> KernelSpec:
