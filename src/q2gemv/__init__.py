@@ -10,9 +10,18 @@ from __future__ import annotations
 from .api import explain, gemv, plan
 from .check import assert_bits_equal, compare_bits
 from .formats.bf16 import BF16
-from .formats.nvfp4 import Nvfp4Weight
+from .formats.nvfp4 import Nvfp4Weight, global_scale_from_divisor
 from .formats.q2_0 import Q2Weight, quantize_q2_0
-from .tiers import W4A16_BATCHM_WIDTHS, W4a16BatchmTiers, exact_m_tiers_enabled, select_tier
+from .tiers import (
+    W4A16_BATCHM_WIDTHS,
+    W4a16BatchmTiers,
+    batch8_rt_enabled,
+    exact_m_tiers_enabled,
+    explain_tier,
+    plan_w4a16,
+    reload_env,
+    select_tier,
+)
 
 __version__ = "0.1.0"
 
@@ -21,6 +30,11 @@ __all__ = [
     "explain",
     "plan",
     "Nvfp4Weight",
+    "global_scale_from_divisor",
+    "plan_w4a16",
+    "explain_tier",
+    "batch8_rt_enabled",
+    "reload_env",
     "W4A16_BATCHM_WIDTHS",
     "W4a16BatchmTiers",
     "exact_m_tiers_enabled",
