@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 
@@ -189,3 +190,26 @@ def test_docstring_mentions_arguments(qual, fn):
     doc = _own_doc(fn)
     missing = [a for a in _arg_names(fn) if not re.search(rf"\b{re.escape(a)}\b", doc)]
     assert not missing, f"{qual}: docstring does not mention argument(s) {missing}"
+
+
+# -- the README, which CI runs from its first code block ---------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+FIRST_COMMANDS = 'pip install -e ".[test]" && q2gemv verify\npython -m pytest -q\n'
+
+
+def test_readme_starts_with_the_two_commands():
+    text = README.read_text()
+    first = re.search(r"```(?:bash|sh)?\n(.*?)```", text, re.S)
+    assert first is not None and first.group(1) == FIRST_COMMANDS
+
+
+def test_readme_names_every_kernel_switch_and_placeholder():
+    from q2gemv import tiers
+    from q2gemv.api import Q2_KERNELS, W4A16_KERNELS
+
+    text = README.read_text()
+    names = [*Q2_KERNELS, *W4A16_KERNELS, *tiers.ENV_NO_EXACT_M, *tiers.ENV_NO_BATCH8_RT]
+    names += ["<!-- bench-summary -->", "docs/architecture.md", "q2gemv.explain"]
+    missing = [n for n in names if n not in text]
+    assert not missing, f"README.md does not mention {missing}"

@@ -18,6 +18,7 @@ class BitReport:
 
     @property
     def ok(self) -> bool:
+        """True when no element differs."""
         return self.mismatches == 0
 
     def format(self, label: str = "", context=None) -> str:
