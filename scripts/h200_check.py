@@ -77,18 +77,17 @@ def w4a16_rows(rng, quick: bool) -> list[dict]:
     except ImportError as e:
         print(f"W4A16 family not available: {e}", file=sys.stderr)
         return []
-    if not hasattr(wcuda, "TIERS"):
-        print("W4A16 family incomplete (no TIERS table): skipped", file=sys.stderr)
-        return []
     rows = []
     shapes = SHAPES[:1] if quick else SHAPES[:2]
     for n, k in shapes:
         w = Nvfp4Weight.from_float(rng.standard_normal((n, k)).astype(np.float32) * 0.02)
         a = rng.standard_normal((33, k)).astype(BF16)
         want = w4a16_gemv(a, w).view(np.uint16)
-        for name, max_m in wcuda.TIERS.items():
-            for m in sorted({1, 3, max_m // 2, max_m - 1, max_m} - {0}):
-                got = wcuda.run(name, a[:m], w).view(np.uint16)
+        dw = wcuda.DeviceNvfp4Weight.upload(w)
+        for name, spec in wcuda.SPECS.items():
+            max_m = spec.max_m
+            for m in sorted({1, 3, max_m // 2, max_m - 1, max_m}):
+                got = wcuda.run(name, a[:m].view(np.uint16), dw)
                 rep = compare_bits(got, want[:m])
                 rows.append(
                     dict(

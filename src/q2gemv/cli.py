@@ -19,10 +19,15 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import verify
+    from .golden import regen as golden_regen
 
     p = argparse.ArgumentParser(prog="q2gemv", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     verify.add_arguments(sub.add_parser("verify", help="prove every available backend bit-exact"))
+    golden_regen.add_arguments(sub.add_parser("golden", help="golden vectors: regen"))
+    from . import bench
+
+    bench.add_arguments(sub.add_parser("bench", help="time kernels on the GPU (writes CSV/plots)"))
     pi = sub.add_parser("inspect", help="list the tensors of a GGUF file")
     pi.add_argument("file")
     pi.set_defaults(func=_inspect)
