@@ -1,160 +1,153 @@
-"""``q2gemv verify``: check the format against ggml's vectors and every kernel against its reference.
+"""``q2gemv verify``: prove every available backend bit-exact against the golden vectors.
 
-Backends: ``reference`` always; ``cuda`` on the GPU when one is present, else
-under numba's CUDA simulator. The simulator must be chosen before numba is
-imported, so it runs in a subprocess of this same command.
+What it runs (see :mod:`q2gemv.golden`):
+
+1. The integrity check: every golden file against ``data/manifest.json``
+   (size and sha256). A modified, truncated or missing file is reported by
+   name and never used; the exit status is then 2.
+2. Backend ``reference`` (always available): the host format checks (hand
+   tables vs the format modules and ``ml_dtypes``, ggml's own quantize /
+   dequantize vectors, pack -> bytes -> dequant round trips) and every GEMV
+   case through each kernel's NumPy reference.
+3. Backend ``cuda``: every GEMV case through the numba kernels, on the GPU
+   in this process when one is present; otherwise under numba's CUDA
+   simulator in worker subprocesses (the simulator must be chosen before
+   numba is imported), which runs only the checks of size class ``small``
+   and reports the rest as skipped, with the reason.
+
+Progress goes to stderr; the report (or ``--json``) to stdout. Exit status:
+0 every check that ran is bit-exact; 1 a check failed (bits differ) or
+errored; 2 a golden file is tampered or unusable.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
-from importlib import resources
+from pathlib import Path
 
-import numpy as np
+from .golden import gen, harness, report, store, suite
 
-from .backends import gpu_present, simulator_requested
-from .check import compare_bits
-from .formats.bf16 import BF16
-from .formats.q2_0 import Q2Weight, quantize_q2_0
-
-KERNELS = ("q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_batchm")
-# (n, k, m) per group: small enough for the simulator, covering tails and chunking.
-CASES = ((1, 256, 1), (9, 256, 2), (7, 1024 + 128, 1), (17, 256, 9))
+MAX_FAILURES_SHOWN = 50
 
 
-def ggml_vectors_check() -> tuple[int, int, list[str]]:
-    """(cases, passes, failure lines) for ggml's own quantize/dequantize vectors."""
-    path = resources.files("q2gemv.golden") / "data" / "ggml_q2_0_reference_vectors.npz"
-    with resources.as_file(path) as p, np.load(p) as z:
-        cases = passes = 0
-        fails = []
-        for g in (64, 128):
-            for i in range(3):
-                x, raw = z[f"g{g}_case{i}_x"], z[f"g{g}_case{i}_raw"]
-                for what, got, want in (
-                    ("quantize", quantize_q2_0(x, group=g).raw, raw),
-                    (
-                        "dequant",
-                        Q2Weight.from_bytes(raw, *x.shape, group=g).dequantize(),
-                        z[f"g{g}_case{i}_dequant"],
-                    ),
-                ):
-                    cases += 1
-                    rep = compare_bits(got, want)
-                    passes += rep.ok
-                    if not rep.ok:
-                        fails.append(rep.format(f"ggml g{g} case{i} {what}"))
-    return cases, passes, fails
-
-
-def _case(seed: int, g: int, n: int, k: int, m: int):
-    rng = np.random.default_rng(seed)
-    codes = rng.integers(0, 4, (n, k), dtype=np.uint8)  # code 3 included
-    scales = (rng.standard_normal((n, k // g)) * 0.05).astype(np.float32)
-    a = rng.standard_normal((m, k)).astype(BF16)
-    return a, Q2Weight.from_codes(codes, scales, group=g)
-
-
-def kernel_checks(backend: str) -> list[dict]:
-    from . import api, reference
-
-    rows = []
-    for name in KERNELS:
-        t0 = time.perf_counter()
-        cases = passes = 0
-        fails = []
-        for g in (64, 128):
-            for seed, (n, k, m) in enumerate(CASES):
-                a, w = _case(seed, g, n, k, m)
-                want = getattr(reference, name)(a, w)
-                got = api.gemv(a, w, kernel=name, backend=backend)
-                rep = compare_bits(got.view(np.uint16), want.view(np.uint16))
-                cases += 1
-                passes += rep.ok
-                if not rep.ok:
-                    fails.append(rep.format(f"{name} g{g} n={n} k={k} m={m}"))
-        rows.append(
-            dict(
-                kernel=name,
-                backend=backend,
-                cases=cases,
-                passes=passes,
-                seconds=round(time.perf_counter() - t0, 2),
-                failures=fails,
-            )
-        )
-    return rows
-
-
-def _cuda_rows_in_subprocess() -> list[dict]:
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "q2gemv.cli",
-        "verify",
-        "--backend",
-        "cuda",
-        "--json",
-        "--in-process",
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode not in (0, 1):
-        raise RuntimeError(f"simulator subprocess failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout)["kernels"]
+def _problem_exit(msg: str, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"ok": False, "exit_code": 2, "integrity_problems": [msg]}, indent=1))
+    else:
+        print(f"q2gemv verify: {msg}", file=sys.stderr)
+        print("FAIL: golden data unusable")
+    return 2
 
 
 def run(args: argparse.Namespace) -> int:
-    from .backends import cuda_kind
+    try:
+        sel = suite.Selection.parse(args.cases, args.kernel)
+    except ValueError as e:
+        print(f"q2gemv verify: {e}", file=sys.stderr)
+        return 1
+    try:
+        s = suite.load_suite(args.data_dir)
+    except store.GoldenError as e:
+        return _problem_exit(str(e), args.json)
+    for p in s.problems:
+        print(f"q2gemv verify: TAMPERED/UNUSABLE: {p}", file=sys.stderr)
 
-    report: dict = {"kernels": []}
-    if not args.in_process:
-        c, p, fails = ggml_vectors_check()
-        report["ggml_vectors"] = dict(cases=c, passes=p, failures=fails)
-    for backend in args.backend:
-        if backend == "reference":
-            continue  # the reference is the expectation the others are held to
-        if args.in_process or gpu_present() or simulator_requested():
-            kind = cuda_kind()
-            rows = kernel_checks("cuda") if kind else []
-            for r in rows:
-                r["backend"] = f"cuda ({kind})"
-        else:
-            rows = _cuda_rows_in_subprocess()
-        report["kernels"].extend(rows)
-    ok = all(r["passes"] == r["cases"] for r in report["kernels"]) and (
-        "ggml_vectors" not in report
-        or report["ggml_vectors"]["passes"] == report["ggml_vectors"]["cases"]
-    )
-    if args.json:
-        print(json.dumps(report, indent=1))
-        return 0 if ok else 1
-    if "ggml_vectors" in report:
-        gv = report["ggml_vectors"]
-        print(f"ggml Q2_0 vectors: {gv['passes']}/{gv['cases']} bit-exact")
-        for f in gv["failures"]:
-            print(f)
-    print(f"{'kernel':24} {'backend':18} {'cases':>5} {'pass':>5} {'time s':>7}")
-    for r in report["kernels"]:
+    n_gemv = len(sel.gemv_checks(s))
+    n_host = len(sel.host_cases(s))
+    if n_gemv + n_host == 0 and not s.problems:
         print(
-            f"{r['kernel']:24} {r['backend']:18} {r['cases']:5d} {r['passes']:5d} "
-            f"{r['seconds']:7.1f}"
+            f"q2gemv verify: the selection (--cases {args.cases or ['all']}, "
+            f"--kernel {args.kernel or 'all'}) matches no golden check",
+            file=sys.stderr,
         )
-        for f in r["failures"]:
-            print(f)
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+        return 1
+    if args.list:
+        for c, k in sel.gemv_checks(s):
+            print(f"{c.size_of(k):6} {k:24} {c.id}")
+        for h in sel.host_cases(s):
+            print(f"{'small':6} {'host':24} {h.id}")
+        return 0
+
+    runs = []
+    for backend in dict.fromkeys(args.backend):
+        runs.append(harness.run_backend(s, sel, backend, jobs=args.jobs, quiet=args.quiet))
+    code = report.exit_code(runs, s.problems)
+    if args.json:
+        print(json.dumps(_json_report(s, runs, code), indent=1))
+        return code
+    failures = [r for run in runs for r in run.results if r.status in ("fail", "error")]
+    for r in failures[:MAX_FAILURES_SHOWN]:
+        print(r.details())
+    if len(failures) > MAX_FAILURES_SHOWN:
+        print(f"... {len(failures) - MAX_FAILURES_SHOWN} more failures (use --json for all)")
+    if failures:
+        print()
+    man = s.manifest
+    print(
+        f"golden data: {s.data_dir} (format v{man.get('format_version')}, generator "
+        f"v{man.get('generator', {}).get('version')}): {len(man['files'])} files, "
+        f"{len(man['files']) - len(s.problems)} intact"
+    )
+    print(report.summary_text(runs, s.problems, by_kernel=not args.brief))
+    return code
+
+
+def _json_report(s: suite.Suite, runs: list[report.BackendRun], code: int) -> dict:
+    return {
+        "ok": code == 0,
+        "exit_code": code,
+        "data_dir": str(s.data_dir),
+        "format_version": s.manifest.get("format_version"),
+        "generator_version": s.manifest.get("generator", {}).get("version"),
+        "integrity_problems": s.problems,
+        "verdict": report.verdict(runs, s.problems),
+        "backends": [
+            {
+                "backend": run.backend,
+                "runs_on": run.runs_on,
+                "seconds": round(run.seconds, 3),
+                "counts": run.counts(),
+                "skip_reasons": run.skip_reasons(),
+                "by_kernel": run.by_kernel(),
+                "results": [r.to_json() for r in run.results],
+            }
+            for run in runs
+        ],
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--backend", nargs="+", default=["reference", "cuda"], choices=["reference", "cuda"]
+        "--backend",
+        nargs="+",
+        default=["reference", "cuda"],
+        choices=list(harness.BACKEND_NAMES),
+        help="backends to run (default: both; cuda = the GPU if present, else the simulator)",
     )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--kernel",
+        nargs="+",
+        metavar="NAME",
+        help=f"only these GEMV kernels (host format checks still run): {', '.join(gen.KERNELS)}",
+    )
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="SEL",
+        help="all (default), a size class (small, medium, large), a set "
+        f"({', '.join(suite.SETS)}) or a glob on case ids, e.g. 'q2_0/g64/*'",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help=f"simulator worker processes (default: min(4, CPUs) = {harness.default_jobs()})",
+    )
+    p.add_argument("--data-dir", type=Path, default=None, help="golden data (default: packaged)")
+    p.add_argument("--list", action="store_true", help="list the selected checks and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--brief", action="store_true", help="no per-kernel table, totals only")
     p.set_defaults(func=run)

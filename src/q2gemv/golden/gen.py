@@ -1,0 +1,569 @@
+"""The deterministic input generator of the golden suite (version :data:`GENERATOR_VERSION`).
+
+Every generated input is a pure function of a text label and of the rules
+below: integer arithmetic only, no floating-point library call, no NumPy
+``Generator`` (whose streams NumPy may change between releases). So any
+machine regenerates the same bytes, and the real-model shapes (too big to
+ship) are stored as labels + parameters and rebuilt on load; their sha256 is
+stored to catch drift.
+
+Random stream of a label (SplitMix64 as a counter stream)::
+
+    seed(label) = little-endian uint64 of sha256(label.encode("utf-8"))[:8]
+    word(i)     = mix(seed + (i + 1) * 0x9E3779B97F4A7C15)       (mod 2^64)
+    mix(z)      = z ^= z >> 30; z *= 0xBF58476D1CE4E5B9;
+                  z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31
+
+``fields(label, count, width)`` cuts the words into ``width``-bit unsigned
+fields, least-significant first (64 / width fields a word; width divides 64).
+
+Values built from fields (all exact bit constructions):
+
+* Q2_0 codes, ``uniform``: 2-bit fields (codes 0..3, code 3 included);
+  ``ternary``: 2-bit field f -> code (0, 1, 2, 1)[f] (half the weights 0).
+* fp16 scale bits (16-bit field f): mantissa f & 0x3FF, exponent field
+  ``E_LO + ((f >> 10) & 31) % (E_HI - E_LO + 1)``, sign bit f >> 15 (or 0
+  for positive-only kinds).
+* bf16 activation bits: the same construction with a 7-bit mantissa
+  (f & 0x7F), exponent field ``E_LO + ((f >> 7) & 0xFF) % (E_HI - E_LO + 1)``,
+  sign bit f >> 15.
+* NVFP4 nibbles: 4-bit fields (all 16 codes, -0 included); E4M3 scale bytes:
+  8-bit field f -> ``S_LO + f % (S_HI - S_LO + 1)``.
+
+The suite itself (which shapes, kinds and kernels; which checks are small
+enough for the CUDA simulator) is :func:`gemv_specs` and :func:`model_specs`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..formats import q2_0 as q2fmt
+from ..formats.bf16 import BF16_MAX
+from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
+
+GENERATOR_VERSION = 1
+FORMAT_VERSION = 1
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_C1 = np.uint64(0xBF58476D1CE4E5B9)
+_C2 = np.uint64(0x94D049BB133111EB)
+
+# -- kernels the suite covers, with rows served per launch (launch wrappers chunk beyond) ----
+
+Q2_KERNELS = (
+    "q2_0_gemv",
+    "q2_0_gemv_vec",
+    "q2_0_gemv_vec_batchm",
+    "q2_0_gemv_vec_rt4",
+    "q2_0_gemv_vec_batchm_rt2",
+)
+W4A16_KERNELS = (
+    "w4a16_gemv_batch4",
+    "w4a16_gemv_batch5",
+    "w4a16_gemv_batch6",
+    "w4a16_gemv_batch7",
+    "w4a16_gemv_batch8",
+    "w4a16_gemv_batch8_rt2",
+    "w4a16_gemv_batch16",
+    "w4a16_gemv_batch32",
+)
+FAMILY_KERNELS = {"q2_0": Q2_KERNELS, "w4a16": W4A16_KERNELS}
+# Rows per launch: the M=1 Q2_0 kernels launch once per activation row.
+MAX_M = {
+    "q2_0_gemv": 1,
+    "q2_0_gemv_vec": 1,
+    "q2_0_gemv_vec_batchm": 8,
+    "q2_0_gemv_vec_rt4": 1,
+    "q2_0_gemv_vec_batchm_rt2": 8,
+    "w4a16_gemv_batch4": 4,
+    "w4a16_gemv_batch5": 5,
+    "w4a16_gemv_batch6": 6,
+    "w4a16_gemv_batch7": 7,
+    "w4a16_gemv_batch8": 8,
+    "w4a16_gemv_batch8_rt2": 8,
+    "w4a16_gemv_batch16": 16,
+    "w4a16_gemv_batch32": 32,
+}
+KERNELS = Q2_KERNELS + W4A16_KERNELS
+M_SWEEP = (0, 1, 2, 4, 5, 7, 8, 9, 16, 17, 32, 33)
+N_SWEEP = (1, 7, 8, 9, 33)
+
+
+def family_of(kernel: str) -> str:
+    for fam, names in FAMILY_KERNELS.items():
+        if kernel in names:
+            return fam
+    raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
+
+
+# -- the random stream -------------------------------------------------------------------
+
+
+def stream_seed(label: str) -> int:
+    return int.from_bytes(hashlib.sha256(label.encode("utf-8")).digest()[:8], "little")
+
+
+def words(label: str, count: int) -> np.ndarray:
+    """``count`` uint64 words of the SplitMix64 counter stream of ``label``."""
+    with np.errstate(over="ignore"):
+        i = np.arange(1, count + 1, dtype=np.uint64)
+        z = np.uint64(stream_seed(label)) + i * _GAMMA
+        z = (z ^ (z >> np.uint64(30))) * _C1
+        z = (z ^ (z >> np.uint64(27))) * _C2
+        return z ^ (z >> np.uint64(31))
+
+
+def fields(label: str, count: int, width: int) -> np.ndarray:
+    """``count`` unsigned ``width``-bit fields (uint64), LSB-first within each word."""
+    if 64 % width:
+        raise ValueError(f"width: expected a divisor of 64, got {width}")
+    per = 64 // width
+    w = words(label, -(-count // per))
+    shifts = np.arange(per, dtype=np.uint64) * np.uint64(width)
+    mask = np.uint64((1 << width) - 1)
+    return ((w[:, None] >> shifts) & mask).reshape(-1)[:count]
+
+
+def _float_bits(f, mant_bits, e_lo, e_hi, signed):
+    """16-bit float patterns from 16-bit fields: mantissa, exponent index, sign (see above)."""
+    span = np.uint64(e_hi - e_lo + 1)
+    exp_mask = np.uint64((1 << (15 - mant_bits)) - 1)
+    mant = f & np.uint64((1 << mant_bits) - 1)
+    exp = np.uint64(e_lo) + ((f >> np.uint64(mant_bits)) & exp_mask) % span
+    sign = (f >> np.uint64(15)) if signed else np.uint64(0)
+    return ((sign << np.uint64(15)) | (exp << np.uint64(mant_bits)) | mant).astype(np.uint16)
+
+
+def fp16_bits(label, count, e_lo=7, e_hi=11, signed=True) -> np.ndarray:
+    """fp16 bit patterns, exponent field in [e_lo, e_hi] (default: |d| in [2^-8, 2^-3))."""
+    return _float_bits(fields(label, count, 16), 10, e_lo, e_hi, signed)
+
+
+def bf16_bits(label, count, e_lo=123, e_hi=129, signed=True) -> np.ndarray:
+    """bf16 bit patterns, exponent field in [e_lo, e_hi] (default: |a| in [2^-4, 2^3))."""
+    return _float_bits(fields(label, count, 16), 7, e_lo, e_hi, signed)
+
+
+# -- weights --------------------------------------------------------------------------
+
+# fp16 scale patterns the "special_d" Q2_0 weight cycles through, block by block.
+Q2_SPECIAL_D = (
+    0x0000,  # +0
+    0x8000,  # -0
+    0x0001,  # smallest subnormal 2^-24
+    0x03FF,  # largest subnormal
+    0x0400,  # smallest normal 2^-14
+    0x7BFF,  # max 65504
+    0xFBFF,  # -65504
+    0x7C00,  # +Inf
+    0xFC00,  # -Inf
+    0x7E00,  # NaN
+    0x3C00,  # 1.0
+    0xAE66,  # -0.1 (rounded)
+)
+# E4M3 scale bytes the "special_s" NVFP4 weight cycles through, group by group.
+W4_SPECIAL_S = (
+    0x00,  # +0
+    0x80,  # -0
+    0x01,  # smallest subnormal 2^-9
+    0x07,  # largest subnormal
+    0x08,  # smallest normal 2^-6
+    0x7E,  # max 448
+    0xFE,  # -448
+    0x7F,  # NaN
+    0xFF,  # NaN
+    0x38,  # 1.0
+    0xB5,  # -0.8125
+)
+W4_DEFAULT_G = 0x3C400000  # fp32 0.01171875 = 1.5 * 2^-7: a multiply that rounds
+W4_GSCALE = {
+    "uniform": W4_DEFAULT_G,
+    "special_s": 0x3F800000,  # 1.0
+    "gscale_tiny": 0x00C00000,  # 1.5 * 2^-126 -> outputs deep in the fp32 subnormals
+    "gscale_huge": 0x7E800000,  # 2^126 -> outputs overflow to +-Inf
+}
+Q2_WEIGHT_KINDS = ("uniform", "ternary", "special_d", "code3")
+W4_WEIGHT_KINDS = tuple(W4_GSCALE)
+
+
+def q2_weight(label: str, kind: str, n: int, k: int, group: int) -> np.ndarray:
+    """Raw ``block_q2_0`` bytes [n * k/group * (2 + group/4)] of a weight of ``kind``.
+
+    uniform: codes 0..3, signed scales; ternary: codes 0..2, positive scales;
+    special_d: uniform codes, block b of row r (row-major block index i =
+    r * k/group + b) takes scale ``Q2_SPECIAL_D[i % 12]``; code3: every code 3
+    (+2), positive scales.
+    """
+    nb = k // group
+    f = fields(label + "/codes", n * k, 2).astype(np.uint8)
+    if kind == "uniform":
+        codes, d = f, fp16_bits(label + "/d", n * nb)
+    elif kind == "ternary":
+        codes = np.array([0, 1, 2, 1], np.uint8)[f]
+        d = fp16_bits(label + "/d", n * nb, signed=False)
+    elif kind == "special_d":
+        codes = f
+        d = np.array(Q2_SPECIAL_D, np.uint16)[np.arange(n * nb) % len(Q2_SPECIAL_D)]
+    elif kind == "code3":
+        codes = np.full(n * k, 3, np.uint8)
+        d = fp16_bits(label + "/d", n * nb, signed=False)
+    else:
+        raise ValueError(f"kind: expected one of {Q2_WEIGHT_KINDS}, got {kind!r}")
+    return q2fmt.pack(codes.reshape(n, k), d.view(np.float16).reshape(n, nb), group)
+
+
+def w4_weight(label: str, kind: str, n: int, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(packed uint8 [n, k/2], E4M3 scale bytes uint8 [n, k/16], fp32 bits of g) of ``kind``.
+
+    Nibbles are uniform 4-bit fields for every kind; scale bytes are uniform
+    in [0x28, 0x47] (0.25 .. 1.875 * 2^1) except ``special_s``, where group
+    i (row-major) takes ``W4_SPECIAL_S[i % 11]``. ``g`` is ``W4_GSCALE[kind]``.
+    """
+    if kind not in W4_GSCALE:
+        raise ValueError(f"kind: expected one of {W4_WEIGHT_KINDS}, got {kind!r}")
+    nib = fields(label + "/codes", n * k, 4).astype(np.uint8).reshape(n, k)
+    packed = nib[:, 0::2] | (nib[:, 1::2] << 4)
+    ng = n * (k // NVFP4_BLOCK)
+    if kind == "special_s":
+        s = np.array(W4_SPECIAL_S, np.uint8)[np.arange(ng) % len(W4_SPECIAL_S)]
+    else:
+        s = (0x28 + fields(label + "/s", ng, 8) % 0x20).astype(np.uint8)
+    return packed, s.reshape(n, k // NVFP4_BLOCK), W4_GSCALE[kind]
+
+
+# -- activations ------------------------------------------------------------------------
+
+ACT_KINDS = ("normal", "zeros", "negzero", "inf", "nan", "subnormal", "max", "cancel")
+BF16_POS_INF, BF16_NEG_INF = 0x7F80, 0xFF80
+
+
+def activations(label: str, kind: str, m: int, k: int) -> np.ndarray:
+    """bf16 bits uint16 [m, k] of ``kind``; row r is built from label + f"/r{r}".
+
+    normal: |a| in [2^-4, 2^3), random signs. zeros: +0. negzero: -0.
+    inf: a normal row with +Inf at position p and -Inf at position q (p, q
+    from the stream, p != q; rows with r odd have only the +Inf).
+    nan: a normal row with one NaN (0x7FC1 for even r, 0xFFFF for odd r).
+    subnormal: every element a bf16 subnormal (exponent 0, mantissa != 0).
+    max: a normal row with +max (0x7F7F) at k % 4 == 0 positions of the first
+    half and -max at k % 4 == 2 of the second half (sums overflow and cancel).
+    cancel: a huge/tiny mix: element j < k/2 is H_j (|H| ~ 2^40) when j % 3
+    == 0, and element j + k/2 is -H_j, so the huge terms cancel exactly in
+    the exact sum; the rest is normal (j % 3 == 1) or tiny (|a| ~ 2^-40,
+    j % 3 == 2). The result keeps only what the fp32 addition order keeps.
+    """
+    out = np.empty((m, k), np.uint16)
+    for r in range(m):
+        lab = f"{label}/r{r}"
+        row = bf16_bits(lab + "/normal", k)
+        if kind == "normal":
+            pass
+        elif kind == "zeros":
+            row[:] = 0x0000
+        elif kind == "negzero":
+            row[:] = 0x8000
+        elif kind == "inf":
+            p, q = (int(x) % k for x in fields(lab + "/pos", 2, 32))
+            row[p] = BF16_POS_INF
+            if r % 2 == 0 and k > 1:
+                row[q if q != p else (p + 1) % k] = BF16_NEG_INF
+        elif kind == "nan":
+            p = int(fields(lab + "/pos", 1, 32)[0]) % k
+            row[p] = 0x7FC1 if r % 2 == 0 else 0xFFFF
+        elif kind == "subnormal":
+            f = fields(lab + "/sub", k, 16)
+            row = ((f & np.uint64(0x8000)) | (1 + (f & np.uint64(0x7F)) % 127)).astype(np.uint16)
+        elif kind == "max":
+            j = np.arange(k)
+            row[(j % 4 == 0) & (j < k // 2)] = BF16_MAX
+            row[(j % 4 == 2) & (j >= k // 2)] = BF16_MAX | 0x8000
+        elif kind == "cancel":
+            half = k // 2
+            j = np.arange(half)
+            huge = bf16_bits(lab + "/huge", half, 127 + 38, 127 + 42)
+            tiny = bf16_bits(lab + "/tiny", k, 127 - 42, 127 - 38)
+            row = np.where(np.arange(k) % 3 == 2, tiny, row).astype(np.uint16)
+            sel = j % 3 == 0
+            row[:half][sel] = huge[sel]
+            row[half : 2 * half][sel] = huge[sel] ^ np.uint16(0x8000)
+        else:
+            raise ValueError(f"kind: expected one of {ACT_KINDS}, got {kind!r}")
+        out[r] = row
+    return out
+
+
+# -- the suite ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemvSpec:
+    """One GEMV case: a weight, an activation matrix and the kernels that must reproduce it.
+
+    ``small`` is the subset of ``kernels`` the CUDA simulator runs (the others
+    are reference + GPU only). ``group`` is 0 for NVFP4.
+    """
+
+    id: str
+    family: str
+    n: int
+    k: int
+    m: int
+    weight_kind: str
+    act_kind: str
+    group: int = 0
+    kernels: tuple[str, ...] = ()
+    small: tuple[str, ...] = ()
+    size: str = "medium"  # size class of the checks not in ``small``
+
+    @property
+    def weight_label(self) -> str:
+        g = f"/g{self.group}" if self.family == "q2_0" else ""
+        return f"v{GENERATOR_VERSION}/{self.family}{g}/w/{self.weight_kind}/{self.n}x{self.k}"
+
+    @property
+    def act_label(self) -> str:
+        return f"v{GENERATOR_VERSION}/act/{self.act_kind}/{self.m}x{self.k}"
+
+    def size_of(self, kernel: str) -> str:
+        return "small" if kernel in self.small else self.size
+
+
+def _q2_id(g, n, k, m, wk, ak):
+    return f"q2_0/g{g}/n{n}_k{k}_m{m}/{wk}/{ak}"
+
+
+def _w4_id(n, k, m, wk, ak):
+    return f"w4a16/n{n}_k{k}_m{m}/{wk}/{ak}"
+
+
+# M values of the M sweep run on the simulator: 0, 2 and both sides of the kernel's
+# width where that is affordable. Measured on the 2-core CI machine: a launch costs
+# ~0.4 s per staged row, so batch32 at M=32/33 took 16-35 s a check and batch16 at
+# M=16 15 s; the wide tiers run M=17 only (one launch of 17 rows on batch32, 16+1 on
+# batch16). All M run on the reference and the GPU.
+_SIM_M = {"w4a16_gemv_batch16": (0, 2, 17), "w4a16_gemv_batch32": (0, 2, 17)}
+
+
+def _sim_m(kernel: str) -> tuple[int, ...]:
+    """M values of the M sweep that ``kernel`` runs on the simulator."""
+    w = MAX_M[kernel]
+    return _SIM_M.get(kernel, (0, 2) if w == 1 else (0, 2, w, w + 1))
+
+
+def gemv_specs() -> list[GemvSpec]:
+    """Every small/medium GEMV case of the suite, in a fixed order (see the module docs)."""
+    specs: dict[str, GemvSpec] = {}
+
+    def add(fam, n, k, m, wk, ak, small, g=0):
+        """Add a case; a case already added (same id) gains the new small kernels."""
+        kernels = FAMILY_KERNELS[fam]
+        cid = _q2_id(g, n, k, m, wk, ak) if fam == "q2_0" else _w4_id(n, k, m, wk, ak)
+        if cid in specs:
+            small = set(small) | set(specs[cid].small)
+        small = tuple(x for x in kernels if x in small)
+        specs[cid] = GemvSpec(cid, fam, n, k, m, wk, ak, g, kernels, small)
+
+    q2b, q2v, q2m, rt4, mrt2 = Q2_KERNELS
+    core = (q2b, q2v, q2m)  # the seed's three kernels; rt4/mrt2 are register-tiled candidates
+    w4 = W4A16_KERNELS
+    b4, b8, rt2, b16, b32 = w4[0], w4[4], w4[5], w4[6], w4[7]
+
+    # Q2_0, per group: shapes (one block, three, and one past the vec kernel's 1024-code tile).
+    for g in q2fmt.GROUPS:
+        for k in (g, 3 * g, 1024 + g):
+            for n in N_SWEEP:
+                small: tuple[str, ...] = ()
+                if k == g:
+                    small = core if (n < 33 or g == 128) else ()
+                    if n == 9 or (g == 128 and n in (1, 33)):
+                        small += (rt4, mrt2)
+                elif k == 1024 + g and n == 8 and g == 128:
+                    small = (q2v, q2m, mrt2)
+                add("q2_0", n, k, 1, "uniform", "normal", small, g)
+        # M sweep: every kernel over every M (M=1 kernels: one launch per row). On the
+        # simulator batchm's chunk seam (M=9: 8 + 1) runs for group 128, M=8 for 64.
+        for m in M_SWEEP:
+            if g == 128:
+                small = tuple(x for x in Q2_KERNELS if m in _sim_m(x) and (x, m) != (mrt2, 8))
+            else:
+                small = (q2m,) if m in (0, 2, 8) else ()
+            add("q2_0", 7, 3 * g, m, "uniform", "normal", small, g)
+        # special activations, one row each (two for inf/nan: their rows differ)
+        for ak in ACT_KINDS[1:]:
+            m = 2 if ak in ("inf", "nan") else 1
+            small = core if g == 128 else (q2m,)
+            if g == 128 and ak in ("inf", "nan", "max", "cancel"):
+                small += (rt4, mrt2)
+            add("q2_0", 7, 3 * g, m, "uniform", ak, small, g)
+        # special weights
+        for wk in Q2_WEIGHT_KINDS[1:]:
+            small = Q2_KERNELS if wk == "special_d" else ((q2m,) if g == 128 else ())
+            add("q2_0", 9, 2 * g, 1, wk, "normal", small, g)
+        add("q2_0", 9, 2 * g, 2, "special_d", "max", (), g)
+        add("q2_0", 9, 2 * g, 2, "code3", "max", (q2m,) if g == 64 else (), g)
+
+    # NVFP4: shapes (one group, three, and 33 groups = two 512-element tiles).
+    for k in (NVFP4_BLOCK, 3 * NVFP4_BLOCK, 33 * NVFP4_BLOCK):
+        for n in N_SWEEP:
+            if k == NVFP4_BLOCK and n in (1, 9):
+                small = w4
+            elif k == 3 * NVFP4_BLOCK and n in (7, 8, 33):
+                small = (b4, rt2, b32)
+            elif k == 33 * NVFP4_BLOCK and n == 9:
+                small = w4
+            else:
+                small = ()
+            add("w4a16", n, k, 1, "uniform", "normal", small)
+    for m in M_SWEEP:
+        add("w4a16", 7, 3 * NVFP4_BLOCK, m, "uniform", "normal", [x for x in w4 if m in _sim_m(x)])
+    for m in (5, 17, 33):  # many rows across the tile seam
+        add("w4a16", 7, 33 * NVFP4_BLOCK, m, "uniform", "normal", ())
+    for ak in ACT_KINDS[1:]:
+        m = 2 if ak in ("inf", "nan") else 1
+        small = (b4,) + ((rt2, b32) if ak in ("inf", "nan", "max", "cancel") else ())
+        add("w4a16", 7, 33 * NVFP4_BLOCK, m, "uniform", ak, small)
+    for wk in W4_WEIGHT_KINDS[1:]:
+        small = (b4, b8, rt2, b16, b32) if wk == "special_s" else (b4,)
+        add("w4a16", 7, 3 * NVFP4_BLOCK, 1, wk, "normal", small)
+    add("w4a16", 7, 3 * NVFP4_BLOCK, 2, "special_s", "max", (rt2,))
+    return list(specs.values())
+
+
+def model_specs() -> list[GemvSpec]:
+    """Real-model shapes (5120 x 5120, a 5120-wide dense layer): inputs regenerated, not stored.
+
+    M = 9 activation rows: one more than the batched kernels' width of 8, so
+    every kernel except batch16/batch32 runs a second, one-row launch.
+    """
+    n = k = 5120
+    m = 9
+    out = []
+    for g in q2fmt.GROUPS:
+        out.append(
+            GemvSpec(
+                f"model/q2_0/g{g}/{n}x{k}_m{m}",
+                "q2_0",
+                n,
+                k,
+                m,
+                "ternary",
+                "normal",
+                g,
+                Q2_KERNELS,
+                (),
+                "large",
+            )  # fmt: skip
+        )
+    out.append(
+        GemvSpec(
+            f"model/w4a16/{n}x{k}_m{m}",
+            "w4a16",
+            n,
+            k,
+            m,
+            "uniform",
+            "normal",
+            0,
+            W4A16_KERNELS,
+            (),
+            "large",
+        )  # fmt: skip
+    )
+    return out
+
+
+def build_inputs(spec: GemvSpec) -> dict[str, np.ndarray]:
+    """The input arrays of ``spec``: ``a`` (bf16 bits [m, k]) and the weight's arrays.
+
+    Q2_0: ``w_raw`` (the block bytes). NVFP4: ``w_packed``, ``w_scales`` and
+    ``w_g`` (uint32 [1], the fp32 bits of the global scale).
+    """
+    a = activations(spec.act_label, spec.act_kind, spec.m, spec.k)
+    if spec.family == "q2_0":
+        raw = q2_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k, spec.group)
+        return {"a": a, "w_raw": raw}
+    packed, scales, g = w4_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k)
+    return {"a": a, "w_packed": packed, "w_scales": scales, "w_g": np.array([g], np.uint32)}
+
+
+def inputs_sha256(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over the inputs: for each key in sorted order, key, dtype, shape, then the bytes."""
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        x = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}|{x.dtype.str}|{x.shape}|".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+# -- pack -> bytes -> dequant round trips ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundtripSpec:
+    """A format round trip: codes + scales -> packed bytes -> codes, scales, dequantized values."""
+
+    id: str
+    family: str
+    kind: str  # "random" or "adversarial"
+    n: int
+    k: int
+    group: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"v{GENERATOR_VERSION}/{self.id}"
+
+
+def roundtrip_specs() -> list[RoundtripSpec]:
+    out = []
+    for g in q2fmt.GROUPS:
+        out.append(RoundtripSpec(f"roundtrip/q2_0/g{g}/random", "q2_0", "random", 5, 3 * g, g))
+        out.append(
+            RoundtripSpec(f"roundtrip/q2_0/g{g}/adversarial", "q2_0", "adversarial", 12, 2 * g, g)
+        )
+    out.append(RoundtripSpec("roundtrip/w4a16/random", "w4a16", "random", 5, 64))
+    out.append(RoundtripSpec("roundtrip/w4a16/adversarial", "w4a16", "adversarial", 16, 256))
+    return out
+
+
+def roundtrip_inputs(spec: RoundtripSpec) -> dict[str, np.ndarray]:
+    """Codes and scale bits of a round trip.
+
+    Q2_0 (``codes`` uint8 [n, k], ``d`` fp16 bits [n, k/group]): random =
+    uniform codes and signed scales; adversarial = code ``(j + j // 4 + r) % 4``
+    at row r, position j (every code in every slot of a byte) and block i of
+    the row-major blocks takes ``Q2_SPECIAL_D[i % 12]``.
+    NVFP4 (``codes`` [n, k], ``scales`` [n, k/16], ``g`` uint32 [1] fp32 bits):
+    random = uniform nibbles and uniform scale bytes (NaN bytes included),
+    g = W4_DEFAULT_G; adversarial = code ``(j + j // 2 + r) % 16`` (every
+    code in both nibble positions), scale of group i (row-major) = byte
+    ``i % 256`` (all 256), g = 1.0.
+    """
+    n, k = spec.n, spec.k
+    if spec.family == "q2_0":
+        nb = k // spec.group
+        if spec.kind == "random":
+            codes = fields(spec.label + "/codes", n * k, 2).astype(np.uint8).reshape(n, k)
+            d = fp16_bits(spec.label + "/d", n * nb).reshape(n, nb)
+        else:
+            r, j = np.indices((n, k))
+            codes = ((j + j // 4 + r) % 4).astype(np.uint8)
+            d = np.array(Q2_SPECIAL_D, np.uint16)[np.arange(n * nb) % len(Q2_SPECIAL_D)]
+            d = d.reshape(n, nb)
+        return {"codes": codes, "d": d}
+    ng = k // NVFP4_BLOCK
+    if spec.kind == "random":
+        codes = fields(spec.label + "/codes", n * k, 4).astype(np.uint8).reshape(n, k)
+        scales = fields(spec.label + "/s", n * ng, 8).astype(np.uint8).reshape(n, ng)
+        g = W4_DEFAULT_G
+    else:
+        r, j = np.indices((n, k))
+        codes = ((j + j // 2 + r) % 16).astype(np.uint8)
+        scales = (np.arange(n * ng) % 256).astype(np.uint8).reshape(n, ng)
+        g = 0x3F800000
+    return {"codes": codes, "scales": scales, "g": np.array([g], np.uint32)}

@@ -1,0 +1,358 @@
+"""``q2gemv golden regen``: rebuild the generated golden files from the NumPy references.
+
+Inputs come from :mod:`q2gemv.golden.gen` (deterministic), expectations
+from the references (:mod:`q2gemv.reference`) and, for the round trips, the
+format modules. The new files are compared with the existing ones case by
+case; an existing expectation (or input) that would change, or a case that
+would disappear, makes regen refuse unless ``force`` is set, after printing
+what changed. New cases are simply added. Hand-written and external files
+are never rewritten: their manifest entry is (re)recorded, and a changed
+one needs ``force`` too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import gen, host, store
+from .harness import Runner
+from .suite import (
+    FILE_SET,
+    GEMV_FILES,
+    GGML_FILE,
+    ROUNDTRIP_FILE,
+    SETS,
+    TABLE_FILES,
+    GemvCase,
+)
+
+FIRST_DIFFS = 3
+
+
+def _gemv_params(specs: list[gen.GemvSpec]) -> dict:
+    return {
+        "generator": f"q2gemv.golden.gen v{gen.GENERATOR_VERSION}",
+        "cases": len(specs),
+        "checks": sum(len(s.kernels) for s in specs),
+        "small_checks": sum(len(s.small) for s in specs),
+        "n": sorted({s.n for s in specs}),
+        "k": sorted({s.k for s in specs}),
+        "m": sorted({s.m for s in specs}),
+        "groups": sorted({s.group for s in specs if s.group}),
+        "weight_kinds": sorted({s.weight_kind for s in specs}),
+        "act_kinds": sorted({s.act_kind for s in specs}),
+        "kernels": sorted({k for s in specs for k in s.kernels}),
+    }
+
+
+def build_gemv_file(specs: list[gen.GemvSpec], file: str, store_inputs: bool) -> dict:
+    """Arrays of one GEMV golden file: ``__meta__``, ``in/<key>``, ``want/<key>`` (uint16 bits)."""
+    arrays: dict[str, np.ndarray] = {}
+    cases = []
+    runner = Runner("reference")
+    for spec in specs:
+        x = gen.build_inputs(spec)
+        sha = gen.inputs_sha256(x)
+        case = GemvCase(spec, file, {}, None, sha, {}, x)
+        entry: dict = {"spec": dataclasses.asdict(spec), "inputs_sha256": sha, "want": {}}
+        if store_inputs:
+            entry["inputs"] = {}
+            for name, arr in x.items():
+                key = store.content_key(arr)
+                arrays["in/" + key] = arr
+                entry["inputs"][name] = key
+        for kernel in spec.kernels:
+            y = np.ascontiguousarray(runner(case, kernel), np.uint16)
+            key = store.content_key(y)
+            arrays["want/" + key] = y
+            entry["want"][kernel] = key
+        cases.append(entry)
+    runner.close()
+    meta = {
+        "format_version": gen.FORMAT_VERSION,
+        "generator_version": gen.GENERATOR_VERSION,
+        "file": file,
+        "params": _gemv_params(specs),
+        "inputs": "stored" if store_inputs else "rebuilt from the generator, checked by sha256",
+        "cases": cases,
+    }
+    arrays["__meta__"] = store.meta_to_array(meta)
+    return arrays
+
+
+def build_roundtrip_file() -> dict:
+    arrays: dict[str, np.ndarray] = {}
+    cases = []
+    specs = gen.roundtrip_specs()
+    for spec in specs:
+        x = gen.roundtrip_inputs(spec)
+        want = host.roundtrip_expect(spec, x)
+        entry: dict = {"spec": dataclasses.asdict(spec), "inputs": {}, "want": {}}
+        for part, src in (("inputs", x), ("want", want)):
+            for name, arr in src.items():
+                key = store.content_key(arr)
+                arrays[("in/" if part == "inputs" else "want/") + key] = arr
+                entry[part][name] = key
+        cases.append(entry)
+    meta = {
+        "format_version": gen.FORMAT_VERSION,
+        "generator_version": gen.GENERATOR_VERSION,
+        "file": ROUNDTRIP_FILE,
+        "params": {
+            "generator": f"q2gemv.golden.gen v{gen.GENERATOR_VERSION}",
+            "cases": len(specs),
+            "shapes": {s.id: [s.n, s.k] for s in specs},
+            "dequant": "fp32 bits, every NaN stored as 0x7FC00000",
+        },
+        "cases": cases,
+    }
+    arrays["__meta__"] = store.meta_to_array(meta)
+    return arrays
+
+
+def build(file: str) -> dict:
+    """Arrays of generated golden file ``file``."""
+    if file == ROUNDTRIP_FILE:
+        return build_roundtrip_file()
+    if file == GEMV_FILES["model"]:
+        return build_gemv_file(gen.model_specs(), file, store_inputs=False)
+    fam = next(s for s, f in GEMV_FILES.items() if f == file)
+    return build_gemv_file([s for s in gen.gemv_specs() if s.family == fam], file, True)
+
+
+GENERATED = (ROUNDTRIP_FILE, GEMV_FILES["q2_0"], GEMV_FILES["w4a16"], GEMV_FILES["model"])
+FIXED = tuple(TABLE_FILES.values()) + (GGML_FILE,)  # hand-written / external: never rewritten
+
+
+# -- diffs -----------------------------------------------------------------------------------
+
+
+def _cases_by_id(arrays: dict) -> dict[str, dict]:
+    meta = store.meta_from_array(arrays["__meta__"])
+    return {c["spec"]["id"]: c for c in meta["cases"]}
+
+
+def _first_diffs(old: np.ndarray, new: np.ndarray) -> str:
+    if old.shape != new.shape:
+        return f"shape {old.shape} -> {new.shape}"
+    o2 = old.reshape(old.shape[0], -1) if old.ndim > 1 else old.reshape(1, -1)
+    n2 = new.reshape(o2.shape)
+    diff = np.argwhere(o2 != n2)
+    w = 2 * old.dtype.itemsize
+    parts = [
+        f"(row {r}, col {c}) old 0x{int(o2[r, c]):0{w}X} new 0x{int(n2[r, c]):0{w}X}"
+        for r, c in diff[:FIRST_DIFFS]
+    ]
+    return f"{len(diff)} of {o2.size} elements differ; first: " + ", ".join(parts)
+
+
+def diff_generated(old: dict | None, new: dict) -> tuple[list[str], list[str], int, int]:
+    """(changes, additions, unchanged cases, total new cases) between two files' arrays.
+
+    A change is an existing expectation or stored input whose bits differ, an
+    input sha256 that differs, or an existing case/expectation that is gone.
+    """
+    new_cases = _cases_by_id(new)
+    if old is None:
+        return [], [f"{cid}: new" for cid in new_cases], 0, len(new_cases)
+    old_cases = _cases_by_id(old)
+    changes, adds, same = [], [], 0
+    for cid, nc in new_cases.items():
+        oc = old_cases.get(cid)
+        if oc is None:
+            adds.append(f"{cid}: new")
+            continue
+        before = len(changes)
+        if oc.get("inputs_sha256") != nc.get("inputs_sha256"):
+            changes.append(f"{cid}: inputs changed (generator drift?)")
+        for name, key in (nc.get("inputs") or {}).items():
+            okey = (oc.get("inputs") or {}).get(name)
+            if okey is None:
+                continue
+            a, b = old["in/" + okey], new["in/" + key]
+            if a.shape != b.shape or not np.array_equal(a, b):
+                changes.append(f"{cid}: input {name}: {_first_diffs(a, b)}")
+        for kernel, key in nc["want"].items():
+            okey = oc["want"].get(kernel)
+            if okey is None:
+                adds.append(f"{cid} {kernel}: new expectation")
+                continue
+            a, b = old["want/" + okey], new["want/" + key]
+            if a.shape != b.shape or not np.array_equal(a, b):
+                changes.append(f"{cid} {kernel}: {_first_diffs(a, b)}")
+        for kernel in oc["want"]:
+            if kernel not in nc["want"]:
+                changes.append(f"{cid} {kernel}: expectation removed")
+        same += len(changes) == before
+    for cid in old_cases:
+        if cid not in new_cases:
+            changes.append(f"{cid}: case removed")
+    return changes, adds, same, len(new_cases)
+
+
+def _meta_changes(old: dict | None, new: dict) -> str:
+    """'' when the metadata is the same, else what changed (never needs --force)."""
+    if old is None:
+        return ""
+    om, nm = (store.meta_from_array(x["__meta__"]) for x in (old, new))
+    oc, nc = ({c["spec"]["id"]: c["spec"] for c in m["cases"]} for m in (om, nm))
+    n = sum(1 for cid, spec in nc.items() if cid in oc and oc[cid] != spec)
+    parts = [f"{n} case(s)"] if n else []
+    if {k: v for k, v in om.items() if k != "cases"} != {
+        k: v for k, v in nm.items() if k != "cases"
+    }:
+        parts.append("the file header")
+    return " and ".join(parts)
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def regen(
+    data_dir: Path | None = None,
+    *,
+    force: bool = False,
+    sets: tuple[str, ...] = (),
+    dry_run: bool = False,
+    out=None,
+) -> int:
+    """Regenerate; print what changed; 0 when written (or nothing to do), 1 when refused."""
+    out = sys.stdout if out is None else out
+    data_dir = Path(data_dir) if data_dir is not None else store.default_data_dir()
+    unknown = [s for s in sets if s not in SETS]
+    if unknown:
+        print(f"golden regen: unknown set(s) {unknown}; expected some of {list(SETS)}", file=out)
+        return 1
+    try:
+        man = store.read_manifest(data_dir)
+    except store.GoldenError:
+        man = {"files": {}}
+    man.setdefault("files", {})
+    new_man = {
+        "format_version": gen.FORMAT_VERSION,
+        "package": "q2gemv",
+        "generator": {
+            "module": "q2gemv.golden.gen",
+            "version": gen.GENERATOR_VERSION,
+            "rng": "SplitMix64 counter stream per label; seed = sha256(label)[:8] little-endian",
+        },
+        "files": dict(man["files"]),
+    }
+    for file in sorted(set(new_man["files"]) - set(FILE_SET)):
+        print(
+            f"{file}: dropped from the manifest (no longer a golden file of this suite)", file=out
+        )
+        del new_man["files"][file]
+    refusals = 0
+    writes: dict[str, dict] = {}
+    for file in FIXED + GENERATED:
+        if sets and FILE_SET[file] not in sets:
+            continue
+        entry = man["files"].get(file)
+        path = data_dir / file
+        if file in FIXED:
+            if not path.is_file():
+                print(f"{file}: missing (hand-written/external: regen cannot make it)", file=out)
+                refusals += 1
+                continue
+            rec = {
+                "sha256": store.sha256_file(path),
+                "bytes": path.stat().st_size,
+                "kind": "external" if file == GGML_FILE else "hand-written",
+            }
+            if file == GGML_FILE:
+                rec["provenance"] = "PROVENANCE.md"
+            if entry is None:
+                print(f"{file}: recorded in the manifest (new)", file=out)
+            elif entry.get("sha256") != rec["sha256"]:
+                print(
+                    f"{file}: CHANGED on disk since the manifest was written "
+                    f"({entry.get('bytes')} -> {rec['bytes']} bytes); it is "
+                    f"{rec['kind']}: review it, then --force to accept",
+                    file=out,
+                )
+                if not force:
+                    refusals += 1
+                    continue
+            else:
+                print(f"{file}: unchanged", file=out)
+            new_man["files"][file] = rec
+            continue
+        new = build(file)
+        old = None
+        if entry is not None:
+            problem = store.file_problem(data_dir, file, entry)
+            if problem:
+                print(f"{file}: the existing file fails its manifest check: {problem}", file=out)
+                if not force:
+                    print(f"{file}: cannot compare expectations; --force rewrites it", file=out)
+                    refusals += 1
+                    continue
+            else:
+                old = store.read_npz(path)
+        changes, adds, same, total = diff_generated(old, new)
+        meta_changed = _meta_changes(old, new)
+        head = f"{file}: {total} cases: {same} unchanged"
+        if adds:
+            head += f", {len(adds)} new case(s)/expectation(s)"
+        if meta_changed:
+            head += f", metadata (size classes, parameters) updated for {meta_changed}"
+        if changes:
+            head += f", {len(changes)} CHANGED/REMOVED"
+        print(head, file=out)
+        for c in changes:
+            print(f"  CHANGED {c}", file=out)
+        for a in adds[:10]:
+            print(f"  added {a}", file=out)
+        if len(adds) > 10:
+            print(f"  ... and {len(adds) - 10} more added", file=out)
+        if changes and not force:
+            refusals += 1
+            continue
+        meta = store.meta_from_array(new["__meta__"])
+        new_man["files"][file] = {"kind": "generated", "params": meta["params"]}
+        if old is not None and not changes and not adds and not meta_changed:
+            new_man["files"][file].update(sha256=entry["sha256"], bytes=entry["bytes"])
+        else:
+            writes[file] = new
+    if refusals:
+        print(
+            f"golden regen: refused ({refusals} file(s) would change existing expectations or "
+            f"are unusable); nothing written. Rerun with --force to accept the new bits.",
+            file=out,
+        )
+        return 1
+    if dry_run:
+        print(f"golden regen: dry run, {len(writes)} file(s) would be written", file=out)
+        return 0
+    for file, arrays in writes.items():
+        path = data_dir / file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.write_npz(path, arrays)
+        new_man["files"][file].update(sha256=store.sha256_file(path), bytes=path.stat().st_size)
+        print(f"{file}: written ({path.stat().st_size} bytes)", file=out)
+    if new_man != man:
+        store.write_manifest(data_dir, new_man)
+        print(f"{store.MANIFEST}: written", file=out)
+    else:
+        print("golden regen: nothing changed", file=out)
+    return 0
+
+
+def add_arguments(p) -> None:
+    """``q2gemv golden ...`` subcommands (regen)."""
+    sub = p.add_subparsers(dest="golden_command", required=True)
+    r = sub.add_parser("regen", help="regenerate the golden files from the NumPy references")
+    r.add_argument("--force", action="store_true", help="accept changed expectations")
+    r.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
+    r.add_argument("--sets", nargs="+", default=[], choices=SETS, help="only these sets")
+    r.add_argument("--data-dir", type=Path, default=None, help="golden data directory")
+    r.set_defaults(func=_regen_cmd)
+
+
+def _regen_cmd(args) -> int:
+    return regen(args.data_dir, force=args.force, sets=tuple(args.sets), dry_run=args.dry_run)

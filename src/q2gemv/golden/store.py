@@ -1,0 +1,151 @@
+"""Golden data on disk: the manifest, integrity checks, and deterministic .npz files.
+
+``data/manifest.json`` lists every golden file with its sha256 and byte size,
+the data format version and the generator's version and parameters::
+
+    {"format_version": 1,
+     "generator": {"module": "q2gemv.golden.gen", "version": 1, ...},
+     "files": {"gemv_q2_0.npz": {"sha256": "...", "bytes": 123, "kind": "generated",
+                                 "cases": 78, "params": {...}},
+               "table_bf16.json": {"sha256": "...", "bytes": 456, "kind": "hand-written"},
+               ...}}
+
+:func:`verify_files` checks every listed file (present, size, sha256) and
+raises :class:`GoldenIntegrityError` naming the file and what is wrong;
+loading never reads a file that has not passed.
+
+``.npz`` files are written by :func:`write_npz`: a zip with a fixed
+timestamp, entries in sorted order, deflate-compressed ``.npy`` arrays, so
+the same arrays give the same bytes (and the same sha256) on every run.
+Object arrays are never stored (``np.load(..., allow_pickle=False)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+MANIFEST = "manifest.json"
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+class GoldenError(Exception):
+    """A golden file cannot be used (missing, modified, truncated or unreadable)."""
+
+
+class GoldenIntegrityError(GoldenError):
+    """A golden file does not match its manifest entry."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+def default_data_dir() -> Path:
+    """The golden data shipped inside the package."""
+    return Path(str(resources.files("q2gemv.golden") / "data"))
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_manifest(data_dir: Path) -> dict:
+    path = Path(data_dir) / MANIFEST
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GoldenError(f"golden manifest {path} is missing") from None
+    try:
+        man = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise GoldenError(f"golden manifest {path} is not valid JSON ({e})") from None
+    if not isinstance(man, dict) or not isinstance(man.get("files"), dict):
+        raise GoldenError(f"golden manifest {path} has no 'files' table")
+    return man
+
+
+def write_manifest(data_dir: Path, man: dict) -> None:
+    text = json.dumps(man, indent=1, sort_keys=True) + "\n"
+    (Path(data_dir) / MANIFEST).write_text(text, encoding="utf-8")
+
+
+def file_problem(data_dir: Path, name: str, entry: dict) -> str | None:
+    """What is wrong with golden file ``name`` against its manifest ``entry`` (None: intact)."""
+    path = Path(data_dir) / name
+    if not path.is_file():
+        return f"golden file {name} is missing from {data_dir}"
+    size = path.stat().st_size
+    want_size = int(entry.get("bytes", -1))
+    if size != want_size:
+        what = "truncated" if size < want_size else "grown"
+        return (
+            f"golden file {name} is {size} bytes, the manifest says {want_size} "
+            f"({what} or replaced); it is not used"
+        )
+    got = sha256_file(path)
+    if got != entry.get("sha256"):
+        return (
+            f"golden file {name} was modified: sha256 {got[:16]}... does not match the "
+            f"manifest's {str(entry.get('sha256'))[:16]}...; it is not used"
+        )
+    return None
+
+
+def verify_files(data_dir: Path, man: dict | None = None) -> list[str]:
+    """Problems with the golden files of ``data_dir`` (empty: all intact). Never raises for files."""
+    man = read_manifest(data_dir) if man is None else man
+    problems = []
+    for name, entry in sorted(man["files"].items()):
+        p = file_problem(data_dir, name, entry)
+        if p:
+            problems.append(p)
+    return problems
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Deterministic compressed .npz (fixed timestamps, sorted entries)."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for key in sorted(arrays):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+            info = zipfile.ZipInfo(key + ".npy", date_time=_ZIP_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, buf.getvalue(), compresslevel=9)
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz (no pickles), as a dict; raises GoldenError naming the file."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise GoldenError(f"golden file {Path(path).name} cannot be read: {e}") from None
+
+
+def meta_to_array(meta: dict) -> np.ndarray:
+    """JSON metadata stored inside an .npz as uint8 UTF-8 bytes (no pickle needed)."""
+    return np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), np.uint8)
+
+
+def meta_from_array(a: np.ndarray) -> dict:
+    return json.loads(bytes(np.asarray(a, np.uint8)).decode("utf-8"))
+
+
+def content_key(a: np.ndarray) -> str:
+    """Content address of an array (dtype, shape and bytes): identical arrays are stored once."""
+    a = np.ascontiguousarray(a)
+    h = hashlib.sha256(f"{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()[:16]

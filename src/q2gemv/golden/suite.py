@@ -1,0 +1,269 @@
+"""The golden suite as loaded from disk: files, cases, and which checks a selection picks.
+
+Files (all listed in ``data/manifest.json`` with sha256 and size):
+
+==================================  ==========  ============================================
+file                                set         what
+==================================  ==========  ============================================
+``table_q2_0.json``                tables      hand-written: Q2_0 codes in every slot, scales
+``table_e2m1.json``                tables      hand-written: the 16 E2M1 codes, nibble order
+``table_e4m3.json``                tables      all 256 E4M3-fn bytes (subnormals, NaN)
+``table_bf16.json``                tables      hand-written: bf16 RNE ties, -0, Inf, NaN, ...
+``ggml_q2_0_reference_vectors.npz`` ggml        external: ggml's own C quantize/dequantize
+``roundtrip.npz``                   roundtrip   codes + scales -> bytes -> dequant, both formats
+``gemv_q2_0.npz``                   q2_0        Q2_0 GEMV cases (inputs + expected bits)
+``gemv_w4a16.npz``                  w4a16       NVFP4 GEMV cases (inputs + expected bits)
+``model_5120.npz``                  model       5120 x 5120 shapes: generator labels + input
+                                                sha256 + expected bits (inputs rebuilt)
+==================================  ==========  ============================================
+
+A GEMV case is checked once per kernel it lists. Each (case, kernel) check
+has a size class: ``small`` (run everywhere, the CUDA simulator included),
+``medium`` (reference and GPU; too slow for the simulator) or ``large``
+(the real-model shapes).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import gen, store
+
+SETS = ("tables", "ggml", "roundtrip", "q2_0", "w4a16", "model")
+SIZES = ("small", "medium", "large")
+TABLE_FILES = {
+    "q2_0": "table_q2_0.json",
+    "e2m1": "table_e2m1.json",
+    "e4m3": "table_e4m3.json",
+    "bf16": "table_bf16.json",
+}
+GGML_FILE = "ggml_q2_0_reference_vectors.npz"
+ROUNDTRIP_FILE = "roundtrip.npz"
+GEMV_FILES = {"q2_0": "gemv_q2_0.npz", "w4a16": "gemv_w4a16.npz", "model": "model_5120.npz"}
+FILE_SET = (
+    {f: "tables" for f in TABLE_FILES.values()}
+    | {GGML_FILE: "ggml", ROUNDTRIP_FILE: "roundtrip"}
+    | {f: s for s, f in GEMV_FILES.items()}
+)
+
+
+@dataclass
+class GemvCase:
+    """One GEMV case: inputs (stored, or rebuilt from the generator) and expected bits per kernel."""
+
+    spec: gen.GemvSpec
+    file: str
+    want_keys: dict[str, str]
+    input_keys: dict[str, str] | None  # None: rebuilt from spec (model shapes)
+    inputs_sha256: str
+    arrays: dict[str, np.ndarray] = field(repr=False)
+    _inputs: dict[str, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def set(self) -> str:
+        return FILE_SET[self.file]
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        return tuple(self.want_keys)
+
+    def size_of(self, kernel: str) -> str:
+        return self.spec.size_of(kernel)
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The input arrays; rebuilt ones are checked against the stored sha256 first."""
+        if self._inputs is None:
+            if self.input_keys is not None:
+                self._inputs = {k: self.arrays["in/" + v] for k, v in self.input_keys.items()}
+            else:
+                x = gen.build_inputs(self.spec)
+                got = gen.inputs_sha256(x)
+                if got != self.inputs_sha256:
+                    raise store.GoldenError(
+                        f"{self.id}: the regenerated inputs hash to {got[:16]}..., the golden "
+                        f"file {self.file} recorded {self.inputs_sha256[:16]}...: the input "
+                        f"generator (q2gemv.golden.gen v{gen.GENERATOR_VERSION}) drifted"
+                    )
+                self._inputs = x
+        return self._inputs
+
+    def a_bits(self) -> np.ndarray:
+        return self.inputs()["a"]
+
+    def weight(self):
+        """The host weight: a Q2Weight or an Nvfp4Weight."""
+        x = self.inputs()
+        if self.family == "q2_0":
+            from ..formats.q2_0 import Q2Weight
+
+            return Q2Weight.from_bytes(x["w_raw"], self.spec.n, self.spec.k, self.spec.group)
+        from ..formats.nvfp4 import Nvfp4Weight
+
+        g = float(x["w_g"].view(np.float32)[0])
+        return Nvfp4Weight.from_parts(x["w_packed"], x["w_scales"], g)
+
+    def want(self, kernel: str) -> np.ndarray:
+        return self.arrays["want/" + self.want_keys[kernel]]
+
+    def release(self) -> None:
+        """Drop rebuilt inputs (the 5120-wide weights are tens of MB)."""
+        if self.input_keys is None:
+            self._inputs = None
+
+
+@dataclass
+class HostCase:
+    """A format case checked by host (NumPy) code only: a table, ggml's vectors, a round trip."""
+
+    id: str
+    file: str
+    payload: object = field(repr=False)
+
+    @property
+    def set(self) -> str:
+        return FILE_SET[self.file]
+
+
+@dataclass
+class Suite:
+    data_dir: Path
+    manifest: dict
+    problems: list[str]  # files that failed their manifest check (never loaded)
+    gemv: list[GemvCase]
+    host: list[HostCase]
+
+    def gemv_case(self, case_id: str) -> GemvCase:
+        for c in self.gemv:
+            if c.id == case_id:
+                return c
+        raise KeyError(f"no GEMV case {case_id!r} in {self.data_dir}")
+
+
+def load_gemv_file(data_dir: Path, name: str) -> list[GemvCase]:
+    arrays = store.read_npz(Path(data_dir) / name)
+    try:
+        meta = store.meta_from_array(arrays.pop("__meta__"))
+    except (KeyError, ValueError) as e:
+        raise store.GoldenError(f"golden file {name} has no readable metadata ({e})") from None
+    cases = []
+    for c in meta["cases"]:
+        spec = gen.GemvSpec(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in c["spec"].items()}
+        )
+        cases.append(GemvCase(spec, name, c["want"], c.get("inputs"), c["inputs_sha256"], arrays))
+    return cases
+
+
+def load_suite(data_dir: Path | str | None = None, *, strict: bool = False) -> Suite:
+    """Load every golden file that passes its manifest check.
+
+    Files that fail (missing, modified, truncated) are listed in
+    ``Suite.problems`` and not read; ``strict=True`` raises
+    :class:`~q2gemv.golden.store.GoldenIntegrityError` instead.
+    """
+    data_dir = Path(data_dir) if data_dir is not None else store.default_data_dir()
+    man = store.read_manifest(data_dir)
+    fmt = man.get("format_version")
+    if fmt != gen.FORMAT_VERSION:
+        raise store.GoldenError(
+            f"golden manifest {data_dir / store.MANIFEST}: format version {fmt!r}, this q2gemv "
+            f"reads version {gen.FORMAT_VERSION}"
+        )
+    problems = []
+    bad = set()
+    for name, entry in sorted(man["files"].items()):
+        p = store.file_problem(data_dir, name, entry)
+        if p:
+            problems.append(p)
+            bad.add(name)
+    if strict and problems:
+        raise store.GoldenIntegrityError(problems)
+    gemv: list[GemvCase] = []
+    host: list[HostCase] = []
+    for name in man["files"]:
+        if name in bad:
+            continue
+        try:
+            if name in TABLE_FILES.values():
+                table = json.loads((data_dir / name).read_text(encoding="utf-8"))
+                key = next(k for k, f in TABLE_FILES.items() if f == name)
+                host.append(HostCase("tables/" + key, name, table))
+            elif name == GGML_FILE:
+                host.append(
+                    HostCase("ggml/q2_0_reference_vectors", name, store.read_npz(data_dir / name))
+                )
+            elif name == ROUNDTRIP_FILE:
+                arrays = store.read_npz(data_dir / name)
+                meta = store.meta_from_array(arrays.pop("__meta__"))
+                for c in meta["cases"]:
+                    host.append(HostCase(c["spec"]["id"], name, (c, arrays)))
+            elif name in GEMV_FILES.values():
+                gemv.extend(load_gemv_file(data_dir, name))
+        except (store.GoldenError, KeyError, ValueError) as e:
+            problems.append(f"golden file {name} cannot be used: {e}")
+            if strict:
+                raise store.GoldenIntegrityError(problems) from None
+    return Suite(data_dir, man, problems, gemv, host)
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which checks to run: sets/globs (empty = everything), sizes, kernels (empty = all)."""
+
+    patterns: tuple[str, ...] = ()
+    sizes: tuple[str, ...] = SIZES
+    kernels: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, cases: list[str] | None, kernels: list[str] | None = None) -> Selection:
+        """``cases`` tokens: ``all``, a size (small/medium/large), a set name, or an id glob."""
+        pats, sizes = [], []
+        for tok in cases or ["all"]:
+            for t in tok.split(","):
+                t = t.strip()
+                if not t or t == "all":
+                    continue
+                if t in SIZES:
+                    sizes.append(t)
+                else:
+                    pats.append(t)
+        unknown = [k for k in kernels or () if k not in gen.KERNELS]
+        if unknown:
+            raise ValueError(f"--kernel: unknown {unknown}; expected some of {list(gen.KERNELS)}")
+        return cls(tuple(pats), tuple(sizes) or SIZES, tuple(kernels or ()))
+
+    def case_matches(self, case_id: str, set_name: str) -> bool:
+        if not self.patterns:
+            return True
+        return any(p == set_name or fnmatch.fnmatchcase(case_id, p) for p in self.patterns)
+
+    def gemv_checks(self, suite: Suite) -> list[tuple[GemvCase, str]]:
+        out = []
+        for c in suite.gemv:
+            if not self.case_matches(c.id, c.set):
+                continue
+            for k in c.kernels:
+                if (not self.kernels or k in self.kernels) and c.size_of(k) in self.sizes:
+                    out.append((c, k))
+        return out
+
+    def host_cases(self, suite: Suite) -> list[HostCase]:
+        if "small" not in self.sizes:
+            return []
+        return [h for h in suite.host if self.case_matches(h.id, h.set)]
