@@ -39,13 +39,18 @@ def full_suite() -> suite.Suite:
     return suite.load_suite(strict=True)
 
 
-@pytest.fixture
-def data_copy(tmp_path) -> Path:
+def copy_data(tmp_path: Path) -> Path:
+    """A writable copy of the shipped golden data (installed files may be read-only)."""
     dst = tmp_path / "data"
     shutil.copytree(DATA, dst)
     for p in dst.rglob("*"):
         p.chmod(0o644 if p.is_file() else 0o755)
     return dst
+
+
+@pytest.fixture
+def data_copy(tmp_path) -> Path:
+    return copy_data(tmp_path)
 
 
 # -- the shipped data ----------------------------------------------------------------------------

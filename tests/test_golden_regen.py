@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,19 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from q2gemv.golden import regen, store, suite
+from q2gemv.golden import regen, suite
 from q2gemv.reference import q2_0 as ref_q2
 
-DATA = store.default_data_dir()
+from .test_golden import copy_data
 
 
 @pytest.fixture
 def data_copy(tmp_path) -> Path:
-    dst = tmp_path / "data"
-    shutil.copytree(DATA, dst)
-    for p in dst.rglob("*"):
-        p.chmod(0o644 if p.is_file() else 0o755)
-    return dst
+    return copy_data(tmp_path)
 
 
 def _regen(data_dir, **kw) -> tuple[int, str]:
