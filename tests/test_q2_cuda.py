@@ -120,3 +120,13 @@ def test_batchm_register_tiled_candidate(m):
     rng = np.random.default_rng(200 + m)
     w = random_weight(rng, 17, 128, 64)  # 17 rows: a tail inside the second 16-row CTA
     _check("q2_0_gemv_vec_batchm_rt2", random_acts(rng, m, 128), w, f"batchm_rt2 m={m}")
+
+
+@pytest.mark.parametrize("kernel", ["q2_0_gemv_vec", "q2_0_gemv_vec_batchm"])
+def test_several_staged_tiles(kernel):
+    """K past one shared-memory tile: the word-to-lane map must survive the tile boundary."""
+    rng = np.random.default_rng(11)
+    max_m = 8 if kernel.endswith("batchm") else 1
+    k = q2cuda.tile_k(max_m) + 512  # two tiles, the second one partial
+    w = random_weight(rng, 1, k, 128)
+    _check(kernel, random_acts(rng, 2 if max_m > 1 else 1, k), w, f"{kernel} k={k}")
