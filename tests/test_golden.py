@@ -66,7 +66,7 @@ def test_manifest_lists_every_data_file_with_sha_and_size():
         if p.is_file() and p.suffix in (".npz", ".json") and p.name != store.MANIFEST
     }
     assert on_disk == set(man["files"]) == set(suite.FILE_SET)
-    assert store.verify_files(DATA, man) == []
+    assert store.file_problems(DATA, man) == {}
     for name, e in man["files"].items():
         assert len(e["sha256"]) == 64 and e["bytes"] > 0, name
         if e["kind"] == "generated":

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import gen, host, store
 from .harness import Runner
+from .report import result_from_bits
 from .suite import (
     FILE_SET,
     GEMV_FILES,
@@ -137,17 +138,14 @@ def _cases_by_id(arrays: dict) -> dict[str, dict]:
 
 
 def _first_diffs(old: np.ndarray, new: np.ndarray) -> str:
-    if old.shape != new.shape:
-        return f"shape {old.shape} -> {new.shape}"
-    o2 = old.reshape(old.shape[0], -1) if old.ndim > 1 else old.reshape(1, -1)
-    n2 = new.reshape(o2.shape)
-    diff = np.argwhere(o2 != n2)
-    w = 2 * old.dtype.itemsize
+    if old.shape != new.shape or old.dtype != new.dtype:
+        return f"{old.dtype}{old.shape} -> {new.dtype}{new.shape}"
+    r = result_from_bits("", "", "", new, old)  # got = new, want = old
     parts = [
-        f"(row {r}, col {c}) old 0x{int(o2[r, c]):0{w}X} new 0x{int(n2[r, c]):0{w}X}"
-        for r, c in diff[:FIRST_DIFFS]
+        f"(row {row}, col {col}) old 0x{w:0{r.width}X} new 0x{g:0{r.width}X}"
+        for row, col, g, w in r.first[:FIRST_DIFFS]
     ]
-    return f"{len(diff)} of {o2.size} elements differ; first: " + ", ".join(parts)
+    return f"{r.mismatches} of {r.elements} elements differ; first: " + ", ".join(parts)
 
 
 def diff_generated(old: dict | None, new: dict) -> tuple[list[str], list[str], int, int]:

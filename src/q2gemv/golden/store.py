@@ -102,15 +102,15 @@ def file_problem(data_dir: Path, name: str, entry: dict) -> str | None:
     return None
 
 
-def verify_files(data_dir: Path, man: dict | None = None) -> list[str]:
-    """Problems with the golden files of ``data_dir`` (empty: all intact). Never raises for files."""
+def file_problems(data_dir: Path, man: dict | None = None) -> dict[str, str]:
+    """{file: what is wrong} for the golden files of ``data_dir`` (empty: all intact)."""
     man = read_manifest(data_dir) if man is None else man
-    problems = []
+    out = {}
     for name, entry in sorted(man["files"].items()):
         p = file_problem(data_dir, name, entry)
         if p:
-            problems.append(p)
-    return problems
+            out[name] = p
+    return out
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:

@@ -182,13 +182,8 @@ def load_suite(data_dir: Path | str | None = None, *, strict: bool = False) -> S
             f"golden manifest {data_dir / store.MANIFEST}: format version {fmt!r}, this q2gemv "
             f"reads version {gen.FORMAT_VERSION}"
         )
-    problems = []
-    bad = set()
-    for name, entry in sorted(man["files"].items()):
-        p = store.file_problem(data_dir, name, entry)
-        if p:
-            problems.append(p)
-            bad.add(name)
+    bad = store.file_problems(data_dir, man)
+    problems = list(bad.values())
     if strict and problems:
         raise store.GoldenIntegrityError(problems)
     gemv: list[GemvCase] = []
