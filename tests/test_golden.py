@@ -109,6 +109,26 @@ def test_golden_kernel_table_matches_the_kernel_modules():
         assert gen.MAX_M[name] == w4cuda.SPECS[name].max_m, name
 
 
+def test_shapes_cross_every_kernels_activation_tile(full_suite):
+    """Each kernel sees a K one block past its shared-memory tile, on the simulator too."""
+    from q2gemv.cuda import q2_0 as q2cuda
+    from q2gemv.cuda import w4a16 as w4cuda
+
+    for kernel in gen.KERNELS:
+        if kernel == "q2_0_gemv":
+            continue  # the baseline reads activations from global memory: no tile
+        if kernel in gen.Q2_KERNELS:
+            tile = q2cuda.tile_k(q2cuda.KERNELS[kernel][1])
+        else:
+            tile = w4cuda.TILE_K
+        seams = [
+            c for c in full_suite.gemv
+            if kernel in c.kernels and c.spec.k > tile and c.spec.k % tile and c.spec.m
+        ]  # fmt: skip
+        assert seams, kernel
+        assert any(c.size_of(kernel) == "small" for c in seams), kernel
+
+
 def test_generator_is_pinned():
     # SplitMix64 from seed 0 (the published first outputs), then our label seeding.
     with np.errstate(over="ignore"):

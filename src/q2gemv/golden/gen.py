@@ -89,6 +89,10 @@ MAX_M = {
     "w4a16_gemv_batch32": 32,
 }
 KERNELS = Q2_KERNELS + W4A16_KERNELS
+# Activation codes staged per shared-memory tile (the K seams the shapes cross).
+Q2_TILE_M1 = 8192  # q2_0_gemv_vec, q2_0_gemv_vec_rt4
+Q2_TILE_BATCHM = 1024  # q2_0_gemv_vec_batchm, q2_0_gemv_vec_batchm_rt2
+W4A16_TILE = 512
 M_SWEEP = (0, 1, 2, 4, 5, 7, 8, 9, 16, 17, 32, 33)
 N_SWEEP = (1, 7, 8, 9, 33)
 
@@ -372,17 +376,21 @@ def gemv_specs() -> list[GemvSpec]:
     w4 = W4A16_KERNELS
     b4, b8, rt2, b16, b32 = w4[0], w4[4], w4[5], w4[6], w4[7]
 
-    # Q2_0, per group: shapes (one block, three, and one past the vec kernel's 1024-code tile).
+    # Q2_0, per group: shapes (one block, three, and one block past each staged-activation
+    # tile: the batched kernels stage 1024 codes a tile, the M=1 vec kernels 8192;
+    # q2gemv.cuda.q2_0.tile_k, checked by the tests).
     for g in q2fmt.GROUPS:
-        for k in (g, 3 * g, 1024 + g):
+        for k in (g, 3 * g, Q2_TILE_BATCHM + g, Q2_TILE_M1 + g):
             for n in N_SWEEP:
                 small: tuple[str, ...] = ()
                 if k == g:
                     small = core if (n < 33 or g == 128) else ()
                     if n == 9 or (g == 128 and n in (1, 33)):
                         small += (rt4, mrt2)
-                elif k == 1024 + g and n == 8 and g == 128:
-                    small = (q2v, q2m, mrt2)
+                elif k == Q2_TILE_BATCHM + g and n == 8 and g == 128:
+                    small = (q2m, mrt2)
+                elif k == Q2_TILE_M1 + g and n == 1:
+                    small = (q2v, rt4) if g == 128 else (q2v,)
                 add("q2_0", n, k, 1, "uniform", "normal", small, g)
         # M sweep: every kernel over every M (M=1 kernels: one launch per row). On the
         # simulator batchm's chunk seam (M=9: 8 + 1) runs for group 128, M=8 for 64.
@@ -407,13 +415,13 @@ def gemv_specs() -> list[GemvSpec]:
         add("q2_0", 9, 2 * g, 2, "code3", "max", (q2m,) if g == 64 else (), g)
 
     # NVFP4: shapes (one group, three, and 33 groups = two 512-element tiles).
-    for k in (NVFP4_BLOCK, 3 * NVFP4_BLOCK, 33 * NVFP4_BLOCK):
+    for k in (NVFP4_BLOCK, 3 * NVFP4_BLOCK, W4A16_TILE + NVFP4_BLOCK):
         for n in N_SWEEP:
             if k == NVFP4_BLOCK and n in (1, 9):
                 small = w4
             elif k == 3 * NVFP4_BLOCK and n in (7, 8, 33):
                 small = (b4, rt2, b32)
-            elif k == 33 * NVFP4_BLOCK and n == 9:
+            elif k == W4A16_TILE + NVFP4_BLOCK and n == 9:
                 small = w4
             else:
                 small = ()
@@ -421,11 +429,11 @@ def gemv_specs() -> list[GemvSpec]:
     for m in M_SWEEP:
         add("w4a16", 7, 3 * NVFP4_BLOCK, m, "uniform", "normal", [x for x in w4 if m in _sim_m(x)])
     for m in (5, 17, 33):  # many rows across the tile seam
-        add("w4a16", 7, 33 * NVFP4_BLOCK, m, "uniform", "normal", ())
+        add("w4a16", 7, W4A16_TILE + NVFP4_BLOCK, m, "uniform", "normal", ())
     for ak in ACT_KINDS[1:]:
         m = 2 if ak in ("inf", "nan") else 1
         small = (b4,) + ((rt2, b32) if ak in ("inf", "nan", "max", "cancel") else ())
-        add("w4a16", 7, 33 * NVFP4_BLOCK, m, "uniform", ak, small)
+        add("w4a16", 7, W4A16_TILE + NVFP4_BLOCK, m, "uniform", ak, small)
     for wk in W4_WEIGHT_KINDS[1:]:
         small = (b4, b8, rt2, b16, b32) if wk == "special_s" else (b4,)
         add("w4a16", 7, 3 * NVFP4_BLOCK, 1, wk, "normal", small)
