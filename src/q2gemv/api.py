@@ -58,6 +58,17 @@ def weight_family(weight) -> tuple[str, bool]:
     return fam, True
 
 
+def is_device_array(x) -> bool:
+    """True for numba device arrays, ``__cuda_array_interface__`` objects and CUDA torch tensors.
+
+    Imports neither numba nor torch: a torch tensor can only exist once torch is loaded.
+    """
+    if getattr(x, "__cuda_ndarray__", False) or hasattr(x, "__cuda_array_interface__"):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
+
+
 def default_q2_kernel(m: int) -> str:
     """M=1 -> candidate B (``q2_0_gemv_vec``); otherwise the batched kernel (chunked by 8)."""
     return "q2_0_gemv_vec" if m == 1 else "q2_0_gemv_vec_batchm"
@@ -127,11 +138,15 @@ def gemv(
     kernel: str | None = None,
     backend: str | None = None,
     out: np.ndarray | None = None,
-) -> np.ndarray:
+    stream=None,
+):
     """``y = a @ dequantize(weight).T`` in bf16, bit-exact across backends.
 
     Args:
-        a: ``ml_dtypes.bfloat16`` activations, [K] or [M, K] (any M >= 0).
+        a: ``ml_dtypes.bfloat16`` activations, [K] or [M, K] (any M >= 0); or
+            activations already on the GPU (see :mod:`q2gemv.cuda.interop`):
+            a numba/CuPy device array of uint16 bf16 bits or a CUDA
+            ``torch.bfloat16`` tensor, which stay on the device.
         weight: a :class:`~q2gemv.Q2Weight` or :class:`~q2gemv.Nvfp4Weight`
             (or their device-resident forms from ``.to_device()`` /
             ``q2gemv.cuda``, which imply ``backend="cuda"``).
@@ -145,15 +160,23 @@ def gemv(
         backend: ``"reference"`` (NumPy) or ``"cuda"`` (the numba kernels on
             the GPU, or the CUDA simulator when ``NUMBA_ENABLE_CUDASIM=1``).
             Default: ``"cuda"`` where available, else ``"reference"``.
-        out: optional bfloat16 array of the result's shape to write into.
+        out: optional array of the result's shape to write into: bfloat16
+            numpy for host ``a``, the same kind of device array for device ``a``.
+        stream: CUDA backend only: a numba stream or a raw ``cudaStream_t``
+            handle (int); default 0, or torch's current stream for torch ``a``.
 
     Returns:
-        bfloat16 [M, N] (or [N] for 1-D ``a``); ``out`` itself when given.
+        bfloat16 [M, N] (or [N] for 1-D ``a``); ``out`` itself when given. For
+        device ``a``: a device array of the same kind (see the interop module).
 
     Raises:
         TypeError / ValueError naming the argument, before anything is launched.
     """
     family, on_device = weight_family(weight)
+    if is_device_array(a):
+        return _gemv_device(
+            a, weight, family, kernel=kernel, backend=backend, out=out, stream=stream
+        )
     bits, was_1d = check_activations(a, weight.k)
     m, n = bits.shape[0], weight.n
     shape = (n,) if was_1d else (m, n)
@@ -177,16 +200,45 @@ def gemv(
     elif family == "q2_0":
         from .cuda import q2_0 as q2cuda
 
-        y = q2cuda.run(launches[0][2], bits, weight)
+        y = q2cuda.run(launches[0][2], bits, weight, _host_stream(stream))
     else:
         from .cuda import w4a16 as w4cuda
 
-        y = w4cuda._run_plan(launches, bits, weight, 0)
+        y = w4cuda._run_plan(launches, bits, weight, _host_stream(stream))
     result = bits_to_bf16(y.reshape(shape))
     if out is not None:
         out[...] = result
         return out
     return result
+
+
+def _host_stream(stream):
+    if stream is None or isinstance(stream, bool):
+        return 0
+    if isinstance(stream, (int, np.integer)):
+        from numba import cuda
+
+        return cuda.external_stream(int(stream)) if stream else 0
+    return stream
+
+
+def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream):
+    """Device-resident activations: validate here, launch in :mod:`q2gemv.cuda.interop`."""
+    if backend not in (None, "cuda"):
+        raise ValueError(f"backend: activations on the GPU need backend='cuda', got {backend!r}")
+    shape = tuple(a.shape)
+    if len(shape) not in (1, 2):
+        raise ValueError(f"a: expected shape [K] or [M, K], got {shape}")
+    if shape[-1] != weight.k:
+        raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {shape[-1]}")
+    m = 1 if len(shape) == 1 else shape[0]
+    launches = plan(weight, m, kernel)
+    from .cuda import interop
+
+    out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
+    return interop.gemv_device(
+        a, weight, launches, out_shape, family=family, out=out, stream=stream
+    )
 
 
 def explain(weight, m: int, kernel: str | None = None) -> str:
@@ -218,4 +270,11 @@ def explain(weight, m: int, kernel: str | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["gemv", "explain", "plan", "default_q2_kernel", "weight_family"]
+__all__ = [
+    "gemv",
+    "explain",
+    "plan",
+    "default_q2_kernel",
+    "weight_family",
+    "is_device_array",
+]

@@ -1,0 +1,122 @@
+"""Device-resident activations and outputs: numba device arrays, CuPy arrays, torch tensors.
+
+:func:`q2gemv.gemv` sends any activation that already lives on the GPU here,
+so nothing is copied to the host:
+
+* numba device arrays (real or simulated) and any object with
+  ``__cuda_array_interface__`` (CuPy, ...) must hold **bf16 bit patterns as
+  uint16** ([K] or [M, K], C-contiguous): neither numba nor CuPy has a bf16
+  dtype. The result is a numba device array of uint16 bits (wrap it with
+  ``cupy.asarray`` for CuPy).
+* torch CUDA tensors must be ``torch.bfloat16``; they are reinterpreted as
+  16-bit integers (no copy) and the result is a ``torch.bfloat16`` tensor on
+  the same device. Without ``stream=``, launches go on torch's current stream
+  (through ``cuda.external_stream``) so they order with the surrounding torch
+  work and can be captured in a torch CUDA graph.
+
+``out=`` may be a device array / tensor of the result's shape and kind;
+``stream=`` a numba stream or a raw ``cudaStream_t`` handle (int). torch is
+never imported here unless a torch tensor was passed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from numba import cuda
+
+
+def _is_torch(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def as_bits(x, name: str):
+    """``(numba uint16 device array, kind)`` for a device array / tensor ``x``; no copy.
+
+    Raises TypeError/ValueError naming ``name`` for a wrong dtype, a host
+    tensor, or a non-contiguous array.
+    """
+    if _is_torch(x):
+        import torch
+
+        if not x.is_cuda:
+            raise TypeError(f"{name}: expected a CUDA tensor, got one on {x.device}")
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"{name}: expected torch.bfloat16, got {x.dtype}")
+        if not x.is_contiguous():
+            raise ValueError(f"{name}: expected a contiguous tensor")
+        return cuda.as_cuda_array(x.view(torch.int16)).view(np.uint16), "torch"
+    if getattr(x, "__cuda_ndarray__", False):
+        d, kind = x, "numba"
+    elif hasattr(x, "__cuda_array_interface__"):
+        d, kind = cuda.as_cuda_array(x), "cai"
+    else:
+        raise TypeError(f"{name}: expected a device array or CUDA tensor, got {type(x).__name__}")
+    if np.dtype(d.dtype) != np.uint16:
+        raise TypeError(f"{name}: expected uint16 bf16 bit patterns on the device, got {d.dtype}")
+    if not d.is_c_contiguous():
+        raise ValueError(f"{name}: expected a C-contiguous device array")
+    return d, kind
+
+
+def resolve_stream(stream, like):
+    """numba stream for the launches: given, raw handle, torch's current stream, or 0."""
+    if stream is None:
+        if _is_torch(like):
+            import torch
+
+            return cuda.external_stream(torch.cuda.current_stream(like.device).cuda_stream)
+        return 0
+    if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
+        return cuda.external_stream(int(stream)) if stream else 0
+    return stream
+
+
+def gemv_device(a, weight, launches, out_shape, *, family: str, out=None, stream=None):
+    """Run ``launches`` (``(row0, rows, kernel)``) on device activations ``a``; see module doc.
+
+    ``weight`` may be a host or device-resident weight (a host weight is
+    uploaded for this call: upload it once with ``to_device()`` to reuse it).
+    ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``.
+    """
+    from . import q2_0, w4a16
+
+    mod = q2_0 if family == "q2_0" else w4a16
+    d_a, kind = as_bits(a, "a")
+    st = resolve_stream(stream, a)
+    dw = mod.as_device_weight(weight, st)
+    n = dw.n
+    d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
+    if out is None:
+        if kind == "torch":
+            import torch
+
+            result = torch.empty(out_shape, dtype=torch.bfloat16, device=a.device)
+            d_out, _ = as_bits(result, "out")
+        else:
+            result = d_out = cuda.device_array(out_shape, dtype=np.uint16, stream=st)
+    else:
+        result = out
+        d_out, out_kind = as_bits(out, "out")
+        if (out_kind == "torch") != (kind == "torch"):
+            raise TypeError("out: expected the same kind of device array as a")
+        if tuple(d_out.shape) != tuple(out_shape):
+            raise ValueError(f"out: expected shape {tuple(out_shape)}, got {tuple(d_out.shape)}")
+        if _same_memory(d_out, d_a):
+            raise ValueError("out: must not alias the activations a")
+    d_out2 = d_out.reshape(1, n) if d_out.ndim == 1 else d_out
+    for r0, rows, name in launches:
+        mod.launch_raw(name, d_a2[r0 : r0 + rows], dw, d_out2[r0 : r0 + rows], rows, st)
+    return result
+
+
+def _same_memory(x, y) -> bool:
+    try:
+        px = x.device_ctypes_pointer.value
+        py = y.device_ctypes_pointer.value
+    except AttributeError:  # the simulator's arrays are NumPy underneath
+        return np.shares_memory(np.asarray(x._ary), np.asarray(y._ary))
+    nx, ny = x.size * 2, y.size * 2
+    return px < py + ny and py < px + nx
