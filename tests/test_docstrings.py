@@ -88,53 +88,11 @@ FUNCTIONS = [(q, o) for q, o in PUBLIC if inspect.isfunction(o)]
 # (see the notebooks-and-docs report). strict xfail: when a gap is fixed the
 # test XPASSes and fails, so the entry must be removed here. Never add to
 # these lists to get green; fix the docstring instead.
-KNOWN_MISSING_DOCSTRING = frozenset(
-    (
-        "q2gemv.Nvfp4Weight.groups_per_row",
-        "q2gemv.Nvfp4Weight.k",
-        "q2gemv.Nvfp4Weight.n",
-        "q2gemv.Q2Weight.blocks_per_row",
-        "q2gemv.Q2Weight.nbytes",
-        "q2gemv.formats.q2_0.check_group",
-        "q2gemv.formats.q2_0.row_bytes",
-        "q2gemv.formats.q2_0.unpack_codes",
-        "q2gemv.formats.q2_0.unpack_scales",
-        "q2gemv.io.GgufTensorInfo.is_q2",
-        "q2gemv.io.GgufTensorInfo.n_elements",
-        "q2gemv.io.GgufTensorInfo.type_name",
-    )
-)
+KNOWN_MISSING_DOCSTRING: frozenset[str] = frozenset()
 KNOWN_UNMENTIONED_ARGS = frozenset(
     (
-        "q2gemv.Nvfp4Weight.from_codes",
-        "q2gemv.Nvfp4Weight.from_compressed_tensors",
-        "q2gemv.Nvfp4Weight.from_parts",
-        "q2gemv.Q2Weight.from_bytes",
-        "q2gemv.Q2Weight.to_device",
-        "q2gemv.W4a16BatchmTiers.width",
         "q2gemv.explain",
-        "q2gemv.formats.bf16.bf16_bits_to_f32",
-        "q2gemv.formats.bf16.bits_to_bf16",
-        "q2gemv.formats.bf16.f32_to_bf16_bits",
-        "q2gemv.formats.nvfp4.e4m3_decode",
-        "q2gemv.formats.nvfp4.e4m3_encode",
-        "q2gemv.formats.q2_0.check_group",
-        "q2gemv.formats.q2_0.pack",
-        "q2gemv.formats.q2_0.row_bytes",
-        "q2gemv.formats.q2_0.unpack_codes",
-        "q2gemv.formats.q2_0.unpack_scales",
-        "q2gemv.io.format_inspect",
-        "q2gemv.io.load_q2_weights",
-        "q2gemv.io.read_gguf",
-        "q2gemv.io.save_q2_weights",
         "q2gemv.plan",
-        "q2gemv.quantize_q2_0",
-        "q2gemv.reference.q2_0_gemv",
-        "q2gemv.reference.q2_0_gemv_vec",
-        "q2gemv.reference.q2_0_gemv_vec_batchm",
-        "q2gemv.reference.q2_0_gemv_vec_batchm_rt2",
-        "q2gemv.reference.q2_0_gemv_vec_rt4",
-        "q2gemv.reference.w4a16_gemv",
     )
 )
 

@@ -249,7 +249,19 @@ class W4a16BatchmTiers:
         return None if i is None else self.kernels[i]
 
     def width(self, m: int, *, exact_m: bool | None = None) -> int | None:
-        """Width of the tier :meth:`kernel` would pick, for logging and tests."""
+        """Width of the tier :meth:`kernel` would pick, for logging and tests.
+
+        Args:
+            m: activation rows, an int >= 0.
+            exact_m: overrides :func:`exact_m_tiers_enabled` (None: use it).
+
+        Returns:
+            One of :data:`W4A16_BATCHM_WIDTHS`, or None when the table declines
+            (``m == 0``, ``m > 8``, or every covering tier absent or hidden).
+
+        Raises:
+            TypeError/ValueError naming ``m`` when it is not an int >= 0.
+        """
         i = self._select(m, exact_m)
         return None if i is None else W4A16_BATCHM_WIDTHS[i]
 

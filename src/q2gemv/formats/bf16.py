@@ -28,7 +28,15 @@ BF16_MAX = 0x7F7F  # 3.3895314e38
 
 
 def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """fp32 -> bf16 bit patterns (uint16), round-to-nearest-even, NaN -> 0x7FC0."""
+    """fp32 -> bf16 bit patterns (uint16), round-to-nearest-even, NaN -> 0x7FC0.
+
+    Args:
+        x: float32 array (any shape); other dtypes are converted to float32
+            first (float64 input is thus rounded twice).
+
+    Returns:
+        uint16 of the same shape; values past the bf16 maximum become +-Inf.
+    """
     x = np.asarray(x, dtype=np.float32)
     u = x.view(np.uint32).astype(np.uint64)
     r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -36,7 +44,14 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def bf16_bits_to_f32(h: np.ndarray) -> np.ndarray:
-    """bf16 bit patterns (uint16) -> fp32, exact."""
+    """bf16 bit patterns (uint16) -> fp32, exact.
+
+    Args:
+        h: uint16 array (any shape) of bf16 bit patterns.
+
+    Returns:
+        float32 of the same shape, ``h << 16`` reinterpreted (NaN payloads kept).
+    """
     h = np.asarray(h, dtype=np.uint16)
     return (h.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
@@ -57,5 +72,13 @@ def as_bf16_bits(a: np.ndarray, name: str = "a") -> np.ndarray:
 
 
 def bits_to_bf16(h: np.ndarray) -> np.ndarray:
-    """uint16 bit patterns -> ``ml_dtypes.bfloat16`` array (a view, no copy)."""
+    """uint16 bit patterns -> ``ml_dtypes.bfloat16`` array (a view, no copy).
+
+    Args:
+        h: uint16 array (any shape) of bf16 bit patterns; other dtypes are
+            converted to uint16 first (then the result views that copy).
+
+    Returns:
+        ``ml_dtypes.bfloat16`` of the same shape.
+    """
     return np.asarray(h, dtype=np.uint16).view(BF16)

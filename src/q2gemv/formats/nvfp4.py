@@ -95,7 +95,15 @@ def e2m1_decode(codes: np.ndarray) -> np.ndarray:
 
 
 def e4m3_decode(bits: np.ndarray) -> np.ndarray:
-    """E4M3-fn bit patterns (uint8) -> float32, exact; 0x7F/0xFF -> NaN."""
+    """E4M3-fn bit patterns (uint8) -> float32, exact; 0x7F/0xFF -> NaN.
+
+    Args:
+        bits: uint8 array (any shape) of E4M3-fn bit patterns; other integer
+            dtypes are converted to uint8 first.
+
+    Returns:
+        float32 of the same shape, looked up in :data:`E4M3_VALUES`.
+    """
     return E4M3_VALUES[np.asarray(bits, dtype=np.uint8)]
 
 
@@ -139,6 +147,13 @@ def e4m3_encode(x: np.ndarray) -> np.ndarray:
     become +-448 (0x7E/0xFE). NaN -> 0x7F. The sign bit follows ``signbit``
     (-0.0 -> 0x80). Note ``ml_dtypes``' own cast does NOT saturate (465 ->
     NaN): this function clamps first.
+
+    Args:
+        x: real array (any shape), converted to float64 before rounding (so
+            float32 input is rounded once).
+
+    Returns:
+        uint8 of the same shape: E4M3-fn bit patterns.
     """
     x = np.asarray(x, dtype=np.float64)
     nan = np.isnan(x)
@@ -263,14 +278,17 @@ class Nvfp4Weight:
     # -- shape ------------------------------------------------------------------
     @property
     def n(self) -> int:
+        """Output features (rows): ``packed.shape[0]``."""
         return int(self.packed.shape[0])
 
     @property
     def k(self) -> int:
+        """Input features: ``2 * packed.shape[1]``, a multiple of 16."""
         return 2 * int(self.packed.shape[1])
 
     @property
     def groups_per_row(self) -> int:
+        """E4M3 scales per row: ``k // 16`` (the second dim of ``scales``)."""
         return self.k // BLOCK
 
     @property
@@ -283,6 +301,8 @@ class Nvfp4Weight:
     def from_parts(cls, packed: np.ndarray, scales: np.ndarray, global_scale) -> Nvfp4Weight:
         """Wrap checkpoint tensors without copying when they are already C-contiguous.
 
+        ``packed`` is uint8 [n, k // 2], two E2M1 codes a byte (even k in the
+        low nibble), k a multiple of 16; ``scales`` is [n, k // 16].
         ``scales`` may be uint8 E4M3 bit patterns or an ``ml_dtypes.float8_e4m3fn``
         array (viewed as uint8, no copy). ``global_scale`` is the multiplier
         (ModelOpt ``weight_scale_2``): a real scalar or size-1 array, rounded
@@ -302,12 +322,36 @@ class Nvfp4Weight:
         The global scale there is a divisor; it becomes the multiplier
         ``fp32(1 / weight_global_scale)`` (see :func:`global_scale_from_divisor`
         for the rounding that implies).
+
+        Args:
+            packed: ``weight_packed``, uint8 [n, k // 2] (even k in the low
+                nibble), k a multiple of 16.
+            scales: ``weight_scale``, [n, k // 16] as uint8 E4M3 bit patterns
+                or ``ml_dtypes.float8_e4m3fn``.
+            weight_global_scale: the divisor ``g_ct``, a real scalar or
+                size-1 array.
+
+        Raises:
+            TypeError/ValueError naming the argument, as :meth:`from_parts`.
         """
         return cls.from_parts(packed, scales, global_scale_from_divisor(weight_global_scale))
 
     @classmethod
     def from_codes(cls, codes: np.ndarray, scales: np.ndarray, global_scale) -> Nvfp4Weight:
-        """Pack E2M1 codes uint8 [n, k] (values 0..15) with E4M3 scale bits [n, k/16]."""
+        """Pack E2M1 codes uint8 [n, k] (values 0..15) with E4M3 scale bits [n, k/16].
+
+        Args:
+            codes: uint8 [n, k], values 0..15 (bit 3 = sign), k a multiple of 16.
+            scales: [n, k // 16], uint8 E4M3 bit patterns or
+                ``ml_dtypes.float8_e4m3fn``.
+            global_scale: the per-tensor multiplier ``g`` (real scalar or
+                size-1 array, rounded to fp32).
+
+        Raises:
+            TypeError: ``codes`` is not a uint8 ndarray (or as :meth:`from_parts`).
+            ValueError: ``codes`` is not 2-D, a code above 15, an odd k, or
+                shapes that disagree.
+        """
         codes = _check_u8_2d(codes, "codes")
         if codes.size and int(codes.max()) > 15:
             raise ValueError(f"codes: expected values 0..15, found {int(codes.max())}")

@@ -46,12 +46,37 @@ def block_bytes(group: int) -> int:
 
 
 def check_group(group: int) -> int:
+    """Validate a ``block_q2_0`` group size and return it as a Python int.
+
+    Args:
+        group: codes per block; must be the int 64 or 128 (a NumPy integer is
+            accepted, a bool is not).
+
+    Returns:
+        ``int(group)``.
+
+    Raises:
+        ValueError: naming ``group`` when it is not 64 or 128.
+    """
     if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group not in GROUPS:
         raise ValueError(f"group: expected 64 or 128, got {group!r}")
     return int(group)
 
 
 def row_bytes(k: int, group: int) -> int:
+    """Bytes of one weight row: ``(k // group) * block_bytes(group)``.
+
+    Args:
+        k: codes per row (input features); a multiple of ``group`` for a valid
+            row (a remainder is dropped, not rejected).
+        group: codes per block, 64 or 128.
+
+    Returns:
+        The row's size in bytes (34 per 128 codes, 18 per 64 codes).
+
+    Raises:
+        ValueError: when ``group`` is not 64 or 128 (from :func:`check_group`).
+    """
     return (k // group) * block_bytes(group)
 
 
@@ -87,7 +112,23 @@ def _blocks(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
 
 
 def pack(codes: np.ndarray, scales_f16: np.ndarray, group: int) -> np.ndarray:
-    """codes uint8 [n, k] in 0..3 and fp16 scales [n, k//group] -> raw block bytes (1-D uint8)."""
+    """codes uint8 [n, k] in 0..3 and fp16 scales [n, k//group] -> raw block bytes (1-D uint8).
+
+    Args:
+        codes: uint8 [n, k], values 0..3 (not checked here; larger values
+            corrupt neighbouring codes), ``k`` a multiple of ``group``.
+        scales_f16: [n, k // group], one ``d`` per block; converted to
+            little-endian float16 (float32 input is rounded, RNE).
+        group: codes per block, 64 or 128.
+
+    Returns:
+        uint8 [n * (k // group) * (2 + group // 4)]: row-major blocks, each
+        ``d`` then ``qs`` in the bit layout of the module docstring.
+
+    Raises:
+        ValueError: from NumPy's reshape when the shapes disagree with
+        ``group``. Use :meth:`Q2Weight.from_codes` for checked input.
+    """
     n, k = codes.shape
     nb = k // group
     out = np.empty((n, nb, block_bytes(group)), dtype=np.uint8)
@@ -100,12 +141,46 @@ def pack(codes: np.ndarray, scales_f16: np.ndarray, group: int) -> np.ndarray:
 
 
 def unpack_codes(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
+    """Extract the 2-bit codes of ``n`` rows of ``block_q2_0`` bytes (the inverse of :func:`pack`).
+
+    Args:
+        raw: uint8 block bytes, exactly ``n * row_bytes(k, group)`` of them
+            (1-D, as in :attr:`Q2Weight.raw`).
+        n: rows (output features).
+        k: codes per row, a multiple of ``group``.
+        group: codes per block, 64 or 128.
+
+    Returns:
+        uint8 [n, k], values 0..3, code j of a row taken LSB-first from
+        ``qs[j // 4]`` of its block (a new array).
+
+    Raises:
+        ValueError: when ``group`` is not 64 or 128, or ``raw`` does not hold
+        exactly that many bytes (NumPy's reshape error).
+    """
     qs = _blocks(raw, n, k, group)[:, :, SCALE_BYTES:]
     shifts = np.arange(4, dtype=np.uint8) * 2
     return ((qs[..., None] >> shifts) & 3).reshape(n, k).astype(np.uint8)
 
 
 def unpack_scales(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
+    """Extract the per-block fp16 scales ``d`` of ``n`` rows of ``block_q2_0`` bytes.
+
+    Args:
+        raw: uint8 block bytes, exactly ``n * row_bytes(k, group)`` of them
+            (1-D, as in :attr:`Q2Weight.raw`).
+        n: rows (output features).
+        k: codes per row, a multiple of ``group``.
+        group: codes per block, 64 or 128.
+
+    Returns:
+        float16 [n, k // group], the bytes 0..1 of each block read
+        little-endian, bit patterns unchanged (NaN and Inf kept; a new array).
+
+    Raises:
+        ValueError: when ``group`` is not 64 or 128, or ``raw`` does not hold
+        exactly that many bytes (NumPy's reshape error).
+    """
     d = np.ascontiguousarray(_blocks(raw, n, k, group)[:, :, :SCALE_BYTES])
     return d.view("<f2").reshape(n, k // group).astype(np.float16)
 
@@ -158,8 +233,22 @@ class Q2Weight:
     def from_bytes(cls, raw, n: int, k: int, group: int = 128) -> Q2Weight:
         """Wrap GGUF ``block_q2_0`` bytes (any buffer: bytes, memoryview, mmap, ndarray).
 
-        No copy when ``raw`` is already a contiguous uint8 buffer. Raises
-        ValueError/TypeError naming the argument on a wrong length or dtype.
+        Args:
+            raw: the block bytes of a row-major [n, k] matrix: bytes,
+                bytearray, memoryview, a buffer object such as an mmap, or a
+                1-D contiguous uint8 ndarray of exactly
+                ``n * (k // group) * (2 + group // 4)`` bytes.
+            n: output features (rows), >= 1.
+            k: input features (codes per row), >= 1 and a multiple of ``group``.
+            group: codes per block, 64 or 128 (default 128).
+
+        Returns:
+            A read-only :class:`Q2Weight`. No copy when ``raw`` is already a
+            contiguous uint8 buffer.
+
+        Raises:
+            ValueError/TypeError naming the argument on a wrong length, dtype,
+            shape, ``n``, ``k`` or ``group``.
         """
         if isinstance(raw, (bytes, bytearray, memoryview)):
             raw = np.frombuffer(raw, dtype=np.uint8)
@@ -196,10 +285,12 @@ class Q2Weight:
     # -- accessors ----------------------------------------------------------
     @property
     def blocks_per_row(self) -> int:
+        """Blocks in one row: ``k // group`` (each block holds one fp16 scale)."""
         return self.k // self.group
 
     @property
     def nbytes(self) -> int:
+        """Bytes of ``raw``: ``n * blocks_per_row * (2 + group // 4)``, what a GEMV streams."""
         return self.raw.size
 
     def codes(self) -> np.ndarray:
@@ -234,7 +325,15 @@ class Q2Weight:
         return [f"{bad.sum()} non-finite scale(s) d: {first}"]
 
     def to_device(self, stream=0):
-        """Upload ``raw`` once; returns a :class:`q2gemv.cuda.DeviceQ2Weight` to reuse."""
+        """Upload ``raw`` once; returns a :class:`q2gemv.cuda.DeviceQ2Weight` to reuse.
+
+        Args:
+            stream: the numba CUDA stream the copy is issued on; 0 (the
+                default) means the default stream.
+
+        Imports :mod:`q2gemv.cuda` (numba) on first use; needs a CUDA device,
+        and numba's errors propagate without one.
+        """
         from .. import cuda as _cuda
 
         return _cuda.DeviceQ2Weight.upload(self, stream=stream)
@@ -255,6 +354,21 @@ def quantize_q2_0(
     w: np.ndarray, group: int = 128, method: Literal["ggml", "absmean"] = "ggml"
 ) -> Q2Weight:
     """Quantize float weights [n, k] to ``block_q2_0``.
+
+    Args:
+        w: float array [n, k] (any float dtype; rounded to fp32 first), ``k``
+            a multiple of ``group``.
+        group: codes per block, 64 or 128 (default 128).
+        method: ``"ggml"`` (default) or ``"absmean"``, as described below.
+
+    Returns:
+        A :class:`Q2Weight` [n, k]. A block holding a NaN gets ``d = NaN``
+        and, with either method, every code 1 (zero).
+
+    Raises:
+        TypeError: ``w`` is not a float array.
+        ValueError: ``w`` is not 2-D, ``k`` is not a multiple of ``group``,
+            ``group`` is not 64 or 128, or ``method`` is unknown.
 
     ``method="ggml"`` reproduces ggml's ``quantize_row_q2_0_ref`` byte for byte:
     per block, ``amax = max|x|`` in fp32, ``d = fp16(amax)`` (RNE; Inf when

@@ -228,6 +228,7 @@ class GgufTensorInfo:
 
     @property
     def n_elements(self) -> int:
+        """Elements in the tensor: the product of ``ne`` (1 for a 0-D tensor)."""
         return int(np.prod(self.ne, dtype=object)) if self.ne else 1
 
     @property
@@ -242,10 +243,12 @@ class GgufTensorInfo:
 
     @property
     def type_name(self) -> str:
+        """ggml's name for ``type_id`` (``"Q2_0"``, ``"PQ2_0"``, ``"F32"``, ``"type99"``...)."""
         return tensor_type_name(self.type_id)
 
     @property
     def is_q2(self) -> bool:
+        """True for the ``block_q2_0`` type ids: 42 (Q2_0) and 142 (PQ2_0)."""
         return self.type_id in Q2_TYPES
 
 
@@ -562,6 +565,8 @@ def _open_map(path: str) -> tuple[mmap.mmap | bytes, int]:
 def read_gguf(path: str | os.PathLike) -> GgufFile:
     """Parse the header, metadata and tensor infos of a GGUF v2/v3 file.
 
+    ``path`` (str or os.PathLike) names the file; returns a :class:`GgufFile`.
+
     Reads through a read-only memory map and checks everything it can
     without reading tensor data: magic, version, every length against the
     file size, metadata value types, ``general.alignment``, offsets aligned,
@@ -588,7 +593,9 @@ def load_q2_weights(
 
     The file is mapped read-only and each :class:`Q2Weight` wraps its slice
     of the map: no tensor byte is copied or read here (the arrays keep the
-    map alive). Other tensor types are skipped.
+    map alive). Other tensor types are skipped. ``path`` (str or
+    os.PathLike) names the file; returns tensor name -> :class:`Q2Weight`
+    in file order (empty when the file has no Q2 tensors).
 
     Shape: GGUF dims are innermost-first, so a tensor with ``ne = [k, n]``
     becomes ``Q2Weight(n=ne[1], k=ne[0])``; a 1-D tensor has ``n = 1``; for
@@ -759,6 +766,9 @@ def save_q2_weights(
 ) -> None:
     """Write ``weights`` as a GGUF v3 file that :func:`load_q2_weights` reads back.
 
+    ``path`` (str or os.PathLike) is created or overwritten; ``weights`` maps
+    tensor name -> :class:`Q2Weight`; returns None.
+
     Layout: header, ``metadata`` in dict order followed by
     ``general.alignment`` (u32; kept in place when ``metadata`` already has
     it with the same value), one tensor info per weight in dict order with
@@ -865,6 +875,9 @@ def _short(value, limit: int = 60) -> str:
 
 def format_inspect(path: str | os.PathLike) -> str:
     """A human-readable summary of a GGUF file: header, metadata, then one line per tensor.
+
+    ``path`` (str or os.PathLike) names the file; returns the summary as one
+    multi-line str (no trailing newline).
 
     Tensor lines give the name, type name, shape ``(n, k)`` (``k = ne[0]``,
     ``n`` the product of the outer dims; the stored ``ne`` is added for

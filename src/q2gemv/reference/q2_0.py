@@ -99,6 +99,17 @@ def q2_0_gemv(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     Each warp reduces its 32 lanes by the butterfly; the row result is
     ``fadd_rn(warp0, warp1)``. ``a`` is bf16 [K] or [M, K] (each activation
     row is one M=1 launch); returns bf16 [N] or [M, N].
+
+    Args:
+        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
+        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
+
+    Returns:
+        bf16 [N] for a 1-D ``a``, else [M, N].
+
+    Raises:
+        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
+        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
     """
 
     def combine(acc):  # [M, rows, 64]
@@ -116,6 +127,17 @@ def q2_0_gemv_vec(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     row result is the butterfly over the 32 lanes. Shared-memory tiling of
     the activations does not change this order. ``a`` is bf16 [K] or [M, K];
     returns bf16 [N] or [M, N].
+
+    Args:
+        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
+        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
+
+    Returns:
+        bf16 [N] for a 1-D ``a``, else [M, N].
+
+    Raises:
+        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
+        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
     """
     return _rows(a, weight, 32, 16, warp_tree_sum_f32)
 
@@ -127,6 +149,17 @@ def q2_0_gemv_vec_batchm(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     per-lane order and reduction, so every output row equals the M=1
     kernel's bit for bit (batch invariance); chunking M into launches of at
     most 8 rows is inert.
+
+    Args:
+        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
+        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
+
+    Returns:
+        bf16 [N] for a 1-D ``a``, else [M, N].
+
+    Raises:
+        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
+        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
     """
     return q2_0_gemv_vec(a, weight)
 
@@ -136,10 +169,37 @@ def q2_0_gemv_vec_rt4(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
 
     Each warp computes 4 rows, but every row keeps candidate B's per-lane
     word order and butterfly, so the bits are those of ``q2_0_gemv_vec``.
+
+    Args:
+        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
+        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
+
+    Returns:
+        bf16 [N] for a 1-D ``a``, else [M, N].
+
+    Raises:
+        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
+        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
     """
     return q2_0_gemv_vec(a, weight)
 
 
 def q2_0_gemv_vec_batchm_rt2(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
-    """Reference of ``q2_0_gemv_vec_batchm_rt2`` (2 rows per warp): :func:`q2_0_gemv_vec`."""
+    """Reference of ``q2_0_gemv_vec_batchm_rt2`` (2 rows per warp): :func:`q2_0_gemv_vec`.
+
+    Each warp computes 2 rows for up to 8 activation rows, but every row
+    keeps candidate B's per-lane word order and butterfly, so the bits are
+    those of ``q2_0_gemv_vec`` for any M.
+
+    Args:
+        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
+        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
+
+    Returns:
+        bf16 [N] for a 1-D ``a``, else [M, N].
+
+    Raises:
+        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
+        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
+    """
     return q2_0_gemv_vec(a, weight)

@@ -88,6 +88,14 @@ def w4a16_gemv(a: np.ndarray, weight: Nvfp4Weight) -> np.ndarray:
     ``a`` is bf16 (``ml_dtypes.bfloat16``) [K] or [M, K]; returns bf16 [N]
     or [M, N]. M = 0 returns an empty [0, N]. Row m of the result depends
     only on row m of ``a`` (batch invariance).
+
+    Args:
+        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
+        weight: the :class:`~q2gemv.formats.nvfp4.Nvfp4Weight` [N, K].
+
+    Raises:
+        TypeError: ``weight`` is not an Nvfp4Weight, or ``a`` is not bfloat16.
+        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
     """
     a32, squeeze = _prep(a, weight)
     m = a32.shape[0]
