@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
 THREADS_PER_CTA = 256
 BF16_BYTES = 2
 Q2_BATCHM_MAX_M = 8
@@ -74,3 +76,21 @@ def batchm_launch_chunks(
     """
     for r0, rows in batchm_row_chunks(m, max_m):
         yield r0 * k * BF16_BYTES, r0 * n * BF16_BYTES, rows
+
+
+def check_launch_rows(kernel: str, d_a, d_out, m: int, max_m: int, n: int, k: int) -> None:
+    """Refuse one launch's rows before anything is enqueued.
+
+    ``m`` must be an int in 1..``max_m`` (what ``kernel`` stages per launch);
+    ``d_a`` must be uint16 bf16 bits of shape (m, k) and ``d_out`` of shape
+    (m, n). Raises TypeError/ValueError naming ``m``, ``a`` or ``out``.
+    """
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
+        raise TypeError(f"m: expected an int, got {type(m).__name__}")
+    if not 1 <= m <= max_m:
+        raise ValueError(f"m: kernel {kernel} serves 1..{max_m} rows per launch, got {m}")
+    for arg, arr, want in (("a", d_a, (m, k)), ("out", d_out, (m, n))):
+        if np.dtype(arr.dtype) != np.uint16:
+            raise TypeError(f"{arg}: expected uint16 bf16 bits, got {arr.dtype}")
+        if tuple(arr.shape) != want:
+            raise ValueError(f"{arg}: expected shape {want}, got {tuple(arr.shape)}")

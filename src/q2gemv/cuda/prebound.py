@@ -224,34 +224,11 @@ def _dim3(d) -> tuple[int, int, int]:
     return d + (1,) * (3 - len(d))
 
 
-def _check_rows(kernel: str, d_a, d_out, m: int, max_m: int, n: int, k: int) -> None:
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
-        raise TypeError(f"m: expected an int, got {type(m).__name__}")
-    if not 1 <= m <= max_m:
-        raise ValueError(f"m: kernel {kernel} serves 1..{max_m} rows per launch, got {m}")
-    for arg, arr, want in (("a", d_a, (m, k)), ("out", d_out, (m, n))):
-        if np.dtype(arr.dtype) != np.uint16:
-            raise TypeError(f"{arg}: expected uint16 bf16 bits, got {arr.dtype}")
-        if tuple(arr.shape) != want:
-            raise ValueError(f"{arg}: expected shape {want}, got {tuple(arr.shape)}")
-
-
 def prebind_q2(name: str, d_a, dw, d_out, m: int, stream=0) -> PreboundLaunch:
     """The launch :func:`q2gemv.cuda.q2_0.launch_raw` makes, pre-bound (same arguments)."""
     from . import q2_0
 
-    _check_rows(name, d_a, d_out, m, q2_0.KERNELS[name][1], dw.n, dw.k)
-    args = (
-        d_a,
-        dw.b16,
-        dw.bh,
-        d_out,
-        np.int32(dw.n),
-        np.int32(dw.k),
-        np.int32(dw.group),
-        np.int32(m),
-    )
-    grid = q2launch.q2_grid(name, dw.n)
+    grid, args = q2_0.launch_args(name, d_a, dw, d_out, m)
     return PreboundLaunch(
         q2_0.compiled(name), grid, q2launch.THREADS_PER_CTA, args, stream=stream, name=name
     )
@@ -261,18 +238,7 @@ def prebind_w4a16(name: str, d_a, dw, d_out, m: int, stream=0) -> PreboundLaunch
     """The launch :func:`q2gemv.cuda.w4a16.launch_raw` makes, pre-bound (same arguments)."""
     from . import w4a16
 
-    spec = w4a16.spec_of(name)
-    _check_rows(name, d_a, d_out, m, spec.max_m, dw.n, dw.k)
-    args = (
-        d_a,
-        dw.wp,
-        dw.scales,
-        d_out,
-        np.float32(dw.global_scale),
-        np.int32(dw.n),
-        np.int32(dw.k),
-        np.int32(m),
-    )
+    grid, args = w4a16.launch_args(name, d_a, dw, d_out, m)
     return PreboundLaunch(
-        w4a16.compiled(name), spec.grid(dw.n), w4a16.THREADS_PER_CTA, args, stream=stream, name=name
+        w4a16.compiled(name), grid, w4a16.THREADS_PER_CTA, args, stream=stream, name=name
     )

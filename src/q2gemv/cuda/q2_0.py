@@ -246,28 +246,37 @@ def check_bits(a_bits, k: int) -> None:
         raise ValueError(f"a_bits: expected shape [M, K] = [M, {k}], got {a_bits.shape}")
 
 
+def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tuple, tuple]:
+    """``(grid, kernel arguments)`` of one launch of ``name``, validated.
+
+    The one place that knows this family's kernel argument list (used by
+    :func:`launch_raw` and by the pre-bound path in :mod:`q2gemv.cuda.prebound`).
+    """
+    max_m = _max_m(name)
+    if not isinstance(dw, DeviceQ2Weight):
+        raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
+    launch.check_launch_rows(name, d_a, d_out, m, max_m, dw.n, dw.k)
+    args = (
+        d_a,
+        dw.b16,
+        dw.bh,
+        d_out,
+        np.int32(dw.n),
+        np.int32(dw.k),
+        np.int32(dw.group),
+        np.int32(m),
+    )
+    return launch.q2_grid(name, dw.n), args
+
+
 def launch_raw(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int, stream=0) -> None:
     """One launch of kernel ``name`` on device arrays: A [m, K], C [m, N] (bf16 bits).
 
     Refuses ``m`` beyond what the kernel stages (1 for the M=1 kernels,
     8 for batchm) instead of writing out of bounds.
     """
-    max_m = _max_m(name)
-    if not isinstance(dw, DeviceQ2Weight):
-        raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
-        raise TypeError(f"m: expected an int, got {type(m).__name__}")
-    if not 1 <= m <= max_m:
-        raise ValueError(f"m: kernel {name} serves 1..{max_m} rows per launch, got {m}")
-    for arg, arr, want in (("a", d_a, (m, dw.k)), ("out", d_out, (m, dw.n))):
-        if np.dtype(arr.dtype) != np.uint16:
-            raise TypeError(f"{arg}: expected uint16 bf16 bits, got {arr.dtype}")
-        if tuple(arr.shape) != want:
-            raise ValueError(f"{arg}: expected shape {want}, got {tuple(arr.shape)}")
-    grid = launch.q2_grid(name, dw.n)
-    compiled(name)[grid, launch.THREADS_PER_CTA, stream](
-        d_a, dw.b16, dw.bh, d_out, np.int32(dw.n), np.int32(dw.k), np.int32(dw.group), np.int32(m)
-    )
+    grid, args = launch_args(name, d_a, dw, d_out, m)
+    compiled(name)[grid, launch.THREADS_PER_CTA, stream](*args)
 
 
 def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:

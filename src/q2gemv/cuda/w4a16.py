@@ -62,6 +62,7 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from ..formats.bf16 import as_bf16_bits, bits_to_bf16
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight
+from ..launch import check_launch_rows
 from ..tiers import W4a16BatchmTiers, plan_w4a16
 from ._dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
 
@@ -395,34 +396,37 @@ def as_device_weight(weight, stream=0) -> DeviceNvfp4Weight:
 # -- launches -------------------------------------------------------------------------------
 
 
+def launch_args(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int) -> tuple[tuple, tuple]:
+    """``(grid, kernel arguments)`` of one launch of ``name``, validated.
+
+    The one place that knows this family's kernel argument list (used by
+    :func:`launch_raw` and by the pre-bound path in :mod:`q2gemv.cuda.prebound`).
+    """
+    spec = spec_of(name)
+    if not isinstance(dw, DeviceNvfp4Weight):
+        raise TypeError(f"weight: expected a DeviceNvfp4Weight, got {type(dw).__name__}")
+    check_launch_rows(name, d_a, d_out, m, spec.max_m, dw.n, dw.k)
+    args = (
+        d_a,
+        dw.wp,
+        dw.scales,
+        d_out,
+        np.float32(dw.global_scale),
+        np.int32(dw.n),
+        np.int32(dw.k),
+        np.int32(m),
+    )
+    return spec.grid(dw.n), args
+
+
 def launch_raw(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int, stream=0) -> None:
     """One launch of kernel ``name`` on device arrays: A [m, K], C [m, N] (bf16 bits, uint16).
 
     Refuses ``m`` beyond the kernel's ``max_m`` (the kernel stages and
     accumulates at most that many rows) instead of leaving rows unwritten.
     """
-    spec = spec_of(name)
-    if not isinstance(dw, DeviceNvfp4Weight):
-        raise TypeError(f"weight: expected a DeviceNvfp4Weight, got {type(dw).__name__}")
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
-        raise TypeError(f"m: expected an int, got {type(m).__name__}")
-    if not 1 <= m <= spec.max_m:
-        raise ValueError(f"m: kernel {name} serves 1..{spec.max_m} rows per launch, got {m}")
-    for arg, arr, want in (("a", d_a, (m, dw.k)), ("out", d_out, (m, dw.n))):
-        if np.dtype(arr.dtype) != np.uint16:
-            raise TypeError(f"{arg}: expected uint16 bf16 bits, got {arr.dtype}")
-        if tuple(arr.shape) != want:
-            raise ValueError(f"{arg}: expected shape {want}, got {tuple(arr.shape)}")
-    compiled(name)[spec.grid(dw.n), THREADS_PER_CTA, stream](
-        d_a,
-        dw.wp,
-        dw.scales,
-        d_out,
-        dw.global_scale,
-        np.int32(dw.n),
-        np.int32(dw.k),
-        np.int32(m),
-    )
+    grid, args = launch_args(name, d_a, dw, d_out, m)
+    compiled(name)[grid, THREADS_PER_CTA, stream](*args)
 
 
 def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
