@@ -89,12 +89,7 @@ FUNCTIONS = [(q, o) for q, o in PUBLIC if inspect.isfunction(o)]
 # test XPASSes and fails, so the entry must be removed here. Never add to
 # these lists to get green; fix the docstring instead.
 KNOWN_MISSING_DOCSTRING: frozenset[str] = frozenset()
-KNOWN_UNMENTIONED_ARGS = frozenset(
-    (
-        "q2gemv.explain",
-        "q2gemv.plan",
-    )
-)
+KNOWN_UNMENTIONED_ARGS: frozenset[str] = frozenset()
 
 
 def _params(items, known):

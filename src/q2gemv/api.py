@@ -106,10 +106,18 @@ def check_out(out, a, shape: tuple[int, ...]) -> None:
 def plan(weight, m: int, kernel: str | None = None) -> list[tuple[int, int, str]]:
     """The launches ``(row0, rows, kernel)`` that serve ``m`` activation rows.
 
+    Args:
+        weight: a Q2Weight / Nvfp4Weight (or a device-resident one): picks the family.
+        m: activation rows (int >= 0).
+        kernel: a kernel name to force, or None for the default choice.
+
     Q2_0: the default kernel (or ``kernel``) in chunks of its rows per launch
     (1 for the M=1 kernels: one launch per activation row). W4A16: the tier
     plan of :func:`q2gemv.tiers.plan_w4a16`, or one forced tier, which must
-    cover ``m`` (a forced tier is never chunked silently).
+    cover ``m`` (a forced tier is never chunked silently). Empty for m == 0.
+
+    Raises:
+        TypeError naming ``weight``; ValueError naming ``m`` or ``kernel``.
     """
     family, _ = weight_family(weight)
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
@@ -242,7 +250,18 @@ def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream):
 
 
 def explain(weight, m: int, kernel: str | None = None) -> str:
-    """Human-readable account of what :func:`gemv` would launch for ``m`` rows, and why."""
+    """Human-readable account of what :func:`gemv` would launch for ``m`` rows, and why.
+
+    Args:
+        weight: a Q2Weight / Nvfp4Weight (or a device-resident one).
+        m: activation rows (int >= 0).
+        kernel: a kernel name to force, or None for the default choice.
+
+    Returns a multi-line string: the weight, the chosen kernel or tier and the
+    reason (for NVFP4: the tier table, its present mask and the kill
+    switches, from :func:`q2gemv.tiers.explain_tier`), and the launches.
+    Raises the same errors as :func:`plan`.
+    """
     family, _ = weight_family(weight)
     launches = plan(weight, m, kernel)
     head = f"{family} weight n={weight.n} k={weight.k}" + (
