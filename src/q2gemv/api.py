@@ -13,7 +13,7 @@ import numpy as np
 
 from . import launch, tiers
 from .backends import BACKENDS, default_backend
-from .formats.bf16 import BF16, as_bf16_bits, bits_to_bf16
+from .formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
 from .formats.nvfp4 import Nvfp4Weight
 from .formats.q2_0 import Q2Weight
 
@@ -77,18 +77,6 @@ def default_q2_kernel(m: int) -> str:
 def default_w4a16_tiers() -> tiers.W4a16BatchmTiers:
     """Every tier this package builds counts as present; the kill switches still apply."""
     return tiers.W4a16BatchmTiers.resolve(available=tiers.candidate_kernel_names())
-
-
-def check_activations(a, k: int) -> tuple[np.ndarray, bool]:
-    """bf16 [K] or [M, K] -> (uint16 bits [M, K], was_1d). Raises naming ``a``."""
-    bits = as_bf16_bits(a, "a")
-    if bits.ndim not in (1, 2):
-        raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
-    was_1d = bits.ndim == 1
-    bits2 = bits.reshape(1, -1) if was_1d else bits
-    if bits2.shape[1] != k:
-        raise ValueError(f"a: expected K={k} columns (the weight's k), got {bits2.shape[1]}")
-    return bits2, was_1d
 
 
 def check_out(out, a, shape: tuple[int, ...]) -> None:
@@ -185,7 +173,7 @@ def gemv(
         return _gemv_device(
             a, weight, family, kernel=kernel, backend=backend, out=out, stream=stream
         )
-    bits, was_1d = check_activations(a, weight.k)
+    bits, was_1d = as_bf16_rows(a, weight.k)
     m, n = bits.shape[0], weight.n
     shape = (n,) if was_1d else (m, n)
     if out is not None:

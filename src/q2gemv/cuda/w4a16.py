@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
-from ..formats.bf16 import as_bf16_bits, bits_to_bf16
+from ..formats.bf16 import as_bf16_rows, bits_to_bf16
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight
 from ..launch import check_launch_rows
 from ..tiers import W4a16BatchmTiers, plan_w4a16
@@ -483,14 +483,8 @@ def w4a16_gemv(
     over ``tiers`` (default: every tier here treated as present, compiled on
     first use, so the kill switches of :mod:`q2gemv.tiers` apply).
     """
-    bits = as_bf16_bits(a, "a")
-    if bits.ndim not in (1, 2):
-        raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
-    squeeze = bits.ndim == 1
-    bits2 = bits.reshape(1, -1) if squeeze else bits
     dw = as_device_weight(weight, stream)
-    if bits2.shape[1] != dw.k:
-        raise ValueError(f"a: expected K={dw.k} columns to match weight, got {bits2.shape[1]}")
+    bits2, squeeze = as_bf16_rows(a, dw.k)
     m = bits2.shape[0]
     if kernel is not None:
         plan = chunk_plan(kernel, m)

@@ -82,3 +82,24 @@ def bits_to_bf16(h: np.ndarray) -> np.ndarray:
         ``ml_dtypes.bfloat16`` of the same shape.
     """
     return np.asarray(h, dtype=np.uint16).view(BF16)
+
+
+def as_bf16_rows(a: np.ndarray, k: int, name: str = "a") -> tuple[np.ndarray, bool]:
+    """Activations ``a`` (bfloat16 [K] or [M, K]) as uint16 bits [M, K], plus whether ``a`` was 1-D.
+
+    Args:
+        a: ``ml_dtypes.bfloat16`` numpy array, [K] or [M, K].
+        k: the K the weight expects.
+        name: the argument name used in error messages.
+
+    Raises TypeError for any other dtype and ValueError for another rank or K,
+    each naming ``name``. No copy.
+    """
+    bits = as_bf16_bits(a, name)
+    if bits.ndim not in (1, 2):
+        raise ValueError(f"{name}: expected shape [K] or [M, K], got {bits.shape}")
+    was_1d = bits.ndim == 1
+    bits2 = bits.reshape(1, -1) if was_1d else bits
+    if bits2.shape[1] != k:
+        raise ValueError(f"{name}: expected K={k} columns (the weight's k), got {bits2.shape[1]}")
+    return bits2, was_1d

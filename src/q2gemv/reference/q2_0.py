@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats.bf16 import as_bf16_bits, bf16_bits_to_f32, bits_to_bf16, f32_to_bf16_bits
+from ..formats.bf16 import as_bf16_rows, bf16_bits_to_f32, bits_to_bf16, f32_to_bf16_bits
 from ..formats.q2_0 import Q2Weight
 from ..fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
 
@@ -33,13 +33,7 @@ _ROW_CHUNK = 512  # rows of the weight processed at once (bounds memory)
 def _prep(a, weight: Q2Weight):
     if not isinstance(weight, Q2Weight):
         raise TypeError(f"weight: expected a Q2Weight, got {type(weight).__name__}")
-    bits = as_bf16_bits(a, "a")
-    if bits.ndim not in (1, 2):
-        raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
-    squeeze = bits.ndim == 1
-    bits2 = bits.reshape(1, -1) if squeeze else bits
-    if bits2.shape[1] != weight.k:
-        raise ValueError(f"a: expected K={weight.k} columns to match weight, got {bits2.shape[1]}")
+    bits2, squeeze = as_bf16_rows(a, weight.k)
     return bf16_bits_to_f32(bits2), squeeze
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats.bf16 import as_bf16_bits, bf16_bits_to_f32, bits_to_bf16, f32_to_bf16_bits
+from ..formats.bf16 import as_bf16_rows, bf16_bits_to_f32, bits_to_bf16, f32_to_bf16_bits
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight, e2m1_decode, e4m3_decode, unpack_nibbles
 from ..fpmath import WARP, fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
 
@@ -50,13 +50,7 @@ _CHUNK_ELEMS = 1 << 21  # M * rows * groups handled at once (bounds memory, keep
 def _prep(a, weight: Nvfp4Weight) -> tuple[np.ndarray, bool]:
     if not isinstance(weight, Nvfp4Weight):
         raise TypeError(f"weight: expected an Nvfp4Weight, got {type(weight).__name__}")
-    bits = as_bf16_bits(a, "a")
-    if bits.ndim not in (1, 2):
-        raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
-    squeeze = bits.ndim == 1
-    bits2 = bits.reshape(1, -1) if squeeze else bits
-    if bits2.shape[1] != weight.k:
-        raise ValueError(f"a: expected K={weight.k} columns to match weight, got {bits2.shape[1]}")
+    bits2, squeeze = as_bf16_rows(a, weight.k)
     return bf16_bits_to_f32(bits2), squeeze
 
 
