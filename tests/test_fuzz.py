@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import q2gemv
-from q2gemv import W4A16_BATCHM_WIDTHS, Nvfp4Weight, Q2Weight, select_tier
+from q2gemv import W4A16_BATCHM_WIDTHS, Nvfp4Weight, Q2Weight, api, select_tier
 from q2gemv import reference as ref
 from q2gemv.check import assert_bits_equal
 from q2gemv.formats import nvfp4 as nv
@@ -57,24 +57,9 @@ SIM_EXAMPLES = 15  # simulator kernel properties (each example is 1-9 simulated 
 PURE_EXAMPLES = 300  # round-trips, chunking, tier selection
 GPU_EXAMPLES = 150  # each gpu-marked kernel property (~5 min for both on the H200, est.)
 
-Q2_KERNELS = (
-    "q2_0_gemv",
-    "q2_0_gemv_vec",
-    "q2_0_gemv_vec_batchm",
-    "q2_0_gemv_vec_rt4",
-    "q2_0_gemv_vec_batchm_rt2",
-)
-Q2_M1 = {"q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_rt4"}
-W4_KERNELS = (
-    "w4a16_gemv_batch4",
-    "w4a16_gemv_batch5",
-    "w4a16_gemv_batch6",
-    "w4a16_gemv_batch7",
-    "w4a16_gemv_batch8",
-    "w4a16_gemv_batch8_rt2",
-    "w4a16_gemv_batch16",
-    "w4a16_gemv_batch32",
-)
+Q2_KERNELS = tuple(api.Q2_KERNELS)
+Q2_M1 = {name for name, rows in api.Q2_KERNELS.items() if rows == 1}
+W4_KERNELS = tuple(api.W4A16_KERNELS)
 
 F16_SPECIALS = np.array(
     [0x7C00, 0xFC00, 0x7E00, 0x0001, 0x8001, 0x03FF, 0x0000, 0x8000, 0x7BFF], np.uint16
