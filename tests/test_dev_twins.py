@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 from numba import cuda, float32, uint32
 
 from q2gemv.check import assert_bits_equal
@@ -97,3 +98,25 @@ def test_warp_sum_order_is_not_sequential():
     out = np.zeros(32, np.float32)
     _warp_kernel[1, 32](v, out)
     assert out[0] == 1.0 and float32(out[31]) == 1.0
+
+
+@pytest.mark.skipif(
+    not _dev.SIMULATED, reason="simulator twin behaviour: a device kernel cannot raise"
+)
+def test_shuffle_twin_surfaces_a_lane_error_instead_of_waiting():
+    """A lane that raises before the shuffle aborts its partners at once (not after a timeout)."""
+    import time
+
+    @cuda.jit
+    def lane_three_raises(v, out):
+        i = cuda.grid(1)
+        if i == 3:
+            raise ValueError("lane 3 failed")
+        out[i] = _dev.warp_sum(v[i])
+
+    v = np.ones(32, np.float32)
+    out = np.zeros(32, np.float32)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="lane 3 failed"):
+        lane_three_raises[1, 32](v, out)
+    assert time.monotonic() - t0 < 60

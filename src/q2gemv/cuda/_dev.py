@@ -30,6 +30,7 @@ cast to uint32 explicitly: under NumPy 2 the simulator keeps a uint16 scalar
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 from numba import config, cuda, int32, uint16, uint32
@@ -41,8 +42,38 @@ BF16_NAN = 0x7FC0  # the one NaN pattern every backend writes (formats/bf16.py)
 _device = cuda.jit(device=True, inline="always")
 
 if SIMULATED:
-    _SHFL_TIMEOUT_S = 120.0
+    # A lane waits for its 31 partners in short slices, so that it notices the
+    # simulator's abort flag (another thread raised) instead of hiding that
+    # error behind a timeout; the overall limit only catches a lane that never
+    # reaches the shuffle (a kernel bug), never a slow, loaded machine.
+    _SHFL_SLICE_S = 0.5
+    _SHFL_LIMIT_S = 1800.0
     _shfl_lock = threading.Lock()
+
+    class _WarpBarrier:
+        """A reusable 32-lane barrier that gives up only on abort or a lane that never comes."""
+
+        def __init__(self) -> None:
+            self.cond = threading.Condition()
+            self.arrived = 0
+            self.generation = 0
+
+        def wait(self, thread) -> None:
+            with self.cond:
+                gen = self.generation
+                self.arrived += 1
+                if self.arrived == 32:
+                    self.arrived = 0
+                    self.generation += 1
+                    self.cond.notify_all()
+                    return
+                deadline = time.monotonic() + _SHFL_LIMIT_S
+                while gen == self.generation:
+                    self.cond.wait(_SHFL_SLICE_S)
+                    if getattr(thread, "abort", False):
+                        raise RuntimeError("abort flag set while waiting in a warp shuffle")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("warp shuffle: not every lane of the warp arrived")
 
     def _warp_exchange():
         t = threading.current_thread()
@@ -51,8 +82,8 @@ if SIMULATED:
         with _shfl_lock:
             state = mgr.__dict__.setdefault("_q2gemv_shfl", {})
             if warp not in state:
-                state[warp] = ([None] * 32, threading.Barrier(32, timeout=_SHFL_TIMEOUT_S))
-            return state[warp], t.thread_id % 32
+                state[warp] = ([None] * 32, _WarpBarrier())
+            return state[warp], t.thread_id % 32, t
 
     @_device
     def u32_as_f32(x):
@@ -80,11 +111,11 @@ if SIMULATED:
 
     @_device
     def shfl_xor(v, offset):
-        (vals, barrier), lane = _warp_exchange()
+        (vals, barrier), lane, thread = _warp_exchange()
         vals[lane] = v
-        barrier.wait()
+        barrier.wait(thread)
         r = vals[lane ^ offset]
-        barrier.wait()
+        barrier.wait(thread)
         return r
 
 else:
