@@ -27,6 +27,7 @@ Usage on the GPU machine (from the repository root)::
 
     python3 scripts/sanitize_h200.py                 # all four tools
     python3 scripts/sanitize_h200.py --tools memcheck
+    python3 scripts/sanitize_h200.py --tools racecheck --families q2_0   # one half of a slow tool
     python3 scripts/sanitize_h200.py --worker        # no sanitizer: the checks only
 """
 
@@ -41,6 +42,7 @@ import time
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+FAMILIES = ("q2_0", "w4a16")
 SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
 POISON = 0xFFFF
 REPO = Path(__file__).resolve().parents[1]
@@ -105,7 +107,7 @@ def _smoke(cases, n_at: int):
     return out
 
 
-def worker(smoke: bool = False) -> int:
+def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
     import numpy as np
     from numba import cuda
 
@@ -143,6 +145,8 @@ def worker(smoke: bool = False) -> int:
     q2_cases, w4_cases = _q2_cases(), _w4_cases()
     if smoke:
         q2_cases, w4_cases = _smoke(q2_cases, 2), _smoke(w4_cases, 1)
+    q2_cases = q2_cases if "q2_0" in families else []
+    w4_cases = w4_cases if "w4a16" in families else []
     for name, group, n, k, m in q2_cases:
         key = ("q2", group, n, k)
         if key not in weights:
@@ -194,11 +198,14 @@ _RACE = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazard")
 _CASES = re.compile(r"WORKER cases=(\d+) failures=(\d+)")
 
 
-def run_tool(tool: str, sanitizer: str, timeout: float, log_dir: Path) -> dict:
+def run_tool(
+    tool: str, sanitizer: str, timeout: float, log_dir: Path, families: tuple[str, ...] = FAMILIES
+) -> dict:
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", "99"]
     if tool == "racecheck":
         cmd += ["--racecheck-report", "all"]
     cmd += [sys.executable, str(Path(__file__).resolve()), "--worker"]
+    cmd += ["--families", ",".join(families)]
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     t0 = time.perf_counter()
     try:
@@ -210,7 +217,8 @@ def run_tool(tool: str, sanitizer: str, timeout: float, log_dir: Path) -> dict:
         )
         rc = "timeout"
     wall = time.perf_counter() - t0
-    (log_dir / f"sanitize_{tool}.log").write_text(out)
+    tag = "" if tuple(families) == FAMILIES else "_" + "_".join(families)
+    (log_dir / f"sanitize_{tool}{tag}.log").write_text(out)
     errs = [int(x) for x in _ERR.findall(out)]
     races = [int(x) for x in _RACE.findall(out)]
     cases = _CASES.findall(out)
@@ -225,12 +233,14 @@ def run_tool(tool: str, sanitizer: str, timeout: float, log_dir: Path) -> dict:
     }
 
 
-def driver(tools, sanitizer: str, timeout: float, log_dir: Path) -> int:
+def driver(
+    tools, sanitizer: str, timeout: float, log_dir: Path, families: tuple[str, ...] = FAMILIES
+) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for tool in tools:
         print(f"running {tool} ...", flush=True)
-        rows.append(run_tool(tool, sanitizer, timeout, log_dir))
+        rows.append(run_tool(tool, sanitizer, timeout, log_dir, families))
         r = rows[-1]
         print(
             f"  {tool}: errors={r['errors']} rc={r['rc']} cases={r['cases']} ({r['wall_s']:.0f} s)",
@@ -262,17 +272,26 @@ def main() -> int:
     ap.add_argument(
         "--tools", default=",".join(TOOLS), help="comma-separated subset of " + ",".join(TOOLS)
     )
+    ap.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help="comma-separated subset of " + ",".join(FAMILIES) + " (split a slow tool in two)",
+    )
     ap.add_argument("--sanitizer", default=SANITIZER)
     ap.add_argument("--timeout", type=float, default=140.0, help="seconds per tool")
     ap.add_argument("--log-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     args = ap.parse_args()
+    families = tuple(f for f in args.families.split(",") if f)
+    bad = sorted(set(families) - set(FAMILIES)) or ([] if families else ["(none)"])
+    if bad:
+        ap.error(f"--families: expected names from {FAMILIES}, got {bad}")
     if args.worker:
-        return worker(args.smoke)
+        return worker(args.smoke, families)
     tools = [t for t in args.tools.split(",") if t]
     bad = sorted(set(tools) - set(TOOLS))
     if bad:
         ap.error(f"--tools: expected names from {TOOLS}, got {bad}")
-    return driver(tools, args.sanitizer, args.timeout, args.log_dir)
+    return driver(tools, args.sanitizer, args.timeout, args.log_dir, families)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Every GPU correctness check in one device call, run side by side (not timings).
+#
+#   OUT=/some/dir bash scripts/h200_validate.sh [SECONDS]
+#
+# Starts, in parallel, each under `timeout SECONDS` (default 540):
+#   check      scripts/h200_check.py: every kernel on 5120x5120, 17408x5120, 5120x17408
+#   verify     q2gemv verify --brief on the GPU (golden vectors)
+#   pytest     the GPU tests: kernels, simulator twins, golden, torch/CuPy interop, graphs
+#   fuzz       the gpu-marked hypothesis properties (larger shapes, more examples)
+#   san-race-* compute-sanitizer racecheck, split in two halves by kernel family
+#   san-other  compute-sanitizer memcheck, initcheck, synccheck
+# Logs go to $OUT/<job>.log; a table of exit codes (124 = hit the limit) is printed last.
+# The jobs share the GPU, so nothing here may be read as a timing.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/h200_validate}
+LIMIT=${1:-540}
+mkdir -p "$OUT"
+export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
+
+declare -A CMD=(
+  [check]="python3 scripts/h200_check.py --out $OUT"
+  [verify]="python3 -m q2gemv.cli verify --brief"
+  [pytest]="python3 -m pytest -q -p no:cacheprovider tests/test_q2_cuda.py tests/test_w4a16_cuda.py tests/test_dev_twins.py tests/test_interop_device.py tests/test_golden.py"
+  [fuzz]="python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_fuzz.py --hypothesis-show-statistics"
+  [san-race-q2]="python3 scripts/sanitize_h200.py --tools racecheck --families q2_0 --timeout $((LIMIT - 20)) --log-dir $OUT"
+  [san-race-w4]="python3 scripts/sanitize_h200.py --tools racecheck --families w4a16 --timeout $((LIMIT - 20)) --log-dir $OUT"
+  [san-other]="python3 scripts/sanitize_h200.py --tools memcheck,initcheck,synccheck --timeout $(((LIMIT - 30) / 3)) --log-dir $OUT"
+)
+declare -A PID
+t0=$SECONDS
+for job in "${!CMD[@]}"; do
+  timeout "$LIMIT" bash -c "${CMD[$job]}" >"$OUT/$job.log" 2>&1 &
+  PID[$job]=$!
+done
+printf '%-12s %4s %9s  %s\n' job rc done_by_s "last line"
+for job in check verify pytest fuzz san-race-q2 san-race-w4 san-other; do
+  wait "${PID[$job]}"
+  rc=$?
+  printf '%-12s %4s %9s  %s\n' "$job" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$job.log" | cut -c1-90)"
+done
