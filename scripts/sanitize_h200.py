@@ -194,8 +194,29 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
 # -- driver ----------------------------------------------------------------------------------
 
 _ERR = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
-_RACE = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazard")
+# racecheck prints no ERROR SUMMARY; its last line reads
+# "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)".
+_RACE = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s*\((\d+)\s+errors?")
 _CASES = re.compile(r"WORKER cases=(\d+) failures=(\d+)")
+
+
+def parse_log(text: str) -> dict:
+    """Counts from one sanitizer run's output; None where its summary line is missing.
+
+    ``errors`` comes from memcheck/initcheck/synccheck's ``ERROR SUMMARY`` or,
+    for racecheck, from the errors in its ``RACECHECK SUMMARY``; ``hazards``
+    from racecheck alone. A crashed or timed-out run has no summary: None.
+    """
+    errs = [int(x) for x in _ERR.findall(text)]
+    races = _RACE.findall(text)
+    errs += [int(e) for _, e in races]
+    cases = _CASES.findall(text)
+    return {
+        "errors": sum(errs) if errs else None,
+        "hazards": sum(int(h) for h, _ in races) if races else None,
+        "cases": int(cases[-1][0]) if cases else None,
+        "case_failures": int(cases[-1][1]) if cases else None,
+    }
 
 
 def run_tool(
@@ -219,18 +240,7 @@ def run_tool(
     wall = time.perf_counter() - t0
     tag = "" if tuple(families) == FAMILIES else "_" + "_".join(families)
     (log_dir / f"sanitize_{tool}{tag}.log").write_text(out)
-    errs = [int(x) for x in _ERR.findall(out)]
-    races = [int(x) for x in _RACE.findall(out)]
-    cases = _CASES.findall(out)
-    return {
-        "tool": tool,
-        "errors": sum(errs) if errs else None,  # None: no summary line (crash/timeout)
-        "hazards": sum(races) if races else None,
-        "rc": rc,
-        "cases": int(cases[-1][0]) if cases else None,
-        "case_failures": int(cases[-1][1]) if cases else None,
-        "wall_s": wall,
-    }
+    return {"tool": tool, "rc": rc, "wall_s": wall, **parse_log(out)}
 
 
 def driver(
