@@ -130,3 +130,27 @@ def test_several_staged_tiles(kernel):
     k = q2cuda.tile_k(max_m) + 512  # two tiles, the second one partial
     w = random_weight(rng, 1, k, 128)
     _check(kernel, random_acts(rng, 2 if max_m > 1 else 1, k), w, f"{kernel} k={k}")
+
+
+@pytest.mark.parametrize("rows_per_warp, words", [(1, 2), (1, 3), (2, 2), (4, 3)])
+def test_word_batches_of_any_size_keep_the_order(rows_per_warp, words):
+    """The vec loop loads ``words`` words per lane before multiplying; the rest go one by one.
+
+    K = 1152 (group 128) is 72 words: lanes 0-7 own 3, lanes 8-31 own 2, so
+    batches of 2 and 3 leave different remainders on different lanes. Every
+    batch size must give the bits of the one reference.
+    """
+    from numba import cuda
+
+    rng = np.random.default_rng(300 + 10 * rows_per_warp + words)
+    n, k = 9, 1152
+    w = random_weight(rng, n, k, 128)
+    a = random_acts(rng, 1, k)
+    body = q2cuda._make_vec_body(1, rows_per_warp, words)
+    kern = cuda.jit(q2cuda.SIGNATURE)(body)
+    dw = q2cuda.DeviceQ2Weight.upload(w)
+    d_out = cuda.to_device(np.full((1, n), 0xFFFF, np.uint16))
+    grid = -(-n // (8 * rows_per_warp))
+    kern[grid, 256](cuda.to_device(a.view(np.uint16)), dw.b16, dw.bh, d_out, n, k, 128, 1)
+    want = reference.q2_0_gemv_vec(a, w).view(np.uint16)
+    assert_bits_equal(d_out.copy_to_host(), want, f"T={rows_per_warp} words={words}")

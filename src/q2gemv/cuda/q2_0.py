@@ -96,7 +96,15 @@ def _q2_0_gemv_body(A, B16, Bh, C, N, K, group, M):  # noqa: N803 - seed names
         C[0, row] = f32_to_bf16(fadd_rn(s_part[warp], s_part[warp + 1]))
 
 
-def _make_vec_body(max_m: int, rows_per_warp: int = 1):
+# Words (16 codes) each lane loads per row before it multiplies any of them: the
+# loads of a batch are all in flight at once. Keyed by (max_m, rows per warp);
+# 1 (the default) is one word, then its products. Larger batches of the batchm
+# kernels spill their accumulators to local memory (tests/test_ptx.py), so
+# they stay at 1. benchmarks/sweep_words.py times other values on the GPU.
+WORDS_IN_FLIGHT: dict[tuple[int, int], int] = {(1, 1): 8, (1, 4): 4}
+
+
+def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None):
     """Candidate-B body: 1 warp per row (``rows_per_warp`` rows per warp when register-tiled).
 
     ``max_m`` sizes the staged activation tile, the accumulators and the
@@ -104,65 +112,102 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1):
     ``rows_per_warp = T > 1`` each lane applies the 16 activations it loaded
     to the same word of T rows (fewer shared-memory reads per product); every
     row keeps the per-lane order of ``T = 1``, so the reference is the same.
+
+    Each lane walks its words ``lane, lane + 32, ...`` of a tile in batches of
+    ``words`` (default :data:`WORDS_IN_FLIGHT`): it first loads the batch's
+    words and scales for its T rows, then multiplies them in word order; the
+    last words of a tile that do not fill a batch go one at a time. Batching
+    changes when a word is loaded, never the order of the arithmetic.
+    Indices are unsigned (no negative-index wraparound code).
     """
     TILE_K = tile_k(max_m)
     smem = max_m * TILE_K
     T = rows_per_warp
+    U = WORDS_IN_FLIGHT.get((max_m, T), 1) if words is None else words
     rows_per_cta = 8 * T
     n_acc = max_m * T
     n_cm1 = 16 * T
+    n_ld = U * T
+
+    @cuda.jit(device=True, inline="always")
+    def load_word(B16, Bh, rbase, gw, wshift, wmask, hpb, wv, dv, slot):
+        """Word ``gw`` of each of the T rows (row base ``rbase[t]``) into ``wv``/``dv[slot*T+t]``."""
+        blk_half = (gw >> wshift) * hpb
+        q_off = uint32(1) + uint32(2) * (gw & wmask)
+        for t in range(T):
+            hb = rbase[t] + blk_half
+            dv[slot * T + t] = float32(Bh[hb])
+            wv[slot * T + t] = uint32(B16[hb + q_off]) | (uint32(B16[hb + q_off + 1]) << uint32(16))
+
+    @cuda.jit(device=True, inline="always")
+    def mac_word(s_a, wl, wv, dv, slot, cm1, av, acc, M):
+        """Word ``wl`` of the tile (loaded in ``slot``) times every active row of activations."""
+        for t in range(T):
+            word = wv[slot * T + t]
+            for i in range(16):
+                cm1[t * 16 + i] = _code_minus_one(word, i)
+        for m in range(max_m):
+            if m < M:
+                base = uint32(m * TILE_K) + wl * uint32(16)
+                for i in range(16):
+                    av[i] = s_a[base + uint32(i)]
+                for t in range(T):
+                    s = float32(0.0)
+                    for i in range(16):
+                        s = fma(cm1[t * 16 + i], av[i], s)
+                    acc[m * T + t] = fadd_rn(acc[m * T + t], fmul_rn(s, dv[slot * T + t]))
 
     def body(A, B16, Bh, C, N, K, group, M):  # noqa: N803
         s_a = cuda.shared.array(smem, float32)
         acc = cuda.local.array(n_acc, float32)
         cm1 = cuda.local.array(n_cm1, float32)
         av = cuda.local.array(16, float32)
-        dv = cuda.local.array(T, float32)
-        tid = cuda.threadIdx.x
-        lane = tid & 31
-        row0 = cuda.blockIdx.x * rows_per_cta + (tid >> 5) * T
-        wshift = 3 if group == 128 else 2  # 16-code words per block: group / 16
-        wmask = (1 << wshift) - 1
-        hpb = (group >> 3) + 1  # uint16 halves per block, scale included
-        row_halves = (K // group) * hpb
+        wv = cuda.local.array(n_ld, uint32)
+        dv = cuda.local.array(n_ld, float32)
+        rbase = cuda.local.array(T, uint64)
+        tid = uint32(cuda.threadIdx.x)
+        lane = tid & uint32(31)
+        row0 = uint32(cuda.blockIdx.x) * uint32(rows_per_cta) + (tid >> uint32(5)) * uint32(T)
+        wshift = uint32(3 if group == 128 else 2)  # 16-code words per block: group / 16
+        wmask = (uint32(1) << wshift) - uint32(1)
+        hpb = uint32((group >> 3) + 1)  # uint16 halves per block, scale included
+        row_halves = uint64(K // group) * uint64(hpb)
+        n_rows = uint32(N)
+        for t in range(T):
+            # rows past N (tail of the last CTA) load row N-1 and are never stored
+            rbase[t] = uint64(min(row0 + uint32(t), n_rows - uint32(1))) * row_halves
         for j in range(n_acc):
             acc[j] = float32(0.0)
         for k0 in range(0, K, TILE_K):
-            kt = min(TILE_K, K - k0)
+            kt = uint32(min(TILE_K, K - k0))
             cuda.syncthreads()
             for m in range(max_m):
                 if m < M:
-                    for j in range(tid, kt, 256):
-                        s_a[uint32(m * TILE_K + j)] = bf16_to_f32(A[m, k0 + j])
+                    for j in range(tid, kt, uint32(256)):
+                        s_a[uint32(m * TILE_K) + j] = bf16_to_f32(A[uint32(m), uint32(k0) + j])
             cuda.syncthreads()
-            if row0 < N:
-                for wl in range(lane, kt >> 4, 32):
-                    gw = (k0 >> 4) + wl
-                    blk_half = (gw >> wshift) * hpb
-                    q_off = 1 + 2 * (gw & wmask)
-                    for t in range(T):
-                        # rows past N (tail of the last CTA) load row N-1 and are never stored
-                        hb = uint32(min(row0 + t, N - 1) * row_halves + blk_half)
-                        dv[t] = float32(Bh[hb])
-                        word = uint32(B16[hb + q_off]) | (uint32(B16[hb + q_off + 1]) << 16)
-                        for i in range(16):
-                            cm1[t * 16 + i] = _code_minus_one(word, i)
-                    for m in range(max_m):
-                        if m < M:
-                            base = uint64(m * TILE_K + wl * 16)  # unsigned: no wraparound code
-                            for i in range(16):
-                                av[i] = s_a[base + uint64(i)]
-                            for t in range(T):
-                                s = float32(0.0)
-                                for i in range(16):
-                                    s = fma(cm1[t * 16 + i], av[i], s)
-                                acc[m * T + t] = fadd_rn(acc[m * T + t], fmul_rn(s, dv[t]))
+            if row0 < n_rows:
+                nw = kt >> uint32(4)
+                gw0 = uint32(k0) >> uint32(4)
+                wl = lane
+                while wl + uint32(32 * (U - 1)) < nw:  # full batches
+                    for u in range(U):
+                        load_word(
+                            B16, Bh, rbase, gw0 + wl + uint32(32 * u), wshift, wmask, hpb, wv, dv, u
+                        )
+                    for u in range(U):
+                        mac_word(s_a, wl + uint32(32 * u), wv, dv, u, cm1, av, acc, M)
+                    wl += uint32(32 * U)
+                while wl < nw:  # the tile's last words, one at a time
+                    load_word(B16, Bh, rbase, gw0 + wl, wshift, wmask, hpb, wv, dv, 0)
+                    mac_word(s_a, wl, wv, dv, 0, cm1, av, acc, M)
+                    wl += uint32(32)
         for m in range(max_m):
             if m < M:
                 for t in range(T):
                     v = warp_sum(acc[m * T + t])
-                    if lane == 0 and row0 + t < N:
-                        C[m, row0 + t] = f32_to_bf16(v)
+                    if lane == 0 and row0 + uint32(t) < n_rows:
+                        C[m, row0 + uint32(t)] = f32_to_bf16(v)
 
     return body
 
