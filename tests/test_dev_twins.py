@@ -120,3 +120,34 @@ def test_shuffle_twin_surfaces_a_lane_error_instead_of_waiting():
     with pytest.raises(ValueError, match="lane 3 failed"):
         lane_three_raises[1, 32](v, out)
     assert time.monotonic() - t0 < 60
+
+
+@cuda.jit
+def _ld_kernel(a, out_words, out_f32):
+    """Lane i reads row i % rows, columns 8*(i // rows) .. +7 as 4 words, and widens them."""
+    i = cuda.grid(1)
+    rows = a.shape[0]
+    if i < out_words.shape[0]:
+        m, c = uint32(i % rows), uint32(8 * (i // rows))
+        w0, w1, w2, w3 = _dev.ld_bf16x8(a, m, c)
+        out_words[i, 0], out_words[i, 1], out_words[i, 2], out_words[i, 3] = w0, w1, w2, w3
+        for j, w in enumerate((w0, w1, w2, w3)):
+            out_f32[i, 2 * j] = _dev.bf16_lo_to_f32(w)
+            out_f32[i, 2 * j + 1] = _dev.bf16_hi_to_f32(w)
+
+
+def test_ld_bf16x8_and_pair_widening():
+    """16-byte activation loads: element 2j in the low half of word j, both halves exact in fp32."""
+    rng = np.random.default_rng(5)
+    rows, k = 3, 64
+    a = rng.integers(0, 2**16, (rows, k), dtype=np.uint64).astype(np.uint16)
+    a[0, :4] = [0x7FC0, 0xFF80, 0x8000, 0x0001]  # NaN, -Inf, -0, smallest subnormal
+    n = rows * (k // 8)
+    words, f32 = np.zeros((n, 4), np.uint32), np.zeros((n, 8), np.float32)
+    _ld_kernel[1, n](cuda.to_device(a), w_d := cuda.to_device(words), f_d := cuda.to_device(f32))
+    words, f32 = w_d.copy_to_host(), f_d.copy_to_host()
+    for i in range(n):
+        m, c = i % rows, 8 * (i // rows)
+        want = a[m, c : c + 8].astype(np.uint32)
+        assert np.array_equal(words[i], want[0::2] | (want[1::2] << 16))
+        assert np.array_equal(f32[i].view(np.uint32), want << 16)  # bf16 -> fp32 is a shift

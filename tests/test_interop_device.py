@@ -110,3 +110,20 @@ def test_cupy_uint16_bits():
     cuda.synchronize()
     want = q2gemv.gemv(a, w, backend="reference").view(np.uint16)
     assert_bits_equal(cp.asnumpy(cp.asarray(y)), want, "cupy")
+
+
+@pytest.mark.gpu
+def test_misaligned_activations_refused_by_direct_load_kernels():
+    """A view starting 2 bytes into a buffer: the 16-byte-load kernels refuse it, the others run."""
+    rng = np.random.default_rng(9)
+    w = random_weight(rng, 8, 128, 128)
+    a = random_acts(rng, 1, 128)
+    buf = cuda.to_device(
+        np.concatenate([[0], a.view(np.uint16).reshape(-1), [0] * 7]).astype(np.uint16)
+    )
+    d_a = buf[1:129].reshape(1, 128)
+    with pytest.raises(ValueError, match="a: kernel q2_0_gemv_vec reads activations 16 bytes"):
+        q2gemv.gemv(d_a, w, kernel="q2_0_gemv_vec")
+    want = q2gemv.gemv(a, w, kernel="q2_0_gemv", backend="reference").view(np.uint16)
+    got = q2gemv.gemv(d_a, w, kernel="q2_0_gemv").copy_to_host()
+    assert_bits_equal(got.view(np.uint16), want, "baseline on a misaligned view")

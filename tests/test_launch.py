@@ -51,3 +51,38 @@ def test_bad_arguments():
         launch.q2_grid("nope", 4)
     with pytest.raises(ValueError, match="n"):
         launch.q2_grid("q2_0_gemv", 0)
+
+
+class _FakeDeviceArray:
+    """Only what check_alignment reads: numba's device_ctypes_pointer."""
+
+    def __init__(self, addr: int):
+        import ctypes
+
+        self.device_ctypes_pointer = ctypes.c_void_p(addr)
+
+
+@pytest.mark.parametrize(
+    "addr, ok",
+    [
+        (0x7F0000000000, True),
+        (0x7F0000000010, True),
+        (0x7F0000000002, False),
+        (0x7F0000000008, False),
+    ],
+)
+def test_check_alignment(addr, ok):
+    arr = _FakeDeviceArray(addr)
+    assert launch.device_address(arr) == addr
+    if ok:
+        launch.check_alignment("q2_0_gemv_vec", arr, 16)
+    else:
+        with pytest.raises(ValueError, match=r"a: kernel q2_0_gemv_vec reads activations 16 bytes"):
+            launch.check_alignment("q2_0_gemv_vec", arr, 16)
+
+
+def test_check_alignment_without_an_address():
+    launch.check_alignment(
+        "q2_0_gemv_vec", object(), 16
+    )  # the simulator's arrays: nothing to check
+    assert launch.device_address(object()) is None

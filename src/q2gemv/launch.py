@@ -94,3 +94,27 @@ def check_launch_rows(kernel: str, d_a, d_out, m: int, max_m: int, n: int, k: in
             raise TypeError(f"{arg}: expected uint16 bf16 bits, got {arr.dtype}")
         if tuple(arr.shape) != want:
             raise ValueError(f"{arg}: expected shape {want}, got {tuple(arr.shape)}")
+
+
+def device_address(arr) -> int | None:
+    """The device address of a numba device array; None where there is none (the simulator)."""
+    try:
+        return int(arr.device_ctypes_pointer.value or 0)
+    except AttributeError:
+        return None
+
+
+def check_alignment(kernel: str, d_a, align: int) -> None:
+    """Refuse activations whose device address is not a multiple of ``align`` bytes.
+
+    Kernels that read activations ``align`` bytes at a time need it; buffers
+    that numba, torch or CuPy allocate (and their row slices, K being a
+    multiple of 64) always qualify; a view that starts mid-buffer may not.
+    """
+    addr = device_address(d_a)
+    if addr is not None and addr % align:
+        raise ValueError(
+            f"a: kernel {kernel} reads activations {align} bytes at a time: expected a "
+            f"{align}-byte aligned device buffer, got address {addr:#x} "
+            "(copy it, e.g. .clone(), or use kernel='q2_0_gemv')"
+        )

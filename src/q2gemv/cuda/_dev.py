@@ -19,6 +19,7 @@ f32_as_u32         libdevice.float_as_int              ndarray view
 fma                cuda.fma (fma.rn.f32, one rounding)  f64 product + sum -> f32
 fmul_rn, fadd_rn   libdevice (never contracted)        np.float32 ops
 shfl_xor           cuda.shfl_xor_sync, full mask        per-warp exchange + barrier
+ld_bf16x8          one ld.global.nc.v4.u32 (16 bytes)   eight uint16 reads
 =================  ==================================  ===========================
 
 Derived helpers (bf16 conversions, ``warp_sum``) are written once
@@ -110,6 +111,14 @@ if SIMULATED:
             return np.float32(np.float32(a) + np.float32(b))
 
     @_device
+    def ld_bf16x8(arr, m, c):
+        w = [
+            np.uint32(arr[m, c + 2 * j]) | (np.uint32(arr[m, c + 2 * j + 1]) << np.uint32(16))
+            for j in range(4)
+        ]
+        return w[0], w[1], w[2], w[3]
+
+    @_device
     def shfl_xor(v, offset):
         (vals, barrier), lane, thread = _warp_exchange()
         vals[lane] = v
@@ -119,7 +128,9 @@ if SIMULATED:
         return r
 
 else:
+    from numba import types
     from numba.cuda import libdevice
+    from numba.cuda.extending import intrinsic
 
     @_device
     def u32_as_f32(x):
@@ -145,11 +156,53 @@ else:
     def shfl_xor(v, offset):
         return cuda.shfl_xor_sync(FULL_MASK, v, offset)
 
+    def _ld_bf16x8(typingctx, arr, m, c):
+        """``arr[m, c .. c+7]`` (uint16, C-contiguous) as 4 uint32 words by one 16-byte load.
+
+        The caller guarantees 16-byte alignment of that address. ``.nc``: the
+        read-only data path; the kernels never write their activations.
+        """
+        sig = types.UniTuple(types.uint32, 4)(arr, m, c)
+
+        def codegen(context, builder, sig, args):
+            from llvmlite import ir
+            from numba.core import cgutils
+
+            arrty, mty, cty = sig.args
+            ary = context.make_array(arrty)(context, builder, value=args[0])
+            inds = [
+                context.cast(builder, v, t, types.intp)
+                for v, t in zip(args[1:], (mty, cty), strict=True)
+            ]
+            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, inds, wraparound=False)
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
+            asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
+            r = builder.call(asm, [ptr])
+            vals = [builder.extract_value(r, j) for j in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    ld_bf16x8 = intrinsic(_ld_bf16x8)
+
 
 @_device
 def bf16_to_f32(h):
     """bf16 bits -> fp32 (exact)."""
     return u32_as_f32(uint32(h) << uint32(16))
+
+
+@_device
+def bf16_lo_to_f32(w):
+    """The bf16 in the low half of a uint32 (the lower-addressed element) -> fp32 (exact)."""
+    return u32_as_f32(uint32(w) << uint32(16))
+
+
+@_device
+def bf16_hi_to_f32(w):
+    """The bf16 in the high half of a uint32 (the higher-addressed element) -> fp32 (exact)."""
+    return u32_as_f32(uint32(w) & uint32(0xFFFF0000))
 
 
 @_device

@@ -30,7 +30,18 @@ from numba import cuda, float32, uint32, uint64
 
 from .. import launch
 from ..formats import q2_0 as fmt
-from ._dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
+from ._dev import (
+    bf16_hi_to_f32,
+    bf16_lo_to_f32,
+    bf16_to_f32,
+    f32_to_bf16,
+    fadd_rn,
+    fma,
+    fmul_rn,
+    ld_bf16x8,
+    u32_as_f32,
+    warp_sum,
+)
 
 SMEM_TILE_BYTES = 32 * 1024  # fp32 activation tile per CTA (static shared memory is 48 KB)
 
@@ -128,6 +139,7 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
     n_acc = max_m * T
     n_cm1 = 16 * T
     n_ld = U * T
+    n_aw = 8 * U  # activation words (2 bf16 each) of a batch, M=1 kernels
 
     @cuda.jit(device=True, inline="always")
     def load_word(B16, Bh, rbase, gw, wshift, wmask, hpb, wv, dv, slot):
@@ -140,22 +152,93 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
             wv[slot * T + t] = uint32(B16[hb + q_off]) | (uint32(B16[hb + q_off + 1]) << uint32(16))
 
     @cuda.jit(device=True, inline="always")
-    def mac_word(s_a, wl, wv, dv, slot, cm1, av, acc, M):
-        """Word ``wl`` of the tile (loaded in ``slot``) times every active row of activations."""
+    def decode(wv, slot, cm1):
+        """``code - 1`` of the 16 codes of the word in ``slot``, for each of the T rows."""
         for t in range(T):
             word = wv[slot * T + t]
             for i in range(16):
                 cm1[t * 16 + i] = _code_minus_one(word, i)
+
+    @cuda.jit(device=True, inline="always")
+    def mac16(cm1, av, dv, slot, acc, m):
+        """acc[m, t] += (sum of the 16 products, in order) * d, for each of the T rows."""
+        for t in range(T):
+            s = float32(0.0)
+            for i in range(16):
+                s = fma(cm1[t * 16 + i], av[i], s)
+            acc[m * T + t] = fadd_rn(acc[m * T + t], fmul_rn(s, dv[slot * T + t]))
+
+    @cuda.jit(device=True, inline="always")
+    def mac_word(s_a, wl, wv, dv, slot, cm1, av, acc, M):
+        """Word ``wl`` of the tile (loaded in ``slot``) times every active row of activations."""
+        decode(wv, slot, cm1)
         for m in range(max_m):
             if m < M:
                 base = uint32(m * TILE_K) + wl * uint32(16)
                 for i in range(16):
                     av[i] = s_a[base + uint32(i)]
-                for t in range(T):
-                    s = float32(0.0)
-                    for i in range(16):
-                        s = fma(cm1[t * 16 + i], av[i], s)
-                    acc[m * T + t] = fadd_rn(acc[m * T + t], fmul_rn(s, dv[slot * T + t]))
+                mac16(cm1, av, dv, slot, acc, m)
+
+    @cuda.jit(device=True, inline="always")
+    def load_acts(A, gw, aw, slot):
+        """Row 0's 16 activations of word ``gw`` as 8 uint32 (two 16-byte loads) into ``aw``."""
+        c = gw * uint32(16)
+        aw[slot * 8 + 0], aw[slot * 8 + 1], aw[slot * 8 + 2], aw[slot * 8 + 3] = ld_bf16x8(
+            A, uint32(0), c
+        )
+        aw[slot * 8 + 4], aw[slot * 8 + 5], aw[slot * 8 + 6], aw[slot * 8 + 7] = ld_bf16x8(
+            A, uint32(0), c + uint32(8)
+        )
+
+    @cuda.jit(device=True, inline="always")
+    def mac_word_direct(aw, wv, dv, slot, cm1, av, acc):
+        """The word in ``slot`` times row 0's activations loaded with it (M=1 kernels)."""
+        decode(wv, slot, cm1)
+        for j in range(8):
+            av[2 * j] = bf16_lo_to_f32(aw[slot * 8 + j])
+            av[2 * j + 1] = bf16_hi_to_f32(aw[slot * 8 + j])
+        mac16(cm1, av, dv, slot, acc, 0)
+
+    def body_direct(A, B16, Bh, C, N, K, group, M):  # noqa: N803
+        """M=1: each lane loads its words' activations itself (16-byte loads, no staging)."""
+        acc = cuda.local.array(n_acc, float32)
+        cm1 = cuda.local.array(n_cm1, float32)
+        av = cuda.local.array(16, float32)
+        aw = cuda.local.array(n_aw, uint32)
+        wv = cuda.local.array(n_ld, uint32)
+        dv = cuda.local.array(n_ld, float32)
+        rbase = cuda.local.array(T, uint64)
+        tid = uint32(cuda.threadIdx.x)
+        lane = tid & uint32(31)
+        row0 = uint32(cuda.blockIdx.x) * uint32(rows_per_cta) + (tid >> uint32(5)) * uint32(T)
+        wshift = uint32(3 if group == 128 else 2)
+        wmask = (uint32(1) << wshift) - uint32(1)
+        hpb = uint32((group >> 3) + 1)
+        row_halves = uint64(K // group) * uint64(hpb)
+        n_rows = uint32(N)
+        for t in range(T):
+            rbase[t] = uint64(min(row0 + uint32(t), n_rows - uint32(1))) * row_halves
+        for j in range(n_acc):
+            acc[j] = float32(0.0)
+        if row0 < n_rows and M > 0:
+            nw = uint32(K) >> uint32(4)
+            wl = lane
+            while wl + uint32(32 * (U - 1)) < nw:  # full batches
+                for u in range(U):
+                    load_word(B16, Bh, rbase, wl + uint32(32 * u), wshift, wmask, hpb, wv, dv, u)
+                    load_acts(A, wl + uint32(32 * u), aw, u)
+                for u in range(U):
+                    mac_word_direct(aw, wv, dv, u, cm1, av, acc)
+                wl += uint32(32 * U)
+            while wl < nw:  # the row's last words, one at a time
+                load_word(B16, Bh, rbase, wl, wshift, wmask, hpb, wv, dv, 0)
+                load_acts(A, wl, aw, 0)
+                mac_word_direct(aw, wv, dv, 0, cm1, av, acc)
+                wl += uint32(32)
+        for t in range(T):
+            v = warp_sum(acc[t])
+            if lane == 0 and row0 + uint32(t) < n_rows and M > 0:
+                C[0, row0 + uint32(t)] = f32_to_bf16(v)
 
     def body(A, B16, Bh, C, N, K, group, M):  # noqa: N803
         s_a = cuda.shared.array(smem, float32)
@@ -209,7 +292,7 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
                     if lane == 0 and row0 + uint32(t) < n_rows:
                         C[m, row0 + uint32(t)] = f32_to_bf16(v)
 
-    return body
+    return body_direct if max_m == 1 else body
 
 
 # name -> (body factory, max_m per launch)
@@ -221,6 +304,8 @@ KERNELS: dict[str, tuple] = {
     "q2_0_gemv_vec_rt4": (lambda: _make_vec_body(1, 4), 1),
     "q2_0_gemv_vec_batchm_rt2": (lambda: _make_vec_body(launch.Q2_BATCHM_MAX_M, 2), 8),
 }
+# M=1 vec kernels read their activations straight from global memory, 16 bytes per load
+DIRECT_LOAD_KERNELS = frozenset(n for n, (_, mm) in KERNELS.items() if mm == 1 and n != "q2_0_gemv")
 SIGNATURE = (
     "void(uint16[:, ::1], uint16[::1], float16[::1], uint16[:, ::1], int32, int32, int32, int32)"
 )
@@ -301,6 +386,8 @@ def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tupl
     if not isinstance(dw, DeviceQ2Weight):
         raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
     launch.check_launch_rows(name, d_a, d_out, m, max_m, dw.n, dw.k)
+    if name in DIRECT_LOAD_KERNELS:
+        launch.check_alignment(name, d_a, 16)
     args = (
         d_a,
         dw.b16,
