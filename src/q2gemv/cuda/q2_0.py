@@ -109,10 +109,13 @@ def _q2_0_gemv_body(A, B16, Bh, C, N, K, group, M):  # noqa: N803 - seed names
 
 # Words (16 codes) each lane loads per row before it multiplies any of them: the
 # loads of a batch are all in flight at once. Keyed by (max_m, rows per warp);
-# 1 (the default) is one word, then its products. Larger batches of the batchm
-# kernels spill their accumulators to local memory (tests/test_ptx.py), so
-# they stay at 1. benchmarks/sweep_words.py times other values on the GPU.
-WORDS_IN_FLIGHT: dict[tuple[int, int], int] = {(1, 1): 8, (1, 4): 4}
+# 1 (the default) is one word, then its products. Measured on the H200 with
+# benchmarks/sweep_words.py (M=1, results/h200_sweep_words.csv): q2_0_gemv_vec
+# 91.9 / 89.9 / 88.9 us at 1 / 4 / 8 words (16384x16384); q2_0_gemv_vec_rt4
+# 79.9 / 84.9 / 104.0 us at 1 / 2 / 4 (its 4 rows already give 4 loads in
+# flight). Batches of the batchm kernels spill their accumulators to local
+# memory (tests/test_ptx.py), so they stay at 1.
+WORDS_IN_FLIGHT: dict[tuple[int, int], int] = {(1, 1): 8}
 
 
 def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None):
