@@ -69,9 +69,28 @@ def is_device_array(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
 
 
-def default_q2_kernel(m: int) -> str:
-    """M=1 -> candidate B (``q2_0_gemv_vec``); otherwise the batched kernel (chunked by 8)."""
-    return "q2_0_gemv_vec" if m == 1 else "q2_0_gemv_vec_batchm"
+# Output rows from which the 4-rows-per-warp M=1 kernel wins (H200, M=1, one run:
+# benchmarks/results/h200_m1_gemv.csv): q2_0_gemv_vec_rt4 took 79.8 us vs 88.9 us
+# for q2_0_gemv_vec at 16384x16384 and 32.2 vs 32.7 us at 17408x5120, but 14.9 vs
+# 12.6 us at 5120x5120 and 43.8 vs 36.8 us at 5120x17408 (N/32 = 160 CTAs for 132
+# SMs leaves SMs idle).
+Q2_RT4_MIN_N = 16384
+
+
+def default_q2_kernel(m: int, n: int = 0) -> str:
+    """The Q2_0 kernel :func:`gemv` uses for ``m`` activation rows and ``n`` output rows.
+
+    Every choice here computes the same bits (all share q2_0_gemv_vec's per-row
+    order); the rule only picks the fastest measured on the H200:
+
+    * M=1: ``q2_0_gemv_vec_rt4`` when ``n >= Q2_RT4_MIN_N``, else ``q2_0_gemv_vec``;
+    * M>1: ``q2_0_gemv_vec_batchm_rt2`` in chunks of 8, faster than the seed's
+      ``q2_0_gemv_vec_batchm`` in all 40 (shape, M) cases of
+      benchmarks/results/h200_gemv.csv (e.g. 700 vs 1244 us at 16384x16384, M=8).
+    """
+    if m == 1:
+        return "q2_0_gemv_vec_rt4" if n >= Q2_RT4_MIN_N else "q2_0_gemv_vec"
+    return "q2_0_gemv_vec_batchm_rt2"
 
 
 def default_w4a16_tiers() -> tiers.W4a16BatchmTiers:
@@ -111,7 +130,7 @@ def plan(weight, m: int, kernel: str | None = None) -> list[tuple[int, int, str]
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
         raise ValueError(f"m: expected an int >= 0, got {m!r}")
     if family == "q2_0":
-        name = default_q2_kernel(m) if kernel is None else kernel
+        name = default_q2_kernel(m, weight.n) if kernel is None else kernel
         if name not in Q2_KERNELS:
             raise ValueError(f"kernel: expected one of {tuple(Q2_KERNELS)}, got {name!r}")
         return [(r0, rows, name) for r0, rows in launch.batchm_row_chunks(m, Q2_KERNELS[name])]
@@ -262,7 +281,11 @@ def explain(weight, m: int, kernel: str | None = None) -> str:
         why = (
             "forced by kernel="
             if kernel
-            else ("M=1: candidate B, 1 warp per row" if m == 1 else "M != 1: batched kernel")
+            else (
+                f"default for M=1, N {'>=' if weight.n >= Q2_RT4_MIN_N else '<'} {Q2_RT4_MIN_N}"
+                if m == 1
+                else "default for M > 1: batched, 2 rows per warp, chunks of 8"
+            )
         )
         lines.append(f"m = {m}; kernel: {launches[0][2] if launches else '-'} ({why})")
     else:

@@ -8,11 +8,17 @@ state the operation order):
   one 16-bit load (8 codes) per thread per step, activations read from
   global memory.
 * ``q2_0_gemv_vec`` — candidate B: 1 warp per row, 8 rows per CTA, 16 codes
-  (two 16-bit halves) per lane per step, activations staged in shared memory
-  as fp32 tiles of :func:`tile_k` codes.
+  (two 16-bit halves) per lane per step. Each lane loads its own words'
+  activations (two 16-byte loads per word, :func:`~q2gemv.cuda._dev.ld_bf16x8`;
+  ``a`` must be 16-byte aligned, checked before launch). The seed staged them
+  in shared memory; the order of the arithmetic is the same either way.
 * ``q2_0_gemv_vec_batchm`` — the same thread map and per-row order for up
-  to :data:`~q2gemv.launch.Q2_BATCHM_MAX_M` activation rows: each weight
-  word is read once and multiplied into all M accumulators.
+  to :data:`~q2gemv.launch.Q2_BATCHM_MAX_M` activation rows: activations
+  staged in shared memory as fp32 tiles of :func:`tile_k` codes, each weight
+  word read once and multiplied into all M accumulators.
+
+Register-tiled candidates with the same per-row order: ``q2_0_gemv_vec_rt4``
+(4 rows per warp, M=1) and ``q2_0_gemv_vec_batchm_rt2`` (2 rows per warp).
 
 All three read the raw GGUF bytes (keep-packed): ``B16`` is the byte buffer
 viewed as uint16 (codes), ``Bh`` the same buffer viewed as float16 (the
