@@ -97,7 +97,7 @@ def check_launch_rows(kernel: str, d_a, d_out, m: int, max_m: int, n: int, k: in
 
 
 def device_address(arr) -> int | None:
-    """The device address of a numba device array; None where there is none (the simulator)."""
+    """The device address of ``arr`` (a numba device array); None where there is none (the simulator)."""
     try:
         return int(arr.device_ctypes_pointer.value or 0)
     except AttributeError:
@@ -105,9 +105,9 @@ def device_address(arr) -> int | None:
 
 
 def check_alignment(kernel: str, d_a, align: int) -> None:
-    """Refuse activations whose device address is not a multiple of ``align`` bytes.
+    """Refuse activations ``d_a`` whose device address is not a multiple of ``align`` bytes.
 
-    Kernels that read activations ``align`` bytes at a time need it; buffers
+    ``kernel`` (its name, for the message) reads activations ``align`` bytes at a time; buffers
     that numba, torch or CuPy allocate (and their row slices, K being a
     multiple of 64) always qualify; a view that starts mid-buffer may not.
     """
