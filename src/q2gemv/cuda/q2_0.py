@@ -208,15 +208,16 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
             av[2 * j + 1] = bf16_hi_to_f32(aw[slot * 8 + j])
         mac16(cm1, av, dv, slot, acc, 0)
 
-    def body_direct(A, B16, Bh, C, N, K, group, M):  # noqa: N803
-        """M=1: each lane loads its words' activations itself (16-byte loads, no staging)."""
-        acc = cuda.local.array(n_acc, float32)
-        cm1 = cuda.local.array(n_cm1, float32)
-        av = cuda.local.array(16, float32)
-        aw = cuda.local.array(n_aw, uint32)
-        wv = cuda.local.array(n_ld, uint32)
-        dv = cuda.local.array(n_ld, float32)
-        rbase = cuda.local.array(T, uint64)
+    @cuda.jit(device=True, inline="always")
+    def setup(N, K, group, rbase, acc):  # noqa: N803
+        """This warp's rows and the block geometry; zeroes ``acc``, fills ``rbase``.
+
+        Returns ``(lane, row0, n_rows, wshift, wmask, hpb)``: ``row0`` is the
+        warp's first row, ``wshift`` log2 of the 16-code words per block
+        (group / 16), ``hpb`` the uint16 halves per block, scale included.
+        ``rbase[t]`` is the first half of row ``row0 + t``; rows past N (tail
+        of the last CTA) point at row N-1 and are never stored.
+        """
         tid = uint32(cuda.threadIdx.x)
         lane = tid & uint32(31)
         row0 = uint32(cuda.blockIdx.x) * uint32(rows_per_cta) + (tid >> uint32(5)) * uint32(T)
@@ -229,6 +230,18 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
             rbase[t] = uint64(min(row0 + uint32(t), n_rows - uint32(1))) * row_halves
         for j in range(n_acc):
             acc[j] = float32(0.0)
+        return lane, row0, n_rows, wshift, wmask, hpb
+
+    def body_direct(A, B16, Bh, C, N, K, group, M):  # noqa: N803
+        """M=1: each lane loads its words' activations itself (16-byte loads, no staging)."""
+        acc = cuda.local.array(n_acc, float32)
+        cm1 = cuda.local.array(n_cm1, float32)
+        av = cuda.local.array(16, float32)
+        aw = cuda.local.array(n_aw, uint32)
+        wv = cuda.local.array(n_ld, uint32)
+        dv = cuda.local.array(n_ld, float32)
+        rbase = cuda.local.array(T, uint64)
+        lane, row0, n_rows, wshift, wmask, hpb = setup(N, K, group, rbase, acc)
         if row0 < n_rows and M > 0:
             nw = uint32(K) >> uint32(4)
             wl = lane
@@ -257,25 +270,13 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
         wv = cuda.local.array(n_ld, uint32)
         dv = cuda.local.array(n_ld, float32)
         rbase = cuda.local.array(T, uint64)
-        tid = uint32(cuda.threadIdx.x)
-        lane = tid & uint32(31)
-        row0 = uint32(cuda.blockIdx.x) * uint32(rows_per_cta) + (tid >> uint32(5)) * uint32(T)
-        wshift = uint32(3 if group == 128 else 2)  # 16-code words per block: group / 16
-        wmask = (uint32(1) << wshift) - uint32(1)
-        hpb = uint32((group >> 3) + 1)  # uint16 halves per block, scale included
-        row_halves = uint64(K // group) * uint64(hpb)
-        n_rows = uint32(N)
-        for t in range(T):
-            # rows past N (tail of the last CTA) load row N-1 and are never stored
-            rbase[t] = uint64(min(row0 + uint32(t), n_rows - uint32(1))) * row_halves
-        for j in range(n_acc):
-            acc[j] = float32(0.0)
+        lane, row0, n_rows, wshift, wmask, hpb = setup(N, K, group, rbase, acc)
         for k0 in range(0, K, TILE_K):
             kt = uint32(min(TILE_K, K - k0))
             cuda.syncthreads()
             for m in range(max_m):
                 if m < M:
-                    for j in range(tid, kt, uint32(256)):
+                    for j in range(uint32(cuda.threadIdx.x), kt, uint32(256)):
                         s_a[uint32(m * TILE_K) + j] = bf16_to_f32(A[uint32(m), uint32(k0) + j])
             cuda.syncthreads()
             if row0 < n_rows:
