@@ -132,7 +132,7 @@ def _ld_kernel(a, out_words, out_f32):
         w0, w1, w2, w3 = _dev.ld_bf16x8(a, m, c)
         out_words[i, 0], out_words[i, 1], out_words[i, 2], out_words[i, 3] = w0, w1, w2, w3
         for j, w in enumerate((w0, w1, w2, w3)):
-            out_f32[i, 2 * j] = _dev.bf16_lo_to_f32(w)
+            out_f32[i, 2 * j] = _dev.bf16_to_f32(w)
             out_f32[i, 2 * j + 1] = _dev.bf16_hi_to_f32(w)
 
 

@@ -189,14 +189,12 @@ else:
 
 @_device
 def bf16_to_f32(h):
-    """bf16 bits -> fp32 (exact)."""
+    """bf16 bits in the low 16 bits of ``h`` -> fp32 (exact).
+
+    For a uint32 holding two bf16 (as :func:`ld_bf16x8` returns them) that is
+    the lower-addressed element; :func:`bf16_hi_to_f32` gives the other.
+    """
     return u32_as_f32(uint32(h) << uint32(16))
-
-
-@_device
-def bf16_lo_to_f32(w):
-    """The bf16 in the low half of a uint32 (the lower-addressed element) -> fp32 (exact)."""
-    return u32_as_f32(uint32(w) << uint32(16))
 
 
 @_device

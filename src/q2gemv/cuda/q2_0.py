@@ -38,7 +38,6 @@ from .. import launch
 from ..formats import q2_0 as fmt
 from ._dev import (
     bf16_hi_to_f32,
-    bf16_lo_to_f32,
     bf16_to_f32,
     f32_to_bf16,
     fadd_rn,
@@ -204,7 +203,7 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
         """The word in ``slot`` times row 0's activations loaded with it (M=1 kernels)."""
         decode(wv, slot, cm1)
         for j in range(8):
-            av[2 * j] = bf16_lo_to_f32(aw[slot * 8 + j])
+            av[2 * j] = bf16_to_f32(aw[slot * 8 + j])
             av[2 * j + 1] = bf16_hi_to_f32(aw[slot * 8 + j])
         mac16(cm1, av, dv, slot, acc, 0)
 
