@@ -20,7 +20,7 @@ state the operation order):
 Register-tiled candidates with the same per-row order: ``q2_0_gemv_vec_rt4``
 (4 rows per warp, M=1) and ``q2_0_gemv_vec_batchm_rt2`` (2 rows per warp).
 
-All three read the raw GGUF bytes (keep-packed): ``B16`` is the byte buffer
+All of them read the raw GGUF bytes (keep-packed): ``B16`` is the byte buffer
 viewed as uint16 (codes), ``Bh`` the same buffer viewed as float16 (the
 inline scale ``d`` of block i is half ``i * (1 + group / 8)`` of a row).
 ``group`` is a run-time argument (64 or 128), as in the seed.
@@ -126,16 +126,19 @@ WORDS_IN_FLIGHT: dict[tuple[int, int], int] = {(1, 1): 8}
 def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None):
     """Candidate-B body: 1 warp per row (``rows_per_warp`` rows per warp when register-tiled).
 
-    ``max_m`` sizes the staged activation tile, the accumulators and the
-    unrolled row loop; a run-time ``m < M`` guard skips dead rows. With
+    ``max_m`` sizes the accumulators and the unrolled row loop (a run-time
+    ``m < M`` guard skips dead rows) and picks the activation path: ``max_m = 1``
+    gives ``body_direct`` (each lane loads its own words' activations, 16 bytes
+    at a time, no shared memory), larger ``max_m`` gives ``body`` (activations
+    staged in shared-memory tiles of :func:`tile_k` codes). With
     ``rows_per_warp = T > 1`` each lane applies the 16 activations it loaded
-    to the same word of T rows (fewer shared-memory reads per product); every
-    row keeps the per-lane order of ``T = 1``, so the reference is the same.
+    to the same word of T rows; every row keeps the per-lane order of
+    ``T = 1``, so the reference is the same.
 
-    Each lane walks its words ``lane, lane + 32, ...`` of a tile in batches of
+    Each lane walks its words ``lane, lane + 32, ...`` (of a row, or of a tile) in batches of
     ``words`` (default :data:`WORDS_IN_FLIGHT`): it first loads the batch's
     words and scales for its T rows, then multiplies them in word order; the
-    last words of a tile that do not fill a batch go one at a time. Batching
+    last words that do not fill a batch go one at a time. Batching
     changes when a word is loaded, never the order of the arithmetic.
     Indices are unsigned (no negative-index wraparound code).
     """
