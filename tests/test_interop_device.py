@@ -113,7 +113,7 @@ def test_cupy_uint16_bits():
 
 
 @pytest.mark.gpu
-def test_misaligned_activations_refused_by_direct_load_kernels():
+def test_misaligned_activations_refused_by_16_byte_load_kernels():
     """A view starting 2 bytes into a buffer: the 16-byte-load kernels refuse it, the others run."""
     rng = np.random.default_rng(9)
     w = random_weight(rng, 8, 128, 128)
@@ -122,8 +122,9 @@ def test_misaligned_activations_refused_by_direct_load_kernels():
         np.concatenate([[0], a.view(np.uint16).reshape(-1), [0] * 7]).astype(np.uint16)
     )
     d_a = buf[1:129].reshape(1, 128)
-    with pytest.raises(ValueError, match="a: kernel q2_0_gemv_vec reads activations 16 bytes"):
-        q2gemv.gemv(d_a, w, kernel="q2_0_gemv_vec")
+    for name in ("q2_0_gemv_vec", "q2_0_gemv_vec_rt4", "q2_0_gemv_vec_batchm_rt2"):
+        with pytest.raises(ValueError, match=f"a: kernel {name} reads activations 16 bytes"):
+            q2gemv.gemv(d_a, w, kernel=name)
     want = q2gemv.gemv(a, w, kernel="q2_0_gemv", backend="reference").view(np.uint16)
     got = q2gemv.gemv(d_a, w, kernel="q2_0_gemv").copy_to_host()
     assert_bits_equal(got.view(np.uint16), want, "baseline on a misaligned view")

@@ -88,20 +88,31 @@ def test_check_alignment_without_an_address():
     assert launch.device_address(object()) is None
 
 
+def test_check_weight_halves():
+    """32-bit half indices: the vec kernels refuse 2**32 halves or more, the baseline does not."""
+    launch.check_weight_halves("q2_0_gemv_vec", launch.MAX_WEIGHT_HALVES - 1)
+    launch.check_weight_halves("q2_0_gemv", launch.MAX_WEIGHT_HALVES)
+    for name in ("q2_0_gemv_vec", "q2_0_gemv_vec_rt4", "q2_0_gemv_vec_batchm_rt2"):
+        with pytest.raises(ValueError, match=f"weight: kernel {name} indexes the weight in 32"):
+            launch.check_weight_halves(name, launch.MAX_WEIGHT_HALVES)
+
+
 def test_default_q2_kernel_rule():
     """The measured M=1 / M>1 choice (api.default_q2_kernel's docstring has the numbers)."""
     import numpy as np
 
     import q2gemv
-    from q2gemv.api import Q2_RT4_MIN_N, default_q2_kernel
+    from q2gemv.api import Q2_M1_MAX_ROWS, Q2_RT4_MIN_N, default_q2_kernel
 
-    assert default_q2_kernel(1, 5120) == "q2_0_gemv_vec"
-    assert default_q2_kernel(1, Q2_RT4_MIN_N - 1) == "q2_0_gemv_vec"
-    assert default_q2_kernel(1, Q2_RT4_MIN_N) == "q2_0_gemv_vec_rt4"
-    for m in (2, 8, 9, 40):
+    for m in range(1, Q2_M1_MAX_ROWS + 1):
+        assert default_q2_kernel(m, 5120) == "q2_0_gemv_vec"
+        assert default_q2_kernel(m, Q2_RT4_MIN_N - 1) == "q2_0_gemv_vec"
+        assert default_q2_kernel(m, Q2_RT4_MIN_N) == "q2_0_gemv_vec_rt4"
+    for m in (Q2_M1_MAX_ROWS + 1, 8, 9, 40):
         assert default_q2_kernel(m, 5120) == "q2_0_gemv_vec_batchm_rt2"
     big = q2gemv.Q2Weight.from_codes(
         np.ones((Q2_RT4_MIN_N, 64), np.uint8), np.ones((Q2_RT4_MIN_N, 1), np.float32), group=64
     )
-    assert q2gemv.plan(big, 2) == [(0, 2, "q2_0_gemv_vec_batchm_rt2")]
+    assert q2gemv.plan(big, 2) == [(0, 1, "q2_0_gemv_vec_rt4"), (1, 1, "q2_0_gemv_vec_rt4")]
+    assert q2gemv.plan(big, 4) == [(0, 4, "q2_0_gemv_vec_batchm_rt2")]
     assert q2gemv.plan(big, 1) == [(0, 1, "q2_0_gemv_vec_rt4")]

@@ -69,26 +69,34 @@ def is_device_array(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
 
 
-# Output rows from which the 4-rows-per-warp M=1 kernel wins (H200, M=1, one run:
-# benchmarks/results/h200_m1_gemv.csv): q2_0_gemv_vec_rt4 took 79.8 us vs 88.9 us
-# for q2_0_gemv_vec at 16384x16384 and 32.2 vs 32.7 us at 17408x5120, but 14.9 vs
-# 12.6 us at 5120x5120 and 43.8 vs 36.8 us at 5120x17408 (N/32 = 160 CTAs for 132
-# SMs leaves SMs idle).
+# Output rows from which the 4-rows-per-warp M=1 kernel wins (H200, one run with
+# torch bf16 beside it: benchmarks/results/h200_gemv.csv): q2_0_gemv_vec_rt4 took
+# 56.2 us vs 62.8 us for q2_0_gemv_vec at 16384x16384 and 23.8 vs 25.1 us at
+# 17408x5120, but 11.7 vs 11.1 us at 5120x5120 and 33.2 vs 29.3 us at 5120x17408
+# (N/32 = 160 CTAs for 132 SMs leaves SMs idle).
 Q2_RT4_MIN_N = 16384
+# Up to this many activation rows, one M=1 launch per row beats the batched
+# kernel (same run): at M=2, 2 x 56.2 = 112 us vs 179.6 us for
+# q2_0_gemv_vec_batchm_rt2 at 16384x16384; at M=3, 169 vs 193 us (16384x16384),
+# 71 vs 77 us (17408x5120), 88 vs 96 us (5120x17408), but 33 vs 31 us at
+# 5120x5120; at M=4 the batched kernel wins on all four shapes (210 vs 225 us).
+Q2_M1_MAX_ROWS = 3
 
 
 def default_q2_kernel(m: int, n: int = 0) -> str:
     """The Q2_0 kernel :func:`gemv` uses for ``m`` activation rows and ``n`` output rows.
 
     Every choice here computes the same bits (all share q2_0_gemv_vec's per-row
-    order); the rule only picks the fastest measured on the H200:
+    order); the rule only picks the fastest measured on the H200
+    (benchmarks/results/h200_gemv.csv, the constants' comments have the numbers):
 
-    * M=1: ``q2_0_gemv_vec_rt4`` when ``n >= Q2_RT4_MIN_N``, else ``q2_0_gemv_vec``;
-    * M>1: ``q2_0_gemv_vec_batchm_rt2`` in chunks of 8, faster than the seed's
-      ``q2_0_gemv_vec_batchm`` in all 40 (shape, M) cases of
-      benchmarks/results/h200_gemv.csv (e.g. 700 vs 1244 us at 16384x16384, M=8).
+    * M <= ``Q2_M1_MAX_ROWS`` (3): the M=1 kernel once per activation row,
+      ``q2_0_gemv_vec_rt4`` when ``n >= Q2_RT4_MIN_N``, else ``q2_0_gemv_vec``;
+    * larger M: ``q2_0_gemv_vec_batchm_rt2`` in chunks of 8, faster than the
+      seed's ``q2_0_gemv_vec_batchm`` in all 40 (shape, M) cases of that run
+      (e.g. 281 vs 405 us at 16384x16384, M=8).
     """
-    if m == 1:
+    if m <= Q2_M1_MAX_ROWS:
         return "q2_0_gemv_vec_rt4" if n >= Q2_RT4_MIN_N else "q2_0_gemv_vec"
     return "q2_0_gemv_vec_batchm_rt2"
 
@@ -282,9 +290,10 @@ def explain(weight, m: int, kernel: str | None = None) -> str:
             "forced by kernel="
             if kernel
             else (
-                f"default for M=1, N {'>=' if weight.n >= Q2_RT4_MIN_N else '<'} {Q2_RT4_MIN_N}"
-                if m == 1
-                else "default for M > 1: batched, 2 rows per warp, chunks of 8"
+                f"default for M <= {Q2_M1_MAX_ROWS}: one M=1 launch per row, "
+                f"N {'>=' if weight.n >= Q2_RT4_MIN_N else '<'} {Q2_RT4_MIN_N}"
+                if m <= Q2_M1_MAX_ROWS
+                else f"default for M > {Q2_M1_MAX_ROWS}: batched, 2 rows per warp, chunks of 8"
             )
         )
         lines.append(f"m = {m}; kernel: {launches[0][2] if launches else '-'} ({why})")

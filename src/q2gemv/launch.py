@@ -96,6 +96,22 @@ def check_launch_rows(kernel: str, d_a, d_out, m: int, max_m: int, n: int, k: in
             raise ValueError(f"{arg}: expected shape {want}, got {tuple(arr.shape)}")
 
 
+MAX_WEIGHT_HALVES = 2**32  # the vec kernels index a weight's uint16 halves in 32 bits
+
+
+def check_weight_halves(kernel: str, halves: int) -> None:
+    """Refuse a weight of ``halves`` uint16 halves that ``kernel``'s 32-bit indices cannot reach.
+
+    That is 8 GiB of Q2_0 bytes in one tensor (e.g. N=131072, K=262144 at
+    group 128), far beyond any GEMV weight; the baseline indexes in 64 bits.
+    """
+    if kernel != "q2_0_gemv" and halves >= MAX_WEIGHT_HALVES:
+        raise ValueError(
+            f"weight: kernel {kernel} indexes the weight in 32 bits: expected fewer than "
+            f"2**32 uint16 halves (8 GiB), got {halves} (use kernel='q2_0_gemv')"
+        )
+
+
 def device_address(arr) -> int | None:
     """The device address of ``arr`` (a numba device array); None where there is none (the simulator)."""
     try:

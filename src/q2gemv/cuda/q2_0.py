@@ -14,8 +14,10 @@ state the operation order):
   in shared memory; the order of the arithmetic is the same either way.
 * ``q2_0_gemv_vec_batchm`` — the same thread map and per-row order for up
   to :data:`~q2gemv.launch.Q2_BATCHM_MAX_M` activation rows: activations
-  staged in shared memory as fp32 tiles of :func:`tile_k` codes, each weight
-  word read once and multiplied into all M accumulators.
+  staged in shared memory as fp32 tiles of :func:`tile_k` codes (16-byte
+  loads, the next tile's loads in flight while a tile is used, a bank-conflict
+  free swizzle; ``a`` must be 16-byte aligned), each weight word read once and
+  multiplied into all M accumulators.
 
 Register-tiled candidates with the same per-row order: ``q2_0_gemv_vec_rt4``
 (4 rows per warp, M=1) and ``q2_0_gemv_vec_batchm_rt2`` (2 rows per warp).
@@ -32,7 +34,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda, float32, uint32, uint64
+from numba import cuda, float32, uint32
 
 from .. import launch
 from ..formats import q2_0 as fmt
@@ -62,22 +64,39 @@ def tile_k(max_m: int) -> int:
     return (SMEM_TILE_BYTES // (4 * max_m)) // 512 * 512
 
 
-def _code_minus_one(word, i):
+def _code_minus_one(word, i, mags):
     """fp32 ``code_i - 1`` of 2-bit field i (0..15) of ``word``: exact, no shift for i < 8.
 
     Field i sits at bit 2*(i % 8) of the low (i < 8) or high half. OR-ing it
     into the mantissa of 2^(23 - 2*(i % 8)) makes that float's ulp 1 at the
     field, so the float is 2^(23 - 2s) + code; subtracting 2^(23 - 2s) + 1 is
-    exact (Sterbenz). One LOP3 and one FADD per code, with constants folded.
+    exact (Sterbenz). ``mags`` holds those eight magic bit patterns in
+    registers (:func:`_fill_magics`), so the mask-and-OR is one LOP3 (an
+    immediate mask and a register magic) and the subtraction one FADD with an
+    immediate: two instructions per code.
     """
     half = word if i < 8 else word >> uint32(16)
     slot = i & 7
     mag = uint32((150 - 2 * slot) << 23)
-    f = u32_as_f32(mag | (half & uint32(3 << (2 * slot))))
+    f = u32_as_f32(mags[slot] | (half & uint32(3 << (2 * slot))))
     return f - (u32_as_f32(mag) + float32(1.0))
 
 
+def _fill_magics(mags, opaque_zero):
+    """``mags[s] = bits of 2^(23 - 2s)`` for s = 0..7, OR-ed with ``opaque_zero``.
+
+    The caller passes a value that is always 0 but that the compiler cannot
+    prove to be 0 (``uint32(N) >> 31`` of a non-negative int32 argument).
+    With plain constants ptxas folds both the mask and the magic into
+    immediates, and a LOP3 takes only one immediate: the decode then costs two
+    LOP3 per code instead of one (seen in the sm_90 SASS).
+    """
+    for s in range(8):
+        mags[s] = uint32((150 - 2 * s) << 23) | opaque_zero
+
+
 _code_minus_one = cuda.jit(device=True, inline="always")(_code_minus_one)
+_fill_magics = cuda.jit(device=True, inline="always")(_fill_magics)
 
 
 # -- kernel bodies (plain functions; compiled lazily, cached per knob) --------
@@ -85,6 +104,8 @@ _code_minus_one = cuda.jit(device=True, inline="always")(_code_minus_one)
 
 def _q2_0_gemv_body(A, B16, Bh, C, N, K, group, M):  # noqa: N803 - seed names
     s_part = cuda.shared.array(8, float32)
+    mags = cuda.local.array(8, uint32)
+    _fill_magics(mags, uint32(N) >> uint32(31))
     tid = cuda.threadIdx.x
     warp = tid >> 5
     lane = tid & 31
@@ -102,7 +123,7 @@ def _q2_0_gemv_body(A, B16, Bh, C, N, K, group, M):  # noqa: N803 - seed names
             word = uint32(B16[hb + 1 + (h & ((1 << hshift) - 1))])
             s = float32(0.0)
             for i in range(8):
-                s = fma(_code_minus_one(word, i), bf16_to_f32(A[0, h * 8 + i]), s)
+                s = fma(_code_minus_one(word, i, mags), bf16_to_f32(A[0, h * 8 + i]), s)
             acc = fadd_rn(acc, fmul_rn(s, d))
     v = warp_sum(acc)
     if lane == 0:
@@ -151,24 +172,29 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
     n_cm1 = 16 * T
     n_ld = U * T
     n_aw = 8 * U  # activation words (2 bf16 each) of a batch, M=1 kernels
+    CHUNKS = TILE_K // 8  # 16-byte activation chunks per row of a full tile
+    STAGE_LOADS = max(1, max_m * CHUNKS // 256)  # chunks each thread stages per tile
+    assert max_m == 1 or max_m * CHUNKS == 256 * STAGE_LOADS, (max_m, TILE_K)
+    n_stg = 4 * STAGE_LOADS
 
     @cuda.jit(device=True, inline="always")
     def load_word(B16, Bh, rbase, gw, wshift, wmask, hpb, wv, dv, slot):
         """Word ``gw`` of each of the T rows (row base ``rbase[t]``) into ``wv``/``dv[slot*T+t]``."""
-        blk_half = (gw >> wshift) * hpb
-        q_off = uint32(1) + uint32(2) * (gw & wmask)
+        blk_half = uint32((gw >> wshift) * hpb)
+        q_off = uint32(uint32(1) + uint32(2) * (gw & wmask))
         for t in range(T):
-            hb = rbase[t] + blk_half
+            hb = uint32(rbase[t] + blk_half)
+            q = uint32(hb + q_off)
             dv[slot * T + t] = float32(Bh[hb])
-            wv[slot * T + t] = uint32(B16[hb + q_off]) | (uint32(B16[hb + q_off + 1]) << uint32(16))
+            wv[slot * T + t] = uint32(B16[q]) | (uint32(B16[uint32(q + uint32(1))]) << uint32(16))
 
     @cuda.jit(device=True, inline="always")
-    def decode(wv, slot, cm1):
+    def decode(wv, slot, cm1, mags):
         """``code - 1`` of the 16 codes of the word in ``slot``, for each of the T rows."""
         for t in range(T):
             word = wv[slot * T + t]
             for i in range(16):
-                cm1[t * 16 + i] = _code_minus_one(word, i)
+                cm1[t * 16 + i] = _code_minus_one(word, i, mags)
 
     @cuda.jit(device=True, inline="always")
     def mac16(cm1, av, dv, slot, acc, m):
@@ -180,15 +206,89 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
             acc[m * T + t] = fadd_rn(acc[m * T + t], fmul_rn(s, dv[slot * T + t]))
 
     @cuda.jit(device=True, inline="always")
-    def mac_word(s_a, wl, wv, dv, slot, cm1, av, acc, M):
-        """Word ``wl`` of the tile (loaded in ``slot``) times every active row of activations."""
-        decode(wv, slot, cm1)
+    def mac_word(s_a, wl, wv, dv, slot, cm1, mags, av, sv, acc, M):
+        """Word ``wl`` of the tile (loaded in ``slot``) times every active row of activations.
+
+        Goes a quarter word (4 codes) at a time: decode the quarter for the T
+        rows, then for each activation row read its 4 activations with one
+        16-byte shared load (at the swizzled place :func:`store_tile` wrote
+        them) and extend the M*T running sums ``sv``. Each sum still takes its
+        16 codes in order, then the scale: the order of :func:`mac16`. Holding
+        16 decoded codes per row instead would not fit in registers at M=8
+        (ptxas re-decodes per activation row).
+        """
+        sw = (wl >> uint32(1)) & uint32(3)
+        for j in range(n_acc):
+            sv[j] = float32(0.0)
+        for q in range(4):
+            for t in range(T):
+                word = wv[slot * T + t]
+                for e in range(4):
+                    cm1[t * 4 + e] = _code_minus_one(word, 4 * q + e, mags)
+            for m in range(max_m):
+                if m < M:
+                    p = uint32(m * TILE_K) + wl * uint32(16) + ((uint32(q) ^ sw) << uint32(2))
+                    for e in range(4):
+                        av[e] = s_a[p + uint32(e)]
+                    for t in range(T):
+                        for e in range(4):
+                            sv[m * T + t] = fma(cm1[t * 4 + e], av[e], sv[m * T + t])
         for m in range(max_m):
             if m < M:
-                base = uint32(m * TILE_K) + wl * uint32(16)
-                for i in range(16):
-                    av[i] = s_a[base + uint32(i)]
-                mac16(cm1, av, dv, slot, acc, m)
+                for t in range(T):
+                    acc[m * T + t] = fadd_rn(
+                        acc[m * T + t], fmul_rn(sv[m * T + t], dv[slot * T + t])
+                    )
+
+    @cuda.jit(device=True, inline="always")
+    def load_tile(A, stg, k0, kt, M):  # noqa: N803
+        """Issue this thread's 16-byte loads (8 bf16 each) of activation codes ``k0 .. k0+kt-1``.
+
+        Rows ``0..M-1``, :data:`STAGE_LOADS` chunks per thread, into ``stg``.
+        Nothing waits on them until :func:`store_tile`: the kernel issues the
+        next tile's loads before it computes the current tile, so the L2
+        latency hides behind that work.
+        """
+        tid = uint32(cuda.threadIdx.x)
+        nch = kt >> uint32(3)
+        for r in range(STAGE_LOADS):
+            idx = tid + uint32(256 * r)
+            m = idx // uint32(CHUNKS)
+            c = idx % uint32(CHUNKS)
+            if m < uint32(M) and c < nch:
+                stg[4 * r], stg[4 * r + 1], stg[4 * r + 2], stg[4 * r + 3] = ld_bf16x8(
+                    A, m, k0 + c * uint32(8)
+                )
+
+    @cuda.jit(device=True, inline="always")
+    def store_tile(s_a, stg, kt, M):  # noqa: N803
+        """Widen the chunks :func:`load_tile` fetched to fp32 and store them into ``s_a``.
+
+        Code j of row m lands at ``m * TILE_K + swz(j)``, where ``swz`` XORs
+        the 16-byte quarter ``(j >> 2) & 3`` of word ``j >> 4`` with
+        ``(j >> 5) & 3``: the four 16-byte reads :func:`mac_word` makes per
+        word then hit distinct banks across each 8-lane phase (adjacent lanes'
+        words are 64 bytes apart). Placement only: the values and their order
+        of use are unchanged.
+        """
+        tid = uint32(cuda.threadIdx.x)
+        nch = kt >> uint32(3)
+        for r in range(STAGE_LOADS):
+            idx = tid + uint32(256 * r)
+            m = idx // uint32(CHUNKS)
+            c = idx % uint32(CHUNKS)
+            if m < uint32(M) and c < nch:
+                w = c >> uint32(1)
+                sw = (w >> uint32(1)) & uint32(3)
+                for h in range(2):
+                    q = ((c & uint32(1)) * uint32(2) + uint32(h)) ^ sw
+                    p = m * uint32(TILE_K) + w * uint32(16) + (q << uint32(2))
+                    x0 = stg[4 * r + 2 * h]
+                    x1 = stg[4 * r + 2 * h + 1]
+                    s_a[p] = bf16_to_f32(x0)
+                    s_a[p + uint32(1)] = bf16_hi_to_f32(x0)
+                    s_a[p + uint32(2)] = bf16_to_f32(x1)
+                    s_a[p + uint32(3)] = bf16_hi_to_f32(x1)
 
     @cuda.jit(device=True, inline="always")
     def load_acts(A, gw, aw, slot):
@@ -202,23 +302,24 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
         )
 
     @cuda.jit(device=True, inline="always")
-    def mac_word_direct(aw, wv, dv, slot, cm1, av, acc):
+    def mac_word_direct(aw, wv, dv, slot, cm1, mags, av, acc):
         """The word in ``slot`` times row 0's activations loaded with it (M=1 kernels)."""
-        decode(wv, slot, cm1)
+        decode(wv, slot, cm1, mags)
         for j in range(8):
             av[2 * j] = bf16_to_f32(aw[slot * 8 + j])
             av[2 * j + 1] = bf16_hi_to_f32(aw[slot * 8 + j])
         mac16(cm1, av, dv, slot, acc, 0)
 
     @cuda.jit(device=True, inline="always")
-    def setup(N, K, group, rbase, acc):  # noqa: N803
-        """This warp's rows and the block geometry; zeroes ``acc``, fills ``rbase``.
+    def setup(N, K, group, rbase, acc, mags):  # noqa: N803
+        """This warp's rows and the block geometry; zeroes ``acc``, fills ``rbase`` and ``mags``.
 
         Returns ``(lane, row0, n_rows, wshift, wmask, hpb)``: ``row0`` is the
         warp's first row, ``wshift`` log2 of the 16-code words per block
         (group / 16), ``hpb`` the uint16 halves per block, scale included.
         ``rbase[t]`` is the first half of row ``row0 + t``; rows past N (tail
-        of the last CTA) point at row N-1 and are never stored.
+        of the last CTA) point at row N-1 and are never stored. Half indices
+        are 32-bit: the launch refuses weights of 2^32 halves or more.
         """
         tid = uint32(cuda.threadIdx.x)
         lane = tid & uint32(31)
@@ -226,10 +327,11 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
         wshift = uint32(3 if group == 128 else 2)
         wmask = (uint32(1) << wshift) - uint32(1)
         hpb = uint32((group >> 3) + 1)
-        row_halves = uint64(K // group) * uint64(hpb)
+        row_halves = uint32(K // group) * hpb
         n_rows = uint32(N)
         for t in range(T):
-            rbase[t] = uint64(min(row0 + uint32(t), n_rows - uint32(1))) * row_halves
+            rbase[t] = min(row0 + uint32(t), n_rows - uint32(1)) * row_halves
+        _fill_magics(mags, n_rows >> uint32(31))
         for j in range(n_acc):
             acc[j] = float32(0.0)
         return lane, row0, n_rows, wshift, wmask, hpb
@@ -242,8 +344,9 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
         aw = cuda.local.array(n_aw, uint32)
         wv = cuda.local.array(n_ld, uint32)
         dv = cuda.local.array(n_ld, float32)
-        rbase = cuda.local.array(T, uint64)
-        lane, row0, n_rows, wshift, wmask, hpb = setup(N, K, group, rbase, acc)
+        rbase = cuda.local.array(T, uint32)
+        mags = cuda.local.array(8, uint32)
+        lane, row0, n_rows, wshift, wmask, hpb = setup(N, K, group, rbase, acc, mags)
         if row0 < n_rows and M > 0:
             nw = uint32(K) >> uint32(4)
             wl = lane
@@ -252,12 +355,12 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
                     load_word(B16, Bh, rbase, wl + uint32(32 * u), wshift, wmask, hpb, wv, dv, u)
                     load_acts(A, wl + uint32(32 * u), aw, u)
                 for u in range(U):
-                    mac_word_direct(aw, wv, dv, u, cm1, av, acc)
+                    mac_word_direct(aw, wv, dv, u, cm1, mags, av, acc)
                 wl += uint32(32 * U)
             while wl < nw:  # the row's last words, one at a time
                 load_word(B16, Bh, rbase, wl, wshift, wmask, hpb, wv, dv, 0)
                 load_acts(A, wl, aw, 0)
-                mac_word_direct(aw, wv, dv, 0, cm1, av, acc)
+                mac_word_direct(aw, wv, dv, 0, cm1, mags, av, acc)
                 wl += uint32(32)
         for t in range(T):
             v = warp_sum(acc[t])
@@ -266,21 +369,24 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
 
     def body(A, B16, Bh, C, N, K, group, M):  # noqa: N803
         s_a = cuda.shared.array(smem, float32)
+        stg = cuda.local.array(n_stg, uint32)
         acc = cuda.local.array(n_acc, float32)
+        sv = cuda.local.array(n_acc, float32)
         cm1 = cuda.local.array(n_cm1, float32)
-        av = cuda.local.array(16, float32)
+        av = cuda.local.array(4, float32)
         wv = cuda.local.array(n_ld, uint32)
         dv = cuda.local.array(n_ld, float32)
-        rbase = cuda.local.array(T, uint64)
-        lane, row0, n_rows, wshift, wmask, hpb = setup(N, K, group, rbase, acc)
+        rbase = cuda.local.array(T, uint32)
+        mags = cuda.local.array(8, uint32)
+        lane, row0, n_rows, wshift, wmask, hpb = setup(N, K, group, rbase, acc, mags)
+        load_tile(A, stg, uint32(0), uint32(min(TILE_K, K)), M)
         for k0 in range(0, K, TILE_K):
             kt = uint32(min(TILE_K, K - k0))
+            cuda.syncthreads()  # every warp is done with the previous tile
+            store_tile(s_a, stg, kt, M)
             cuda.syncthreads()
-            for m in range(max_m):
-                if m < M:
-                    for j in range(uint32(cuda.threadIdx.x), kt, uint32(256)):
-                        s_a[uint32(m * TILE_K) + j] = bf16_to_f32(A[uint32(m), uint32(k0) + j])
-            cuda.syncthreads()
+            if k0 + TILE_K < K:  # the next tile's loads fly while this one is used
+                load_tile(A, stg, uint32(k0 + TILE_K), uint32(min(TILE_K, K - k0 - TILE_K)), M)
             if row0 < n_rows:
                 nw = kt >> uint32(4)
                 gw0 = uint32(k0) >> uint32(4)
@@ -291,11 +397,11 @@ def _make_vec_body(max_m: int, rows_per_warp: int = 1, words: int | None = None)
                             B16, Bh, rbase, gw0 + wl + uint32(32 * u), wshift, wmask, hpb, wv, dv, u
                         )
                     for u in range(U):
-                        mac_word(s_a, wl + uint32(32 * u), wv, dv, u, cm1, av, acc, M)
+                        mac_word(s_a, wl + uint32(32 * u), wv, dv, u, cm1, mags, av, sv, acc, M)
                     wl += uint32(32 * U)
                 while wl < nw:  # the tile's last words, one at a time
                     load_word(B16, Bh, rbase, gw0 + wl, wshift, wmask, hpb, wv, dv, 0)
-                    mac_word(s_a, wl, wv, dv, 0, cm1, av, acc, M)
+                    mac_word(s_a, wl, wv, dv, 0, cm1, mags, av, sv, acc, M)
                     wl += uint32(32)
         for m in range(max_m):
             if m < M:
@@ -316,8 +422,9 @@ KERNELS: dict[str, tuple] = {
     "q2_0_gemv_vec_rt4": (lambda: _make_vec_body(1, 4), 1),
     "q2_0_gemv_vec_batchm_rt2": (lambda: _make_vec_body(launch.Q2_BATCHM_MAX_M, 2), 8),
 }
-# M=1 vec kernels read their activations straight from global memory, 16 bytes per load
-DIRECT_LOAD_KERNELS = frozenset(n for n, (_, mm) in KERNELS.items() if mm == 1 and n != "q2_0_gemv")
+# The vec kernels read activations 16 bytes per load (directly at M=1, to stage
+# tiles otherwise): ``a`` must be 16-byte aligned. Only the baseline reads bf16 by bf16.
+ALIGNED_A_KERNELS = set(KERNELS) - {"q2_0_gemv"}
 SIGNATURE = (
     "void(uint16[:, ::1], uint16[::1], float16[::1], uint16[:, ::1], int32, int32, int32, int32)"
 )
@@ -398,8 +505,9 @@ def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tupl
     if not isinstance(dw, DeviceQ2Weight):
         raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
     launch.check_launch_rows(name, d_a, d_out, m, max_m, dw.n, dw.k)
-    if name in DIRECT_LOAD_KERNELS:
+    if name in ALIGNED_A_KERNELS:
         launch.check_alignment(name, d_a, 16)
+    launch.check_weight_halves(name, dw.n * fmt.row_bytes(dw.k, dw.group) // 2)
     args = (
         d_a,
         dw.b16,
