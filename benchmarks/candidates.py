@@ -23,17 +23,23 @@ from q2gemv import launch
 from q2gemv.cuda import q2_0
 
 HERE = Path(__file__).resolve().parent
-# name -> (max_m, rows per warp, words in flight or None for the default)
-CANDIDATES: dict[str, tuple[int, int, int | None]] = {
-    "cand_vec_rt2": (1, 2, None),
-    "cand_vec_rt4_w2": (1, 4, 2),
-    "cand_batchm_rt4": (8, 4, None),
+# name -> (max_m, rows per warp, words in flight or None for the default, compiled per M)
+CANDIDATES: dict[str, tuple[int, int, int | None, bool]] = {
+    # 2 rows per warp at M=1 (since v4b the same build as q2_0_gemv_vec_batchm_rt2 at M=1)
+    "cand_vec_rt2": (1, 2, None, False),
+    "cand_batchm_rt4": (8, 4, None, True),
+    # batchm_rt2 as before v4b: one build for every M, run-time row guards
+    "cand_batchm_rt2_guarded": (8, 2, None, False),
 }
 
 
 def register() -> None:
-    for name, (max_m, t, words) in CANDIDATES.items():
-        q2_0.KERNELS[name] = (lambda mm=max_m, t=t, u=words: q2_0._make_vec_body(mm, t, u), max_m)
+    for name, (max_m, t, words, per_m) in CANDIDATES.items():
+
+        def factory(m, mm=max_m, t=t, u=words, per_m=per_m):
+            return q2_0._make_vec_body(m if per_m else mm, t, u, exact_m=per_m)
+
+        q2_0.KERNELS[name] = (factory, max_m, per_m)
         launch.Q2_ROWS_PER_CTA[name] = 8 * t
     q2_0.ALIGNED_A_KERNELS |= set(CANDIDATES)
 

@@ -56,7 +56,7 @@ def _q2_cases():
     from q2gemv.cuda import q2_0 as q2cuda
 
     cases = []
-    for name, (_, max_m) in q2cuda.KERNELS.items():
+    for name, (_, max_m, _) in q2cuda.KERNELS.items():
         ms = (1, 2) if max_m == 1 else (1, 7, 8, 9, 17)
         for group in (64, 128):
             for n in (1, 7, 9):

@@ -305,7 +305,7 @@ def _gemv_aliased(w):
 def no_launch(monkeypatch):
     """Any kernel lookup fails the test: a refusal must come before the launch."""
 
-    def boom(name):
+    def boom(name, *_):
         raise AssertionError(f"kernel {name} was reached: the bad call was not refused")
 
     monkeypatch.setattr(q2cuda, "compiled", boom)

@@ -151,3 +151,26 @@ def test_ld_bf16x8_and_pair_widening():
         want = a[m, c : c + 8].astype(np.uint32)
         assert np.array_equal(words[i], want[0::2] | (want[1::2] << 16))
         assert np.array_equal(f32[i].view(np.uint32), want << 16)  # bf16 -> fp32 is a shift
+
+
+@cuda.jit
+def _ld_f32x4_kernel(src, out):
+    """Each thread stages 4 floats in shared memory, then reads its neighbour's 4 as one vector."""
+    s = cuda.shared.array(256, float32)
+    t = cuda.threadIdx.x
+    for e in range(4):
+        s[4 * t + e] = src[4 * t + e]
+    cuda.syncthreads()
+    j = uint32(4 * ((t + 1) % 64))
+    out[t, 0], out[t, 1], out[t, 2], out[t, 3] = _dev.ld_f32x4(s, j)
+
+
+def test_ld_f32x4_reads_four_consecutive_shared_floats():
+    """The 16-byte shared read returns elements i..i+3 in order, bit for bit (NaN payloads too)."""
+    rng = np.random.default_rng(12)
+    src = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    out = np.zeros((64, 4), np.float32)
+    _ld_f32x4_kernel[1, 64](cuda.to_device(src), o_d := cuda.to_device(out))
+    out = o_d.copy_to_host()
+    want = np.roll(src.reshape(64, 4), -1, axis=0)
+    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))

@@ -102,17 +102,17 @@ def test_default_q2_kernel_rule():
     import numpy as np
 
     import q2gemv
-    from q2gemv.api import Q2_M1_MAX_ROWS, Q2_RT4_MIN_N, default_q2_kernel
+    from q2gemv.api import Q2_RT4_MIN_N, default_q2_kernel
 
-    for m in range(1, Q2_M1_MAX_ROWS + 1):
-        assert default_q2_kernel(m, 5120) == "q2_0_gemv_vec"
-        assert default_q2_kernel(m, Q2_RT4_MIN_N - 1) == "q2_0_gemv_vec"
-        assert default_q2_kernel(m, Q2_RT4_MIN_N) == "q2_0_gemv_vec_rt4"
-    for m in (Q2_M1_MAX_ROWS + 1, 8, 9, 40):
-        assert default_q2_kernel(m, 5120) == "q2_0_gemv_vec_batchm_rt2"
+    assert default_q2_kernel(1, Q2_RT4_MIN_N) == "q2_0_gemv_vec_rt4"
+    for m, n in ((1, 5120), (1, Q2_RT4_MIN_N - 1), (2, Q2_RT4_MIN_N), (8, 5120), (9, 5120)):
+        assert default_q2_kernel(m, n) == "q2_0_gemv_vec_batchm_rt2", (m, n)
     big = q2gemv.Q2Weight.from_codes(
         np.ones((Q2_RT4_MIN_N, 64), np.uint8), np.ones((Q2_RT4_MIN_N, 1), np.float32), group=64
     )
-    assert q2gemv.plan(big, 2) == [(0, 1, "q2_0_gemv_vec_rt4"), (1, 1, "q2_0_gemv_vec_rt4")]
-    assert q2gemv.plan(big, 4) == [(0, 4, "q2_0_gemv_vec_batchm_rt2")]
     assert q2gemv.plan(big, 1) == [(0, 1, "q2_0_gemv_vec_rt4")]
+    assert q2gemv.plan(big, 2) == [(0, 2, "q2_0_gemv_vec_batchm_rt2")]
+    assert q2gemv.plan(big, 9) == [
+        (0, 8, "q2_0_gemv_vec_batchm_rt2"),
+        (8, 1, "q2_0_gemv_vec_batchm_rt2"),
+    ]

@@ -122,14 +122,36 @@ def test_batchm_register_tiled_candidate(m):
     _check("q2_0_gemv_vec_batchm_rt2", random_acts(rng, m, 128), w, f"batchm_rt2 m={m}")
 
 
-@pytest.mark.parametrize("kernel", ["q2_0_gemv_vec", "q2_0_gemv_vec_batchm"])
-def test_several_staged_tiles(kernel):
-    """K past one shared-memory tile: the word-to-lane map must survive the tile boundary."""
+@pytest.mark.parametrize(
+    "kernel, m", [("q2_0_gemv_vec_batchm", 8), ("q2_0_gemv_vec_batchm_rt2", 6)]
+)
+def test_several_staged_tiles(kernel, m):
+    """K past one shared-memory tile: the word-to-lane map must survive the tile boundary.
+
+    The batched kernels are built per M and stage tile_k(M) codes a tile
+    (1024 at M = 6..8); K = 1536 is two tiles, the second one partial.
+    """
     rng = np.random.default_rng(11)
-    max_m = 8 if kernel.endswith("batchm") else 1
-    k = q2cuda.tile_k(max_m) + 512  # two tiles, the second one partial
-    w = random_weight(rng, 1, k, 128)
-    _check(kernel, random_acts(rng, 2 if max_m > 1 else 1, k), w, f"{kernel} k={k}")
+    k = q2cuda.tile_k(m) + 512
+    assert k == 1536
+    w = random_weight(rng, 3, k, 128)
+    _check(kernel, random_acts(rng, m, k), w, f"{kernel} m={m} k={k}")
+
+
+def test_batched_kernels_are_built_per_m():
+    """One build per M for the batched kernels (M a compile-time constant), one for the rest."""
+    assert q2cuda.compiled("q2_0_gemv_vec_batchm", 3) is q2cuda.compiled("q2_0_gemv_vec_batchm", 3)
+    assert q2cuda.compiled("q2_0_gemv_vec_batchm", 3) is not q2cuda.compiled(
+        "q2_0_gemv_vec_batchm", 4
+    )
+    assert q2cuda.compiled("q2_0_gemv_vec_batchm_rt2") is q2cuda.compiled(
+        "q2_0_gemv_vec_batchm_rt2", 8
+    )
+    assert q2cuda.compiled("q2_0_gemv_vec", 1) is q2cuda.compiled("q2_0_gemv_vec")
+    with pytest.raises(ValueError, match="m: kernel q2_0_gemv_vec_batchm serves 1..8"):
+        q2cuda.compiled("q2_0_gemv_vec_batchm", 9)
+    with pytest.raises(ValueError, match="kernel: expected one of"):
+        q2cuda.compiled("q2_0_gemv_nope")
 
 
 @pytest.mark.parametrize("rows_per_warp, words", [(1, 2), (1, 3), (2, 2), (4, 3)])

@@ -70,34 +70,29 @@ def is_device_array(x) -> bool:
 
 
 # Output rows from which the 4-rows-per-warp M=1 kernel wins (H200, one run with
-# torch bf16 beside it: benchmarks/results/h200_gemv.csv): q2_0_gemv_vec_rt4 took
-# 56.2 us vs 62.8 us for q2_0_gemv_vec at 16384x16384 and 23.8 vs 25.1 us at
-# 17408x5120, but 11.7 vs 11.1 us at 5120x5120 and 33.2 vs 29.3 us at 5120x17408
-# (N/32 = 160 CTAs for 132 SMs leaves SMs idle).
+# torch bf16 beside it: benchmarks/results/h200_candidates_v4b_gemv.csv, M=1):
+# q2_0_gemv_vec_rt4 56.4 us vs 61.3 us for q2_0_gemv_vec_batchm_rt2 at 16384x16384
+# and 23.9 vs 23.9 us at 17408x5120, but 11.8 vs 10.1 us at 5120x5120 and 33.5 vs
+# 27.6 us at 5120x17408 (N/32 = 160 CTAs for 132 SMs leaves SMs idle).
 Q2_RT4_MIN_N = 16384
-# Up to this many activation rows, one M=1 launch per row beats the batched
-# kernel (same run): at M=2, 2 x 56.2 = 112 us vs 179.6 us for
-# q2_0_gemv_vec_batchm_rt2 at 16384x16384; at M=3, 169 vs 193 us (16384x16384),
-# 71 vs 77 us (17408x5120), 88 vs 96 us (5120x17408), but 33 vs 31 us at
-# 5120x5120; at M=4 the batched kernel wins on all four shapes (210 vs 225 us).
-Q2_M1_MAX_ROWS = 3
 
 
 def default_q2_kernel(m: int, n: int = 0) -> str:
     """The Q2_0 kernel :func:`gemv` uses for ``m`` activation rows and ``n`` output rows.
 
     Every choice here computes the same bits (all share q2_0_gemv_vec's per-row
-    order); the rule only picks the fastest measured on the H200
-    (benchmarks/results/h200_gemv.csv, the constants' comments have the numbers):
+    order); the rule only picks the fastest measured on the H200 (same run,
+    benchmarks/results/h200_candidates_v4b_gemv.csv):
 
-    * M <= ``Q2_M1_MAX_ROWS`` (3): the M=1 kernel once per activation row,
-      ``q2_0_gemv_vec_rt4`` when ``n >= Q2_RT4_MIN_N``, else ``q2_0_gemv_vec``;
-    * larger M: ``q2_0_gemv_vec_batchm_rt2`` in chunks of 8, faster than the
-      seed's ``q2_0_gemv_vec_batchm`` in all 40 (shape, M) cases of that run
-      (e.g. 281 vs 405 us at 16384x16384, M=8).
+    * M=1 and ``n >= Q2_RT4_MIN_N``: ``q2_0_gemv_vec_rt4``;
+    * otherwise ``q2_0_gemv_vec_batchm_rt2`` in chunks of 8. It is built per
+      M: at M=1 it loads activations directly (2 rows per warp: 10.1 us vs
+      11.2 us for ``q2_0_gemv_vec`` at 5120x5120), and from M=2 on it beats
+      one M=1 launch per row on all four shapes (91.5 us vs 2 x 56.4 us at
+      16384x16384, M=2) and the seed's ``q2_0_gemv_vec_batchm`` at every M.
     """
-    if m <= Q2_M1_MAX_ROWS:
-        return "q2_0_gemv_vec_rt4" if n >= Q2_RT4_MIN_N else "q2_0_gemv_vec"
+    if m == 1 and n >= Q2_RT4_MIN_N:
+        return "q2_0_gemv_vec_rt4"
     return "q2_0_gemv_vec_batchm_rt2"
 
 
@@ -290,10 +285,9 @@ def explain(weight, m: int, kernel: str | None = None) -> str:
             "forced by kernel="
             if kernel
             else (
-                f"default for M <= {Q2_M1_MAX_ROWS}: one M=1 launch per row, "
-                f"N {'>=' if weight.n >= Q2_RT4_MIN_N else '<'} {Q2_RT4_MIN_N}"
-                if m <= Q2_M1_MAX_ROWS
-                else f"default for M > {Q2_M1_MAX_ROWS}: batched, 2 rows per warp, chunks of 8"
+                f"default for M=1, N >= {Q2_RT4_MIN_N}: 4 rows per warp"
+                if m == 1 and weight.n >= Q2_RT4_MIN_N
+                else "default: 2 rows per warp, built for this M, chunks of 8"
             )
         )
         lines.append(f"m = {m}; kernel: {launches[0][2] if launches else '-'} ({why})")

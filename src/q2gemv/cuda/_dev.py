@@ -20,6 +20,7 @@ fma                cuda.fma (fma.rn.f32, one rounding)  f64 product + sum -> f32
 fmul_rn, fadd_rn   libdevice (never contracted)        np.float32 ops
 shfl_xor           cuda.shfl_xor_sync, full mask        per-warp exchange + barrier
 ld_bf16x8          one ld.global.nc.v4.u32 (16 bytes)   eight uint16 reads
+ld_f32x4           one 16-byte vector load              four float32 reads
 =================  ==================================  ===========================
 
 Derived helpers (bf16 conversions, ``warp_sum``) are written once
@@ -119,6 +120,10 @@ if SIMULATED:
         return w[0], w[1], w[2], w[3]
 
     @_device
+    def ld_f32x4(arr, i):
+        return arr[i], arr[i + 1], arr[i + 2], arr[i + 3]
+
+    @_device
     def shfl_xor(v, offset):
         (vals, barrier), lane, thread = _warp_exchange()
         vals[lane] = v
@@ -185,6 +190,34 @@ else:
         return sig, codegen
 
     ld_bf16x8 = intrinsic(_ld_bf16x8)
+
+    def _ld_f32x4(typingctx, arr, i):
+        """``arr[i .. i+3]`` (float32, 1-D, contiguous) by one 16-byte vector load.
+
+        The caller guarantees ``i % 4 == 0`` (and a 16-byte aligned array). A
+        plain LLVM ``<4 x float>`` load: NVVM infers the address space (a
+        shared-memory array becomes one ``ld.shared.v4.f32``), where four
+        scalar reads are merged only when LLVM can prove them consecutive.
+        """
+        sig = types.UniTuple(types.float32, 4)(arr, i)
+
+        def codegen(context, builder, sig, args):
+            from llvmlite import ir
+            from numba.core import cgutils
+
+            arrty, ity = sig.args
+            ary = context.make_array(arrty)(context, builder, value=args[0])
+            idx = context.cast(builder, args[1], ity, types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [idx], wraparound=False)
+            vty = ir.VectorType(ir.FloatType(), 4)
+            vptr = builder.bitcast(ptr, vty.as_pointer(ptr.type.addrspace))
+            v = builder.load(vptr, align=16)
+            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), j)) for j in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    ld_f32x4 = intrinsic(_ld_f32x4)
 
 
 @_device

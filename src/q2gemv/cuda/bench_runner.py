@@ -432,7 +432,9 @@ def host_overhead(env: _Env, st: B.Settings, cases: list[B.Case], rng) -> list[d
         pb = pool._prebind(name, a, dw, out, m, stream)
         paths = {
             # kernel[grid, block, stream](...): re-typed and re-marshalled on every call
-            "numba dispatcher": functools.partial(_dispatch, _dispatcher(family, name), pb, stream),
+            "numba dispatcher": functools.partial(
+                _dispatch, _dispatcher(family, name, m), pb, stream
+            ),
             "q2gemv launch_raw": functools.partial(
                 _launch_raw_on, family, name, a, dw, out, m, stream
             ),
@@ -464,9 +466,9 @@ def _dispatch(disp, pb: prebound.PreboundLaunch, stream) -> None:
     disp[pb.griddim, pb.blockdim, stream](*pb.args)
 
 
-def _dispatcher(family: str, name: str):
+def _dispatcher(family: str, name: str, m: int):
     if family == "q2_0":
-        return q2cuda.compiled(name)
+        return q2cuda.compiled(name, m)
     from . import w4a16
 
     return w4a16.compiled(name)

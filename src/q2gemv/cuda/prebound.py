@@ -230,7 +230,7 @@ def prebind_q2(name: str, d_a, dw, d_out, m: int, stream=0) -> PreboundLaunch:
 
     grid, args = q2_0.launch_args(name, d_a, dw, d_out, m)
     return PreboundLaunch(
-        q2_0.compiled(name), grid, q2launch.THREADS_PER_CTA, args, stream=stream, name=name
+        q2_0.compiled(name, m), grid, q2launch.THREADS_PER_CTA, args, stream=stream, name=name
     )
 
 
