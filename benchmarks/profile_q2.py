@@ -1,4 +1,4 @@
-"""Launch Q2_0 kernels on one shape for a profiler to read (GPU only; times nothing itself).
+"""Launch Q2_0 (or W4A16) kernels on one shape for a profiler to read (GPU only; times nothing).
 
     ncu --clock-control none --section SpeedOfLight --section Occupancy \\
         --section LaunchStats --section WarpStateStats --section InstructionStats \\
@@ -7,8 +7,8 @@
 
 Each ``NAME:M`` is launched twice (the second launch is the one to read:
 pass ``--launch-skip`` per kernel or read the last of each name) on random
-codes (0..3) at ``--shape``. ``--candidates`` registers the kernels of
-``benchmarks/candidates.py`` first.
+codes (0..3; W4A16: every E2M1 code, E4M3 scales 2^-3..2^4) at ``--shape``.
+``--candidates`` registers the kernels of ``benchmarks/candidates.py`` first.
 """
 
 from __future__ import annotations
@@ -43,14 +43,31 @@ def main() -> int:
     rng = np.random.default_rng(7)
     codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
     scales = (rng.standard_normal((n, k // args.group)) * 0.02).astype(np.float32)
-    dw = q2_0.DeviceQ2Weight.upload(Q2Weight.from_codes(codes, scales, group=args.group))
+    weights = {
+        "q2_0": lambda: q2_0.DeviceQ2Weight.upload(
+            Q2Weight.from_codes(codes, scales, group=args.group)
+        )
+    }
+    launchers = {"q2_0": q2_0.launch_raw}
+    if any(spec.startswith("w4a16") for spec in args.kernels.split(",")):
+        from q2gemv.cuda import w4a16
+        from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+        packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+        e4m3 = rng.integers(0x20, 0x60, (n, k // 16), dtype=np.uint8)
+        weights["w4a16"] = lambda: w4a16.DeviceNvfp4Weight.upload(Nvfp4Weight(packed, e4m3, 0.01))
+        launchers["w4a16"] = w4a16.launch_raw
+    built = {}
     for spec in args.kernels.split(","):
         name, m = spec.split(":")
         m = int(m)
+        fam = "w4a16" if name.startswith("w4a16") else "q2_0"
+        if fam not in built:
+            built[fam] = weights[fam]()
         a = cuda.to_device(rng.integers(0, 0x4000, (m, k), dtype=np.uint16))
         out = cuda.device_array((m, n), dtype=np.uint16)
         for _ in range(2):
-            q2_0.launch_raw(name, a, dw, out, m)
+            launchers[fam](name, a, built[fam], out, m)
         cuda.synchronize()
         print(f"launched {name} M={m} twice at {n}x{k}", flush=True)
     return 0
