@@ -459,10 +459,8 @@ SIGNATURE = (
 
 def _variant(name: str, m: int | None) -> int:
     """The M a launch of ``name`` with ``m`` rows is compiled for (0: one build for every M)."""
-    if name not in KERNELS:
-        raise ValueError(f"kernel: expected one of {sorted(KERNELS)}, got {name!r}")
-    _, max_m, per_m = KERNELS[name]
-    if not per_m:
+    max_m = _max_m(name)
+    if not KERNELS[name][2]:
         return 0
     m = max_m if m is None else int(m)
     if not 1 <= m <= max_m:
