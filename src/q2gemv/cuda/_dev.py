@@ -21,6 +21,9 @@ fmul_rn, fadd_rn   libdevice (never contracted)        np.float32 ops
 shfl_xor           cuda.shfl_xor_sync, full mask        per-warp exchange + barrier
 ld_bf16x8          one ld.global.nc.v4.u32 (16 bytes)   eight uint16 reads
 ld_f32x4           one 16-byte vector load              four float32 reads
+mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
+                   s32 (IMMA), warp-collective          product in NumPy
+bitlen64           64 - clz (64-bit)                    int.bit_length
 =================  ==================================  ===========================
 
 Derived helpers (bf16 conversions, ``warp_sum``) are written once
@@ -35,7 +38,7 @@ import threading
 import time
 
 import numpy as np
-from numba import config, cuda, int32, uint16, uint32
+from numba import config, cuda, int32, int64, uint16, uint32, uint64
 
 SIMULATED: bool = bool(config.ENABLE_CUDASIM)
 FULL_MASK = 0xFFFFFFFF
@@ -132,6 +135,45 @@ if SIMULATED:
         barrier.wait(thread)
         return r
 
+    def _bytes4(x) -> list[int]:
+        x = int(x) & 0xFFFFFFFF
+        return [(x >> (8 * i)) & 0xFF for i in range(4)]
+
+    @_device
+    def mma_u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        # Every lane posts its fragments; each then forms the 16x32 @ 32x8 product
+        # from all 32 (PTX ISA fragment layout of mma.m16n8k32, .u8: g = lane / 4,
+        # t = lane % 4; A regs: (row g, k 4t..), (g+8, 4t..), (g, 16+4t..), (g+8, 16+4t..);
+        # B regs: (col g, k 4t..), (col g, k 16+4t..); C/D: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)).
+        (vals, barrier), lane, thread = _warp_exchange()
+        vals[lane] = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        barrier.wait(thread)
+        frags = list(vals)
+        barrier.wait(thread)
+        am = np.zeros((16, 32), np.int64)
+        bm = np.zeros((32, 8), np.int64)
+        for ln, f in enumerate(frags):
+            g, t = ln >> 2, ln & 3
+            for r, (row, k0) in enumerate(((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t))):
+                am[row, k0 : k0 + 4] = _bytes4(f[r])
+            bm[4 * t : 4 * t + 4, g] = _bytes4(f[4])
+            bm[16 + 4 * t : 20 + 4 * t, g] = _bytes4(f[5])
+        d = am @ bm
+        g, t = lane >> 2, lane & 3
+        own = frags[lane]
+        out = (
+            d[g, 2 * t] + int(own[6]),
+            d[g, 2 * t + 1] + int(own[7]),
+            d[g + 8, 2 * t] + int(own[8]),
+            d[g + 8, 2 * t + 1] + int(own[9]),
+        )
+        # s32 accumulators wrap modulo 2**32, as the tensor cores do
+        return tuple(np.int32(((int(v) + 2**31) & 0xFFFFFFFF) - 2**31) for v in out)
+
+    @_device
+    def bitlen64(x):
+        return np.int64(int(x).bit_length())
+
 else:
     from numba import types
     from numba.cuda import libdevice
@@ -218,6 +260,44 @@ else:
         return sig, codegen
 
     ld_f32x4 = intrinsic(_ld_f32x4)
+
+    def _mma_u8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """``D = A @ B + C`` for one ``mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32``.
+
+        Warp-collective: every lane of the warp must call it with the same
+        control flow. ``a*``, ``b*`` are 32-bit registers of 4 unsigned bytes in
+        the PTX fragment layout (see the simulator twin), ``c*`` the s32
+        accumulators; returns the 4 s32 of D.
+        """
+        args = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        sig = types.UniTuple(types.int32, 4)(*args)
+
+        def codegen(context, builder, sig, llargs):
+            from llvmlite import ir
+
+            i32 = ir.IntType(32)
+            ins = [
+                builder.trunc(context.cast(builder, v, t, types.int64), i32)
+                for v, t in zip(llargs, sig.args, strict=True)
+            ]
+            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [i32] * 10)
+            asm = ir.InlineAsm(
+                fnty,
+                "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 "
+                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+                "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r",
+            )
+            r = builder.call(asm, ins)
+            vals = [builder.extract_value(r, j) for j in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    mma_u8 = intrinsic(_mma_u8)
+
+    @_device
+    def bitlen64(x):
+        return int64(64) - int64(cuda.clz(uint64(x)))
 
 
 @_device

@@ -1,0 +1,482 @@
+"""numba.cuda kernels of the exact contract: int8 tensor cores, exact integer sums.
+
+The contract is defined as a value in :mod:`q2gemv.reference.exact` (and
+``docs/numerics.md``); any order of the exact integer additions below gives
+the same bits, so the kernels may split K and chunk M freely.
+
+Two kernels:
+
+* ``exact_prepare`` — one CTA of :data:`PREP_THREADS` threads per activation
+  row m: ``E_m`` (or :data:`SPECIAL_ROW` for a row holding NaN/Inf), the
+  fixed-point ``A_k`` as three unsigned byte limbs of the offset value
+  ``A_k + 2**23`` (in ``[0, 2**24)``), and the sum of ``A_k`` over each unit of
+  :data:`UNIT` codes. Computed once per activation batch and shareable by
+  every GEMV on that input (:class:`ExactOperands`).
+* ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps; the
+  warps split the row's blocks (warp w takes blocks w, w + 8, ...). Per block
+  and unit of 64 codes, lane (g, t) (g = lane / 4, t = lane % 4) holds word t
+  of rows g and g + 8; ``(word >> 2j) & 0x03030303`` puts 4 codes in the 4
+  bytes of a register, which is the A operand of ``mma.m16n8k32`` (u8 x u8 ->
+  s32) as is. Within a block the order of k is free (integer sums), so the
+  prepared activation limbs are stored in that same permuted order: byte
+  ``4i + b`` of word w holds code ``16w + 4b + i``.
+
+  The 8 columns of the B operand are (activation row, limb) pairs, in
+  tiles of 4 activation rows: tile 2q holds limbs 0 and 1 of rows 4q + c/2
+  (c = column), tile 2q + 1 limb 2 in its even columns and, for q = 0, a
+  column of ones in its odd columns (the block's code sum). So lane (g, t)
+  ends a block with everything for activation row 4q + t and weight rows g,
+  g + 8 in its own registers::
+
+      S = C0 + 2**8 C1 + 2**16 C2 - 2**23 * sum(codes) - sum(A)   # sum_k (code - 1) A_k
+
+  exact in int64 (``|S| < 2**31``). ``S * mantissa(d_b)`` is shifted by the
+  scale's exponent into a split accumulator (``hi * 2**32 + lo``, exact for
+  any K); the warps' accumulators are summed in shared memory and rounded
+  once to bf16 (:func:`round_fixed_bf16`).
+
+Up to :data:`MAX_M` activation rows per launch (compile-time groups of 4);
+more rows are chunked by the launcher, which changes no bit.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda, int32, int64, uint8, uint16, uint32, uint64
+
+from .. import launch
+from ..formats import q2_0 as fmt
+from ._dev import bitlen64, ld_bf16x8, mma_u8
+
+PREP_THREADS = 128
+WARPS = 8  # warps per CTA, splitting K
+ROWS_PER_CTA = 16  # one m16 tile of weight rows
+THREADS = 32 * WARPS
+MAX_M = 16  # activation rows per launch: 4 groups of 4
+UNIT = 64  # codes per unit: both groups are whole units; one activation sum per unit
+LIMBS = 3  # byte limbs of A_k + 2**23
+OFFSET = 1 << 23
+FRAC_BITS = 22
+SCALE_LSB = 24  # fp16 scales in units of 2**-24
+SPECIAL_ROW = -(1 << 30)  # E_m of a row that holds NaN or Inf
+_NO_EXP = -(1 << 29)
+BF16_NAN = 0x7FC0
+BF16_INF = 0x7F80
+CODE_MASK = 0x03030303
+ONES = 0x01010101
+
+_device = cuda.jit(device=True, inline="always")
+
+
+# -- device helpers (plain integer code: identical on the GPU and in the simulator) --
+
+
+@_device
+def fixed_point_one(h, E):  # noqa: N803
+    """``A = round_half_even(a * 2**(22 - E))`` of the bf16 bits ``h`` (int64)."""
+    h = uint32(h)
+    e = int64((h >> uint32(7)) & uint32(0xFF))
+    f = int64(h & uint32(0x7F))
+    mant = f | int64(128) if e > 0 else f
+    s = max(e, int64(1)) - int64(112) - int64(E)
+    if s >= 0:
+        a = mant << s
+    elif s <= -10:  # mant < 2**8 <= half of 2**10: rounds to 0
+        a = int64(0)
+    else:
+        r = -s
+        q = mant >> r
+        rem = mant - (q << r)
+        half = int64(1) << (r - int64(1))
+        if rem > half or (rem == half and (q & int64(1)) == 1):
+            q += int64(1)
+        a = q
+    if (h & uint32(0x8000)) != 0:
+        a = -a
+    return a
+
+
+@_device
+def scale_parts(h):
+    """fp16 bits -> ``(signed mantissa, shift, non-finite)``: d = mant * 2**(shift - 24)."""
+    h = uint32(h)
+    e = int64((h >> uint32(10)) & uint32(31))
+    f = int64(h & uint32(1023))
+    mant = f | int64(1024) if e > 0 else f
+    if (h & uint32(0x8000)) != 0:
+        mant = -mant
+    return mant, max(e, int64(1)) - int64(1), e == 31
+
+
+@_device
+def acc_add(acc_hi, acc_lo, i, p, sh):
+    """``acc_hi[i] * 2**32 + acc_lo[i] += p * 2**sh`` exactly (|p| < 2**43, 0 <= sh <= 29).
+
+    ``acc_lo`` takes the low 32 bits of each term (unsigned, no carries kept),
+    ``acc_hi`` the rest (an arithmetic shift is a floor): exact for 2**31
+    terms, far more than any K gives.
+    """
+    pl = uint64(p & int64(0xFFFFFFFF))
+    acc_lo[i] += (pl << uint64(sh)) & uint64(0xFFFFFFFF)
+    acc_hi[i] += p >> int64(int64(32) - int64(sh))
+
+
+@_device
+def round_fixed_bf16(hi32, lo, p):
+    """bf16 bits nearest to ``(hi32 * 2**32 + lo) * 2**p``, ties to even (the contract's step 4).
+
+    ``hi32`` int64, ``lo`` uint64 below 2**62; the same rule as
+    :func:`q2gemv.reference.exact.bf16_nearest`: +0 for zero, sign kept when
+    rounding to zero, +-Inf past the largest bf16.
+    """
+    t = int64(hi32) + int64(lo >> uint64(32))
+    hi = t >> int64(32)  # the value as a 128-bit two's complement (hi, lo)
+    lo = (uint64(t & int64(0xFFFFFFFF)) << uint64(32)) | (lo & uint64(0xFFFFFFFF))
+    neg = hi < 0
+    if neg:
+        if lo == 0:
+            hi = -hi
+        else:
+            lo = ~lo + uint64(1)
+            hi = ~hi
+    uh = uint64(hi)
+    if uh == 0 and lo == 0:
+        return uint32(0)
+    p = int64(p)
+    if uh != 0:  # keep the top 64 bits; the rest only as a sticky bit far below the round bit
+        nb = bitlen64(uh)
+        top = (uh << uint64(64 - nb)) | (lo >> uint64(nb))
+        if (lo << uint64(64 - nb)) != 0:
+            top |= uint64(1)
+        p += nb
+    else:
+        top = lo
+    q = max(bitlen64(top) - int64(1) + p - int64(7), int64(-133))
+    r = q - p
+    if r <= 0:
+        mant = top << uint64(-r)
+    elif r > 64:
+        mant = uint64(0)
+    elif r == 64:
+        mant = uint64(1) if top > uint64(0x8000000000000000) else uint64(0)
+    else:
+        mant = top >> uint64(r)
+        rem = top & ((uint64(1) << uint64(r)) - uint64(1))
+        half = uint64(1) << uint64(r - 1)
+        if rem > half or (rem == half and (mant & uint64(1)) != 0):
+            mant += uint64(1)
+    bits = min(((q + int64(133)) << int64(7)) + int64(mant), int64(BF16_INF))
+    if neg:
+        bits |= int64(0x8000)
+    return uint32(bits)
+
+
+# -- kernels ---------------------------------------------------------------------
+
+
+def _prepare_body(A, P8, ASUM, EROW, K):  # noqa: N803
+    """Activation row ``blockIdx.x`` -> its limbs (P8 rows 3m..3m+2), unit sums and E_m."""
+    s_lg = cuda.shared.array(PREP_THREADS, int32)
+    s_bad = cuda.shared.array(PREP_THREADS, int32)
+    s_e = cuda.shared.array(1, int32)
+    m = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    lg = int64(_NO_EXP)
+    bad = int32(0)
+    for k in range(tid, K, PREP_THREADS):
+        h = uint32(A[m, k])
+        e = int64((h >> uint32(7)) & uint32(0xFF))
+        if e == 255:
+            bad = int32(1)
+        elif (h & uint32(0x7FFF)) != 0:
+            v = e - int64(127) if e > 0 else bitlen64(uint64(h & uint32(0x7F))) - int64(134)
+            lg = max(lg, v)
+    s_lg[tid] = int32(lg)
+    s_bad[tid] = bad
+    cuda.syncthreads()
+    if tid == 0:
+        mx = int32(_NO_EXP)
+        b = int32(0)
+        for i in range(PREP_THREADS):
+            mx = max(mx, s_lg[i])
+            b |= s_bad[i]
+        ev = int32(0) if mx == _NO_EXP else mx
+        s_e[0] = int32(SPECIAL_ROW) if b != 0 else ev
+        EROW[m] = s_e[0]
+    cuda.syncthreads()
+    E = s_e[0]  # noqa: N806
+    special = E == SPECIAL_ROW
+    for u in range(tid, K // UNIT, PREP_THREADS):
+        total = int64(0)
+        for j in range(UNIT):
+            k = u * UNIT + j
+            a = int64(0) if special else fixed_point_one(A[m, k], E)
+            total += a
+            ap = uint32(a + int64(OFFSET))
+            c = k & 15
+            pos = (k >> 4) * 16 + 4 * (c & 3) + (c >> 2)
+            for i in range(LIMBS):
+                P8[m * LIMBS + i, pos] = uint8((ap >> uint32(8 * i)) & uint32(0xFF))
+        ASUM[m, u] = int32(total)
+
+
+def _make_q2_body(mg: int):
+    """``q2_0_gemv_exact`` for launches of up to ``4 * mg`` activation rows (module docstring)."""
+    NT = 2 * mg  # noqa: N806 - B tiles of 8 columns
+    MM = 4 * mg  # noqa: N806
+    RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
+
+    def body(P16, ASUM, EROW, B16, C, N, K, group, M):  # noqa: N803
+        red_hi = cuda.shared.array(RED, int64)
+        red_lo = cuda.shared.array(RED, uint64)
+        s_bad = cuda.shared.array(WARPS * ROWS_PER_CTA, int32)
+        acc_hi = cuda.local.array(2 * mg, int64)
+        acc_lo = cuda.local.array(2 * mg, uint64)
+        cf = cuda.local.array(4 * NT, int32)
+        bf = cuda.local.array(4 * NT, uint32)
+        prow = cuda.local.array(NT, int32)
+        tid = uint32(cuda.threadIdx.x)
+        warp = tid >> uint32(5)
+        lane = tid & uint32(31)
+        g = lane >> uint32(2)
+        t = lane & uint32(3)
+        row0 = uint32(cuda.blockIdx.x) * uint32(ROWS_PER_CTA)
+        n_rows = uint32(N)
+        nb = uint32(K // group)
+        hpb = uint32((group >> 3) + 1)
+        upb = uint32(group >> 6)
+        # rows past N (the last CTA's tail) read row N-1 and are never stored
+        ha = min(row0 + g, n_rows - uint32(1)) * nb * hpb
+        hb = min(row0 + g + uint32(8), n_rows - uint32(1)) * nb * hpb
+        for j in range(NT):  # which prepared limb row column g of tile j reads
+            q = j >> 1
+            if j & 1 == 0:
+                m = 4 * q + int32(g >> uint32(1))
+                pr = m * LIMBS + int32(g & uint32(1))
+            elif (g & uint32(1)) == 0:
+                m = 4 * q + int32(g >> uint32(1))
+                pr = m * LIMBS + 2
+            else:
+                m = M
+                pr = -2 if q == 0 else -1  # ones (code sums) / zero
+            prow[j] = pr if m < M or pr == -2 else -1
+        for i in range(2 * mg):
+            acc_hi[i] = int64(0)
+            acc_lo[i] = uint64(0)
+        bad_a = False
+        bad_b = False
+        for b in range(warp, nb, uint32(WARPS)):
+            blk_a = ha + b * hpb
+            blk_b = hb + b * hpb
+            sm_a, sh_a, x_a = scale_parts(B16[blk_a])
+            sm_b, sh_b, x_b = scale_parts(B16[blk_b])
+            bad_a = bad_a or x_a
+            bad_b = bad_b or x_b
+            for i in range(4 * NT):
+                cf[i] = int32(0)
+            for v in range(upb):
+                wq = uint32(1) + uint32(2) * (v * uint32(4) + t)
+                wa = uint32(B16[blk_a + wq]) | (uint32(B16[blk_a + wq + uint32(1)]) << uint32(16))
+                wb = uint32(B16[blk_b + wq]) | (uint32(B16[blk_b + wq + uint32(1)]) << uint32(16))
+                word = (b * upb + v) * uint32(4) + t
+                for j in range(NT):
+                    if prow[j] >= 0:
+                        bf[4 * j], bf[4 * j + 1], bf[4 * j + 2], bf[4 * j + 3] = ld_bf16x8(
+                            P16, prow[j], word * uint32(8)
+                        )
+                    else:
+                        fill = uint32(ONES) if prow[j] == -2 else uint32(0)
+                        for i in range(4):
+                            bf[4 * j + i] = fill
+                for s in range(2):
+                    a0 = (wa >> uint32(4 * s)) & uint32(CODE_MASK)
+                    a2 = (wa >> uint32(4 * s + 2)) & uint32(CODE_MASK)
+                    a1 = (wb >> uint32(4 * s)) & uint32(CODE_MASK)
+                    a3 = (wb >> uint32(4 * s + 2)) & uint32(CODE_MASK)
+                    for j in range(NT):
+                        cf[4 * j], cf[4 * j + 1], cf[4 * j + 2], cf[4 * j + 3] = mma_u8(
+                            a0,
+                            a1,
+                            a2,
+                            a3,
+                            bf[4 * j + 2 * s],
+                            bf[4 * j + 2 * s + 1],
+                            cf[4 * j],
+                            cf[4 * j + 1],
+                            cf[4 * j + 2],
+                            cf[4 * j + 3],
+                        )
+            for q in range(mg):
+                mc = min(4 * q + int32(t), M - 1)
+                asum = int64(0)
+                for v in range(upb):
+                    asum += int64(ASUM[mc, b * upb + v])
+                for r in range(2):  # weight rows g (C regs 0, 1) and g + 8 (C regs 2, 3)
+                    s_ = (
+                        int64(cf[8 * q + 2 * r])
+                        + (int64(cf[8 * q + 2 * r + 1]) << int64(8))
+                        + (int64(cf[8 * q + 4 + 2 * r]) << int64(16))
+                        - (int64(cf[4 + 2 * r + 1]) << int64(23))
+                        - asum
+                    )
+                    if r == 0:
+                        acc_add(acc_hi, acc_lo, 2 * q, s_ * sm_a, sh_a)
+                    else:
+                        acc_add(acc_hi, acc_lo, 2 * q + 1, s_ * sm_b, sh_b)
+        # the warps' partial sums -> shared memory -> one rounding per output
+        for q in range(mg):
+            m = uint32(4 * q) + t
+            for r in range(2):
+                slot = (warp * uint32(ROWS_PER_CTA) + g + uint32(8 * r)) * uint32(MM) + m
+                red_hi[slot] = acc_hi[2 * q + r]
+                red_lo[slot] = acc_lo[2 * q + r]
+        if t == 0:
+            s_bad[warp * uint32(ROWS_PER_CTA) + g] = int32(1) if bad_a else int32(0)
+            s_bad[warp * uint32(ROWS_PER_CTA) + g + uint32(8)] = int32(1) if bad_b else int32(0)
+        cuda.syncthreads()
+        for idx in range(tid, uint32(ROWS_PER_CTA * MM), uint32(THREADS)):
+            rl = idx // uint32(MM)
+            m = idx % uint32(MM)
+            row = row0 + rl
+            if m < uint32(M) and row < n_rows:
+                hsum = int64(0)
+                lsum = uint64(0)
+                bad = int32(0)
+                for w in range(WARPS):
+                    slot = (uint32(w * ROWS_PER_CTA) + rl) * uint32(MM) + m
+                    hsum += red_hi[slot]
+                    lsum += red_lo[slot]
+                    bad |= s_bad[uint32(w * ROWS_PER_CTA) + rl]
+                e = EROW[m]
+                if bad != 0 or e == SPECIAL_ROW:
+                    C[m, row] = uint16(BF16_NAN)
+                else:
+                    p = int64(e) - int64(FRAC_BITS + SCALE_LSB)
+                    C[m, row] = uint16(round_fixed_bf16(hsum, lsum, p))
+
+    return body
+
+
+PREPARE_SIGNATURE = "void(uint16[:, ::1], uint8[:, ::1], int32[:, ::1], int32[::1], int32)"
+Q2_SIGNATURE = (
+    "void(uint16[:, ::1], int32[:, ::1], int32[::1], uint16[::1], uint16[:, ::1], "
+    "int32, int32, int32, int32)"
+)
+
+
+def groups_for(m: int) -> int:
+    """Compile-time groups of 4 activation rows a launch of ``m`` rows (1..16) is built for."""
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"m: q2_0_gemv_exact serves 1..{MAX_M} rows per launch, got {m}")
+    return -(-m // 4)
+
+
+@functools.cache
+def _prepare_kernel():
+    return cuda.jit(PREPARE_SIGNATURE)(_prepare_body)
+
+
+@functools.cache
+def _q2_kernel(mg: int):
+    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(mg))
+
+
+def ptx_specs() -> list[tuple[str, object, str]]:
+    """``(name, body, signature)`` of each build, for the PTX tests (every M group)."""
+    specs = [("exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
+    specs += [(f"q2_0_gemv_exact@g{mg}", _make_q2_body(mg), Q2_SIGNATURE) for mg in (1, 2, 3, 4)]
+    return specs
+
+
+# -- host side -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExactOperands:
+    """Activations converted once (:func:`prepare_device`) for any number of exact GEMVs.
+
+    ``limbs`` uint16 [3M, K/2] (the byte limbs in kernel order), ``unit_sums``
+    int32 [M, K/64], ``exponents`` int32 [M] (E_m, or :data:`SPECIAL_ROW`).
+    """
+
+    limbs: object
+    unit_sums: object
+    exponents: object
+    m: int
+    k: int
+
+    def rows(self, r0: int, r1: int) -> ExactOperands:
+        """The operands of activation rows r0..r1-1 (views, no copy)."""
+        return ExactOperands(
+            self.limbs[LIMBS * r0 : LIMBS * r1],
+            self.unit_sums[r0:r1],
+            self.exponents[r0:r1],
+            r1 - r0,
+            self.k,
+        )
+
+
+def check_k(k: int) -> None:
+    if k % UNIT:
+        raise ValueError(f"a: the exact kernels need K a multiple of {UNIT}, got {k}")
+
+
+def prepare_device(d_a, stream=0) -> ExactOperands:
+    """Run ``exact_prepare`` on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands."""
+    m, k = (int(x) for x in d_a.shape)
+    check_k(k)
+    limbs8 = cuda.device_array((LIMBS * m, k), np.uint8, stream=stream)
+    sums = cuda.device_array((m, k // UNIT), np.int32, stream=stream)
+    exps = cuda.device_array((m,), np.int32, stream=stream)
+    if m:
+        _prepare_kernel()[m, PREP_THREADS, stream](d_a, limbs8, sums, exps, np.int32(k))
+    return ExactOperands(limbs8.view(np.uint16), sums, exps, m, k)
+
+
+def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
+    """``q2_0_gemv_exact`` over all of ``ops``' rows into ``d_out`` (uint16 [M, N]), in chunks of 16."""
+    from .q2_0 import DeviceQ2Weight
+
+    if not isinstance(dw, DeviceQ2Weight):
+        raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
+    if ops.k != dw.k:
+        raise ValueError(f"a: expected K={dw.k} columns (the weight's k), got {ops.k}")
+    if tuple(d_out.shape) != (ops.m, dw.n):
+        raise ValueError(f"out: expected shape {(ops.m, dw.n)}, got {tuple(d_out.shape)}")
+    launch.check_weight_halves("q2_0_gemv_exact", dw.n * fmt.row_bytes(dw.k, dw.group) // 2)
+    grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
+        part = ops.rows(r0, r0 + rows)
+        _q2_kernel(groups_for(rows))[grid, THREADS, stream](
+            part.limbs,
+            part.unit_sums,
+            part.exponents,
+            dw.b16,
+            d_out[r0 : r0 + rows],
+            np.int32(dw.n),
+            np.int32(dw.k),
+            np.int32(dw.group),
+            np.int32(rows),
+        )
+
+
+def run_q2(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
+    """Host bf16 bits [M, K] -> uint16 [M, N] through prepare + ``q2_0_gemv_exact``."""
+    from .q2_0 import as_device_weight, check_bits
+
+    dw = as_device_weight(weight, stream)
+    check_bits(a_bits, dw.k)
+    m = a_bits.shape[0]
+    out = np.empty((m, dw.n), np.uint16)
+    if m == 0:
+        return out
+    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
+    d_out = cuda.device_array((m, dw.n), np.uint16, stream=stream)
+    launch_q2(prepare_device(d_a, stream), dw, d_out, stream)
+    d_out.copy_to_host(out, stream=stream)
+    if stream:
+        stream.synchronize()
+    return out

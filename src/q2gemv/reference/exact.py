@@ -1,0 +1,185 @@
+"""NumPy reference of the exact contract (``numerics="exact"``): a value, not an order.
+
+The contract (also in ``docs/numerics.md``; every backend computes exactly this):
+
+1. **Special rows.** If any activation a_k of row m is NaN or +-Inf, every
+   output of row m is NaN (bf16 ``0x7FC0``). If any block scale of weight row n
+   is NaN or +-Inf, every output of column n is NaN.
+2. **Fixed point.** ``E_m = max floor(log2 |a_k|)`` over the nonzero a_k of row
+   m (subnormals by their value); ``A_k = round_half_even(a_k * 2**(22 - E_m))``,
+   an integer with ``|A_k| < 2**23``. A row of zeros gives every ``A_k = 0``.
+3. **Weights as exact values.** Q2_0: ``w[n, k] = (code - 1) * d_b`` with
+   ``d_b`` the block's fp16 scale.
+4. **One rounding.** ``y[m, n]`` is the bf16 nearest (ties to even) to the
+   exact ``sum_k w[n, k] * A_k * 2**(E_m - 22)``. Exact zero gives +0; a
+   nonzero value that rounds to zero keeps its sign; beyond the bf16 range
+   gives +-Inf by the same rule.
+
+Only step 2 (activations smaller than ``2**(E_m - 23)`` relative to the row's
+largest lose bits) and step 4 round. Error bound, per output:
+``|y - x.w| <= 2**(E_m - 23) * sum_k |w_k| + half an ulp of bf16(y)``, where
+``x.w`` is the exact dot product of the original bf16 activations with
+``dequantize()``; the first term is at most ``2**-23`` relative to
+``max_k |a_k| * sum_k |w_k|``.
+
+Nothing here follows a kernel's order: the sums are exact integers (block
+sums in float64, exact because every partial sum is an integer below
+2**53; the scaled total in Python integers), so any order gives these bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..formats.bf16 import as_bf16_rows, bits_to_bf16
+from ..formats.q2_0 import Q2Weight
+
+FRAC_BITS = 22  # A_k = a_k * 2**(FRAC_BITS - E_m), rounded half to even
+BF16_NAN = 0x7FC0
+BF16_INF = 0x7F80
+BF16_MIN_QUANTUM = -133  # the bf16 subnormal step is 2**-133
+_ROW_ELEMS = 1 << 22  # activation rows x weight elements processed at once (bounds memory)
+
+
+def fixed_point(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 2 of the contract for bf16 bit rows ``bits`` (uint16 [M, K]).
+
+    Returns ``(A, E, special)``: ``A`` int64 [M, K] (``|A| < 2**23``), ``E``
+    int64 [M] (0 for an all-zero row), ``special`` bool [M] (the row holds a
+    NaN or an Inf; its ``A`` is all zero).
+    """
+    bits = np.asarray(bits, np.uint16)
+    e = ((bits >> 7) & 0xFF).astype(np.int64)
+    f = (bits & 0x7F).astype(np.int64)
+    nonzero = (bits & 0x7FFF) != 0
+    special = (e == 0xFF).any(axis=1)
+    # floor(log2 |a|): e - 127 for normals, bit_length(f) - 134 for subnormals
+    sub_lg = np.floor(np.log2(np.maximum(f, 1))).astype(np.int64) - 133
+    lg = np.where(e > 0, e - 127, sub_lg)
+    big = np.iinfo(np.int64).min
+    emax = np.where(nonzero, lg, big).max(axis=1, initial=big)
+    E = np.where(emax == big, 0, emax)
+    mant = np.where(e > 0, f | 128, f)
+    # |a| = mant * 2**(max(e, 1) - 134), so |a| * 2**(22 - E) = mant * 2**s
+    s = np.maximum(e, 1) - 112 - E[:, None]
+    up = mant << np.clip(s, 0, 23)  # s <= 15, or <= 22 in an all-subnormal row
+    r = np.clip(-s, 1, 10)  # >= 10 dropped bits: mant < 2**8 rounds to 0
+    q = mant >> r
+    rem = mant - (q << r)
+    half = np.int64(1) << (r - 1)
+    q = q + ((rem > half) | ((rem == half) & (q & 1 == 1)))
+    A = np.where(s >= 0, up, q)
+    A = np.where((bits & 0x8000) != 0, -A, A)
+    A[special] = 0
+    return A, E, special
+
+
+def bf16_nearest(v: int, p: int) -> int:
+    """bf16 bits of the value nearest to ``v * 2**p`` (ints), ties to even (step 4).
+
+    ``v == 0`` gives +0; a nonzero value that rounds to zero keeps its sign;
+    values at or beyond the rounding boundary of the largest bf16 give +-Inf.
+    """
+    v, p = int(v), int(p)
+    if v == 0:
+        return 0
+    sign = 0x8000 if v < 0 else 0
+    u = -v if v < 0 else v
+    q = max(u.bit_length() - 1 + p - 7, BF16_MIN_QUANTUM)  # exponent of the result's ulp
+    r = q - p  # bits of u below that ulp
+    if r <= 0:
+        mant = u << -r
+    else:
+        mant = u >> r
+        rem = u - (mant << r)
+        half = 1 << (r - 1)
+        if rem > half or (rem == half and mant & 1):
+            mant += 1
+    # mant = 2**8 carries into the exponent field by itself; subnormals have q = -133
+    bits = ((q - BF16_MIN_QUANTUM) << 7) + mant
+    return sign | min(bits, BF16_INF)
+
+
+def exact_gemv(
+    bits: np.ndarray,
+    wint_rows,
+    n: int,
+    group: int,
+    scale_mant: np.ndarray,
+    scale_exp: np.ndarray,
+    bad_col: np.ndarray,
+) -> np.ndarray:
+    """The contract for any weight family whose values are ``wint * mant_b * 2**exp_b``.
+
+    Args:
+        bits: bf16 activation bits, uint16 [M, K].
+        wint_rows: ``wint_rows(r0, r1)`` -> the integer weight factors of rows
+            r0..r1-1 as float64 [r1 - r0, K] (small integers, exact).
+        n: weight rows; group: elements per scale block.
+        scale_mant, scale_exp: int64 [N, K/group]: block b of row n scales
+            by ``scale_mant * 2**scale_exp`` exactly (``scale_mant`` signed).
+        bad_col: bool [N]: columns whose output is NaN.
+
+    Returns uint16 bf16 bits [M, N].
+    """
+    A, E, special = fixed_point(bits)
+    m, k = A.shape
+    nb = k // group
+    out = np.empty((m, n), np.uint16)
+    if m == 0 or n == 0:
+        return out
+    emin = int(scale_exp.min()) if scale_exp.size else 0
+    rows_per = max(1, _ROW_ELEMS // max(1, k * max(1, m)))
+    a_blocks = A.reshape(m, nb, group).transpose(1, 0, 2).astype(np.float64)  # [nb, M, g]
+    nearest = np.frompyfunc(bf16_nearest, 2, 1)
+    for r0 in range(0, n, rows_per):
+        r1 = min(n, r0 + rows_per)
+        w = np.asarray(wint_rows(r0, r1), np.float64).reshape(r1 - r0, nb, group)
+        # exact: |partial sums| < 2**53 (|w| <= 12, |A| < 2**23, group <= 128)
+        s = np.matmul(a_blocks, w.transpose(1, 2, 0))  # [nb, M, rows]
+        s = s.astype(np.int64).transpose(1, 2, 0) * scale_mant[r0:r1][None]  # [M, rows, nb]
+        sh = scale_exp[r0:r1] - emin
+        total = np.zeros((m, r1 - r0), object)
+        for e_ in np.unique(sh):
+            part = np.where(sh[None] == e_, s, 0).sum(axis=2)  # int64: < 2**42 * nb
+            total += part.astype(object) * (1 << int(e_))
+        p = (E - FRAC_BITS + emin)[:, None]
+        y = nearest(total, np.broadcast_to(p, total.shape)).astype(np.uint16)
+        y[:, bad_col[r0:r1]] = BF16_NAN
+        out[:, r0:r1] = y
+    out[special] = BF16_NAN
+    return out
+
+
+def fp16_scale_parts(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """fp16 bits -> ``(signed mantissa, exponent, non-finite)``: value = mant * 2**exp exactly."""
+    h = np.asarray(h, np.uint16).astype(np.int64)
+    e = (h >> 10) & 31
+    f = h & 1023
+    mant = np.where(e > 0, f | 1024, f)
+    mant = np.where(h & 0x8000, -mant, mant)
+    return mant, np.maximum(e, 1) - 25, e == 31
+
+
+def q2_0_gemv_exact(a, weight: Q2Weight) -> np.ndarray:
+    """``y = a @ dequantize(weight).T`` under the exact contract (module docstring).
+
+    Args:
+        a: bf16 activations [K] or [M, K] (``ml_dtypes.bfloat16``).
+        weight: a :class:`~q2gemv.Q2Weight`.
+
+    Returns bf16 [M, N] ([N] for 1-D ``a``). Raises TypeError/ValueError naming the argument.
+    """
+    if not isinstance(weight, Q2Weight):
+        raise TypeError(f"weight: expected a Q2Weight, got {type(weight).__name__}")
+    bits, squeeze = as_bf16_rows(a, weight.k)
+    scales = weight.scales().view(np.uint16)
+    mant, exp, bad = fp16_scale_parts(scales)
+    codes = weight.codes()
+
+    def wint_rows(r0: int, r1: int) -> np.ndarray:
+        return codes[r0:r1].astype(np.float64) - 1.0
+
+    y = exact_gemv(bits, wint_rows, weight.n, weight.group, mant, exp, bad.any(axis=1))
+    out = bits_to_bf16(y)
+    return out[0] if squeeze else out
