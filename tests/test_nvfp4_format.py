@@ -185,18 +185,33 @@ def _parts(n=2, k=32):
     return np.zeros((n, k // 2), np.uint8), np.full((n, k // 16), 0x38, np.uint8)
 
 
+def _immutable(x):
+    """``x``'s values in memory nothing can write (like the loaders' read-only file maps)."""
+    return np.frombuffer(x.tobytes(), dtype=x.dtype).reshape(x.shape)
+
+
 def test_from_parts_is_copy_free_and_read_only():
-    packed, scales = _parts()
+    packed, scales = map(_immutable, _parts())
     w = Nvfp4Weight.from_parts(packed, scales, 0.5)
     assert (w.n, w.k, w.groups_per_row) == (2, 32, 2)
     assert np.shares_memory(w.packed, packed) and np.shares_memory(w.scales, scales)
     assert not w.packed.flags.writeable and not w.scales.flags.writeable
-    assert packed.flags.writeable  # the caller's array is left alone
     assert w.global_scale == 0.5 and isinstance(w.global_scale, float)
 
 
-def test_from_parts_accepts_float8_scales_without_copy():
+def test_from_parts_copies_writeable_parts_once():
+    # the ownership rule (q2gemv.formats._frozen): writeable input is copied, so a later
+    # write to the caller's array cannot reach the weight
     packed, scales = _parts()
+    w = Nvfp4Weight.from_parts(packed, scales, 0.5)
+    assert not np.shares_memory(w.packed, packed) and not np.shares_memory(w.scales, scales)
+    assert packed.flags.writeable  # the caller's array is left alone
+    packed[0, 0] = 0xAB
+    assert w.packed[0, 0] == 0
+
+
+def test_from_parts_accepts_float8_scales_without_copy():
+    packed, scales = map(_immutable, _parts())
     s8 = scales.view(F8)
     w = Nvfp4Weight.from_parts(packed, s8, 1.0)
     assert w.scales.dtype == np.uint8 and np.shares_memory(w.scales, scales)

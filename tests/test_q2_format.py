@@ -76,7 +76,7 @@ def test_float32_scales_round_to_fp16_nearest_even():
 
 
 def test_from_bytes_wraps_without_copy_and_is_immutable():
-    raw = np.zeros(2 * 34, np.uint8)
+    raw = np.frombuffer(bytes(2 * 34), np.uint8)  # memory nothing can write: no copy
     w = Q2Weight.from_bytes(raw, 2, 128)
     assert np.shares_memory(w.raw, raw)
     with pytest.raises(ValueError):

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from ._frozen import frozen
+
 BLOCK = 16  # weights per E4M3 scale
 E2M1_MAX = 6.0
 E4M3_MAX = 448.0
@@ -182,7 +184,16 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
 
 
 def _scalar_f32(x, name: str) -> float:
-    """A real scalar (or size-1 array) rounded to fp32 (RNE), returned as a Python float."""
+    """A real scalar (or size-1 array) rounded to fp32 (RNE), returned as a Python float.
+
+    IEEE specials given as such (``inf``, ``nan``) are kept: they propagate as
+    documented (:meth:`Nvfp4Weight.validate` reports them). A finite value
+    that fp32 cannot represent is refused with a ValueError naming ``name``:
+    one that would round to +-Inf (``2**200``, ``1e39``, or a Python int too
+    large for any float such as ``2**2000``) or a non-zero one that would
+    round to 0 (``1e-46``). Silently turning a finite scale into Inf or 0
+    would change every output.
+    """
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{name}: expected a real number, got bool")
     if isinstance(x, np.ndarray):
@@ -193,8 +204,20 @@ def _scalar_f32(x, name: str) -> float:
         x = x.reshape(-1)[0]
     elif not isinstance(x, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a real number, got {type(x).__name__}")
-    with np.errstate(over="ignore"):
-        return float(np.float32(x))
+    try:
+        with np.errstate(over="ignore", under="ignore"):
+            f = float(np.float32(x))
+        finite_in = isinstance(x, (int, np.integer)) or bool(np.isfinite(x))
+    except OverflowError:  # a Python int beyond any float
+        f, finite_in = math.inf, True
+    if finite_in and (not math.isfinite(f) or (f == 0 and x != 0)):
+        big_int = isinstance(x, (int, np.integer)) and abs(int(x)) >= 2**128
+        shown = f"an int of {int(x).bit_length()} bits" if big_int else repr(x)
+        raise ValueError(
+            f"{name}: expected a value representable in fp32 (0, or a magnitude in "
+            f"2**-149 .. ~3.4e38), got {shown}, which would round to {f}"
+        )
+    return f
 
 
 def global_scale_from_divisor(weight_global_scale) -> float:
@@ -228,14 +251,6 @@ def _check_u8_2d(x, name: str) -> np.ndarray:
     return x
 
 
-def _readonly(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x)  # copies only when not already C-contiguous
-    if x.flags.writeable:
-        x = x.view()
-        x.flags.writeable = False
-    return x
-
-
 @dataclass(frozen=True, eq=False)
 class Nvfp4Weight:
     """An immutable NVFP4 weight matrix [n, k] (see the module docstring for the layout).
@@ -246,8 +261,18 @@ class Nvfp4Weight:
         scales: uint8 [n, k // 16], E4M3-fn bit patterns, row-major, not
             swizzled. Read-only, C-contiguous.
         global_scale: the per-tensor MULTIPLIER ``g`` (a Python float that is
-            exactly an fp32 value).
+            exactly an fp32 value). A finite value that fp32 cannot hold (it
+            would round to +-Inf, or to 0 from non-zero) is refused with a
+            ValueError naming ``global_scale``; an explicit ``inf``/``nan`` is
+            kept (IEEE semantics, reported by :meth:`validate`).
         n: output features (rows). k: input features, a multiple of 16, >= 16.
+
+    Ownership (:mod:`q2gemv.formats._frozen`): ``packed`` and ``scales`` that
+    nothing can write (views of a read-only memory map, as the loaders give,
+    or of ``bytes``) are wrapped without a copy; any other array (writeable,
+    a read-only view of a writeable one, or strided) is copied once into
+    immutable memory. Neither can be flagged writeable again, and later
+    writes to the caller's arrays do not reach the weight.
     """
 
     packed: np.ndarray = field(repr=False)
@@ -271,8 +296,8 @@ class Nvfp4Weight:
                 f"scales: expected shape {(n, k // BLOCK)} (one E4M3 per {BLOCK} weights), "
                 f"got {scales.shape}"
             )
-        object.__setattr__(self, "packed", _readonly(packed))
-        object.__setattr__(self, "scales", _readonly(scales))
+        object.__setattr__(self, "packed", frozen(packed))
+        object.__setattr__(self, "scales", frozen(scales))
         object.__setattr__(self, "global_scale", _scalar_f32(self.global_scale, "global_scale"))
 
     # -- shape ------------------------------------------------------------------
@@ -299,7 +324,12 @@ class Nvfp4Weight:
     # -- constructors -----------------------------------------------------------
     @classmethod
     def from_parts(cls, packed: np.ndarray, scales: np.ndarray, global_scale) -> Nvfp4Weight:
-        """Wrap checkpoint tensors without copying when they are already C-contiguous.
+        """Wrap checkpoint tensors: no copy when nothing can write them, else one copy.
+
+        Read-only, C-contiguous parts whose memory nothing can write (the
+        loaders' memory-mapped tensors) are wrapped as they are; writeable
+        (or strided) arrays are copied once into immutable memory (see the
+        class docstring for the ownership rule).
 
         ``packed`` is uint8 [n, k // 2], two E2M1 codes a byte (even k in the
         low nibble), k a multiple of 16; ``scales`` is [n, k // 16].

@@ -33,6 +33,8 @@ from typing import Literal
 
 import numpy as np
 
+from ._frozen import frozen
+
 GROUPS = (64, 128)
 SCALE_BYTES = 2
 GGUF_TYPE_Q2_0 = 42  # mainline: group 64; older PrismML files: group 128
@@ -189,10 +191,19 @@ def unpack_scales(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
 class Q2Weight:
     """An immutable ``block_q2_0`` weight matrix [n, k]: the GGUF bytes, unchanged.
 
+    Ownership (:mod:`q2gemv.formats._frozen`): bytes that nothing can write
+    (``bytes``, a read-only memory map such as :mod:`q2gemv.io`'s, views of
+    them) are wrapped without a copy; any other buffer (a writeable array, a
+    read-only view of one, a ``bytearray``) is copied once into immutable
+    memory. Either way ``raw`` can never be flagged writeable again, and
+    writing to the caller's original buffer afterwards cannot change the
+    weight. Only mutating a mapped file on disk under a loaded weight is
+    undefined (docs/guarantees.md).
+
     Attributes:
         raw: 1-D uint8, exactly ``n * (k // group) * (2 + group // 4)`` bytes,
             row-major blocks (see the module docstring for the bit layout).
-            Read-only.
+            Read-only (not even ``raw.flags.writeable = True`` succeeds).
         n: output features (rows). k: input features (codes per row).
         group: codes per block, 64 or 128.
     """
@@ -220,10 +231,7 @@ class Q2Weight:
             )
         if not raw.flags.c_contiguous:
             raise ValueError("raw: expected a contiguous byte array")
-        if raw.flags.writeable:
-            raw = raw.view()
-            raw.flags.writeable = False
-            object.__setattr__(self, "raw", raw)
+        object.__setattr__(self, "raw", frozen(raw))  # the ownership rule: class docstring
         object.__setattr__(self, "n", int(self.n))
         object.__setattr__(self, "k", int(self.k))
         object.__setattr__(self, "group", int(self.group))
@@ -243,8 +251,10 @@ class Q2Weight:
             group: codes per block, 64 or 128 (default 128).
 
         Returns:
-            A read-only :class:`Q2Weight`. No copy when ``raw`` is already a
-            contiguous uint8 buffer.
+            An immutable :class:`Q2Weight`. Zero-copy when nothing can write
+            ``raw`` (``bytes``, a read-only mmap or a view of one); a writeable
+            buffer (ndarray, ``bytearray``, writeable mmap) is copied once, so
+            later writes to it do not reach the weight (class docstring).
 
         Raises:
             ValueError/TypeError naming the argument on a wrong length, dtype,
