@@ -1,9 +1,21 @@
-"""The ``q2gemv`` command: ``verify`` (the main job), ``inspect``, ``golden``, ``bench``."""
+"""The ``q2gemv`` command: ``verify`` (the main job), ``inspect``, ``golden``, ``bench``.
+
+Every subcommand reports a usage or data problem as one line on stderr,
+never a traceback. A closed stdout (``q2gemv verify --list | head``) ends
+the command quietly with status 141 (128 + SIGPIPE, what a shell reports).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+DESCRIPTION = (
+    "Bit-exact low-bit decode GEMV kernels (GGUF Q2_0, NVFP4 W4A16). "
+    "Start with 'q2gemv verify'; 'q2gemv COMMAND --help' describes each command."
+)
+EXIT_BROKEN_PIPE = 141
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -11,32 +23,64 @@ def _inspect(args: argparse.Namespace) -> int:
 
     try:
         print(format_inspect(args.file))
-    except (GgufError, FileNotFoundError) as e:
+    except (GgufError, OSError) as e:
         print(f"q2gemv inspect: {e}", file=sys.stderr)
         return 1
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import verify
+    from . import bench, verify
     from .golden import regen as golden_regen
 
-    p = argparse.ArgumentParser(prog="q2gemv", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    verify.add_arguments(sub.add_parser("verify", help="prove every available backend bit-exact"))
-    golden_regen.add_arguments(sub.add_parser("golden", help="golden vectors: regen"))
-    from . import bench
-
-    bench.add_arguments(sub.add_parser("bench", help="time kernels on the GPU (writes CSV/plots)"))
-    pi = sub.add_parser("inspect", help="list the tensors of a GGUF file")
-    pi.add_argument("file")
+    p = argparse.ArgumentParser(prog="q2gemv", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    verify.add_arguments(
+        sub.add_parser(
+            "verify",
+            help="prove every available backend bit-exact against the golden vectors",
+            description="Check the golden data's integrity, then run every golden check on "
+            "each backend. Exit status: 0 every check that ran is bit-exact, 1 a check failed "
+            "or errored or none ran, 2 the golden data is unusable.",
+        )
+    )
+    golden_regen.add_arguments(
+        sub.add_parser(
+            "golden",
+            help="golden vectors: regen",
+            description="Maintain the golden vectors (subcommand: regen).",
+        )
+    )
+    bench.add_arguments(
+        sub.add_parser(
+            "bench",
+            help="time kernels on the GPU (writes CSVs and a summary)",
+            description="Time every kernel on a CUDA GPU: cold weights, CUDA-graph replay, "
+            "against the read ceiling, the FMA floor and torch bf16.",
+        )
+    )
+    pi = sub.add_parser(
+        "inspect",
+        help="list the metadata and tensors of a GGUF file",
+        description="List a GGUF file's metadata and tensors, with the Q2_0 group each "
+        "tensor's size implies. Exit status 1 on a malformed or unreadable file.",
+    )
+    pi.add_argument("file", metavar="FILE.gguf", help="the GGUF file to list")
     pi.set_defaults(func=_inspect)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`| head`): send what is left in Python's buffer nowhere
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return rc
 
 
 if __name__ == "__main__":

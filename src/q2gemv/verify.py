@@ -2,9 +2,11 @@
 
 What it runs (see :mod:`q2gemv.golden`):
 
-1. The integrity check: every golden file against ``data/manifest.json``
-   (size and sha256). A modified, truncated or missing file is reported by
-   name and never used; the exit status is then 2.
+1. The integrity check: the manifest ``data/manifest.json`` against the
+   files the suite expects (``golden.suite.expected_files``, both ways), and
+   every file against its entry (size and sha256). A modified, truncated,
+   missing, unlisted or unexpected file is reported by name and never used;
+   the exit status is then 2.
 2. Backend ``reference`` (always available): the host format checks (hand
    tables vs the format modules and ``ml_dtypes``, ggml's own quantize /
    dequantize vectors, pack -> bytes -> dequant round trips) and every GEMV
@@ -16,8 +18,10 @@ What it runs (see :mod:`q2gemv.golden`):
    and reports the rest as skipped, with the reason.
 
 Progress goes to stderr; the report (or ``--json``) to stdout. Exit status:
-0 every check that ran is bit-exact; 1 a check failed (bits differ) or
-errored; 2 a golden file is tampered or unusable.
+0 every check that ran is bit-exact (and at least one ran); 1 a check failed
+(bits differ) or errored, or nothing was checked; 2 the golden data is
+unusable (a file tampered, missing, unlisted or unexpected; the manifest
+missing or malformed; ``--data-dir`` not a directory).
 """
 
 from __future__ import annotations
@@ -85,10 +89,11 @@ def run(args: argparse.Namespace) -> int:
     if failures:
         print()
     man = s.manifest
+    n_files = len(suite.expected_files())
     print(
         f"golden data: {s.data_dir} (format v{man.get('format_version')}, generator "
-        f"v{man.get('generator', {}).get('version')}): {len(man['files'])} files, "
-        f"{len(man['files']) - len(s.problems)} intact"
+        f"v{man.get('generator', {}).get('version')}): {n_files} files expected, "
+        f"{max(0, n_files - len(s.problems))} intact"
     )
     print(report.summary_text(runs, s.problems, by_kernel=not args.brief))
     return code
@@ -118,6 +123,17 @@ def _json_report(s: suite.Suite, runs: list[report.BackendRun], code: int) -> di
     }
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
@@ -142,11 +158,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument(
         "--jobs",
-        type=int,
+        type=positive_int,
         default=None,
-        help=f"simulator worker processes (default: min(4, CPUs) = {harness.default_jobs()})",
+        metavar="N",
+        help=f"simulator worker processes, N >= 1 (default: min(4, CPUs) = "
+        f"{harness.default_jobs()})",
     )
-    p.add_argument("--data-dir", type=Path, default=None, help="golden data (default: packaged)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="golden data directory (default: the packaged one)",
+    )
     p.add_argument("--list", action="store_true", help="list the selected checks and exit")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--brief", action="store_true", help="no per-kernel table, totals only")

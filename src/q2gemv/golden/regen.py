@@ -13,6 +13,7 @@ one needs ``force`` too.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import sys
 from pathlib import Path
 
@@ -22,14 +23,16 @@ from . import gen, host, store
 from .harness import Runner
 from .report import result_from_bits
 from .suite import (
-    FILE_SET,
-    GEMV_FILES,
     GGML_FILE,
+    MODEL_FILE,
     ROUNDTRIP_FILE,
     SETS,
     TABLE_FILES,
     GemvCase,
+    expected_files,
+    gemv_files,
 )
+from .suite import sets as suite_sets
 
 FIRST_DIFFS = 3
 
@@ -119,14 +122,18 @@ def build(file: str) -> dict:
     """Arrays of generated golden file ``file``."""
     if file == ROUNDTRIP_FILE:
         return build_roundtrip_file()
-    if file == GEMV_FILES["model"]:
+    if file == MODEL_FILE:
         return build_gemv_file(gen.model_specs(), file, store_inputs=False)
-    fam = next(s for s, f in GEMV_FILES.items() if f == file)
+    fam = next(s for s, f in gemv_files().items() if f == file)
     return build_gemv_file([s for s in gen.gemv_specs() if s.family == fam], file, True)
 
 
-GENERATED = (ROUNDTRIP_FILE, GEMV_FILES["q2_0"], GEMV_FILES["w4a16"], GEMV_FILES["model"])
 FIXED = tuple(TABLE_FILES.values()) + (GGML_FILE,)  # hand-written / external: never rewritten
+
+
+def generated_files() -> tuple[str, ...]:
+    """The files regen builds: every expected file that is not hand-written or external."""
+    return tuple(f for f in expected_files() if f not in FIXED)
 
 
 # -- diffs -----------------------------------------------------------------------------------
@@ -218,18 +225,38 @@ def regen(
     dry_run: bool = False,
     out=None,
 ) -> int:
-    """Regenerate; print what changed; 0 when written (or nothing to do), 1 when refused."""
+    """Regenerate; print what changed; 0 when written (or nothing to do), 1 when refused.
+
+    Without a valid manifest nothing can be compared, so regen refuses unless
+    ``force``; the manifest it writes always lists every file of
+    :func:`~q2gemv.golden.suite.expected_files` (it refuses rather than drop
+    one, e.g. ``--sets`` with a manifest that lacks another set's entry).
+    An I/O error is one line on ``out`` and status 1.
+    """
     out = sys.stdout if out is None else out
     data_dir = Path(data_dir) if data_dir is not None else store.default_data_dir()
-    unknown = [s for s in sets if s not in SETS]
+    known_sets = suite_sets()
+    unknown = [s for s in sets if s not in known_sets]
     if unknown:
-        print(f"golden regen: unknown set(s) {unknown}; expected some of {list(SETS)}", file=out)
+        print(
+            f"golden regen: unknown set(s) {unknown}; expected some of {list(known_sets)}",
+            file=out,
+        )
         return 1
     try:
         man = store.read_manifest(data_dir)
-    except store.GoldenError:
+    except store.GoldenError as e:
+        if not force:
+            print(
+                f"golden regen: refused: {e}; without a valid manifest regen cannot tell which "
+                f"expectations would change. Rerun with --force to rebuild every file "
+                f"(hand-written and external files are then recorded as they are on disk).",
+                file=out,
+            )
+            return 1
+        print(f"golden regen: {e}; --force: rebuilding the manifest from scratch", file=out)
         man = {"files": {}}
-    man.setdefault("files", {})
+    expected = expected_files()
     new_man = {
         "format_version": gen.FORMAT_VERSION,
         "package": "q2gemv",
@@ -240,15 +267,17 @@ def regen(
         },
         "files": dict(man["files"]),
     }
-    for file in sorted(set(new_man["files"]) - set(FILE_SET)):
+    for file in sorted(set(new_man["files"]) - set(expected)):
         print(
             f"{file}: dropped from the manifest (no longer a golden file of this suite)", file=out
         )
         del new_man["files"][file]
+    if _refuse_unlisted(expected, new_man, sets, out, planned=True):
+        return 1
     refusals = 0
-    writes: dict[str, dict] = {}
-    for file in FIXED + GENERATED:
-        if sets and FILE_SET[file] not in sets:
+    writes: dict[str, bytes] = {}
+    for file in FIXED + generated_files():
+        if sets and expected[file] not in sets:
             continue
         entry = man["files"].get(file)
         path = data_dir / file
@@ -265,7 +294,14 @@ def regen(
             if file == GGML_FILE:
                 rec["provenance"] = "PROVENANCE.md"
             if entry is None:
-                print(f"{file}: recorded in the manifest (new)", file=out)
+                print(
+                    f"{file}: not in the manifest; recording it as it is on disk needs a review "
+                    f"({rec['kind']}), then --force",
+                    file=out,
+                )
+                if not force:
+                    refusals += 1
+                    continue
             elif entry.get("sha256") != rec["sha256"]:
                 print(
                     f"{file}: CHANGED on disk since the manifest was written "
@@ -316,7 +352,9 @@ def regen(
         if old is not None and not changes and not adds and not meta_changed:
             new_man["files"][file].update(sha256=entry["sha256"], bytes=entry["bytes"])
         else:
-            writes[file] = new
+            data = store.npz_bytes(new)
+            writes[file] = data
+            new_man["files"][file].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
     if refusals:
         print(
             f"golden regen: refused ({refusals} file(s) would change existing expectations or "
@@ -324,32 +362,100 @@ def regen(
             file=out,
         )
         return 1
+    if _refuse_unlisted(expected, new_man, sets, out):
+        return 1
     if dry_run:
         print(f"golden regen: dry run, {len(writes)} file(s) would be written", file=out)
         return 0
-    for file, arrays in writes.items():
-        path = data_dir / file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store.write_npz(path, arrays)
-        new_man["files"][file].update(sha256=store.sha256_file(path), bytes=path.stat().st_size)
-        print(f"{file}: written ({path.stat().st_size} bytes)", file=out)
-    if new_man != man:
-        store.write_manifest(data_dir, new_man)
-        print(f"{store.MANIFEST}: written", file=out)
-    else:
-        print("golden regen: nothing changed", file=out)
+    written: list[str] = []
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for file, data in writes.items():
+            store.write_atomic(data_dir / file, data)
+            written.append(file)
+            print(f"{file}: written ({len(data)} bytes)", file=out)
+        if new_man != man:
+            store.write_manifest(data_dir, new_man)
+            print(f"{store.MANIFEST}: written", file=out)
+        else:
+            print("golden regen: nothing changed", file=out)
+    except OSError as e:
+        where = e.filename or data_dir
+        tail = (
+            f"; {', '.join(written)} already written, the manifest not: rerun regen"
+            if written
+            else "; nothing written"
+        )
+        print(f"golden regen: cannot write {where}: {e.strerror or e}{tail}", file=out)
+        return 1
     return 0
 
 
+def _refuse_unlisted(expected: dict, new_man: dict, sets, out, planned: bool = False) -> bool:
+    """True (and say why) when the manifest to write would not list every expected file.
+
+    ``planned``: before building anything, count the selected sets as covered.
+    """
+    covered = set(new_man["files"])
+    if planned:
+        covered |= {f for f, s in expected.items() if not sets or s in sets}
+    unlisted = sorted(set(expected) - covered)
+    if not unlisted:
+        return False
+    need = sorted({expected[f] for f in unlisted} | set(sets))
+    print(
+        f"golden regen: refused: the manifest would not list {', '.join(unlisted)} (not "
+        f"regenerated in this run and not in the existing manifest); nothing written. "
+        f"Rerun without --sets (or with --sets {' '.join(need)}).",
+        file=out,
+    )
+    return True
+
+
 def add_arguments(p) -> None:
-    """``q2gemv golden ...`` subcommands (regen)."""
-    sub = p.add_subparsers(dest="golden_command", required=True)
-    r = sub.add_parser("regen", help="regenerate the golden files from the NumPy references")
-    r.add_argument("--force", action="store_true", help="accept changed expectations")
+    """``q2gemv golden ...`` subcommands (regen); no subcommand prints the choices."""
+    sub = p.add_subparsers(dest="golden_command", metavar="SUBCOMMAND", title="subcommands")
+    r = sub.add_parser(
+        "regen",
+        help="regenerate the golden files from the NumPy references",
+        description="Rebuild the generated golden files from the NumPy references and "
+        "rewrite the manifest. Refuses (exit 1, nothing written) to change an existing "
+        "expectation, to record a changed or unlisted hand-written file, or to work "
+        "without a valid manifest, unless --force.",
+    )
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="accept changed expectations, changed hand-written files and a missing or "
+        "corrupt manifest",
+    )
     r.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
-    r.add_argument("--sets", nargs="+", default=[], choices=SETS, help="only these sets")
-    r.add_argument("--data-dir", type=Path, default=None, help="golden data directory")
+    r.add_argument(
+        "--sets",
+        nargs="+",
+        default=[],
+        choices=SETS,
+        metavar="SET",
+        help=f"only these sets: {', '.join(SETS)} (default: all)",
+    )
+    r.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="golden data directory (default: the packaged one)",
+    )
     r.set_defaults(func=_regen_cmd)
+    p.set_defaults(func=lambda args: _no_subcommand(p))
+
+
+def _no_subcommand(p) -> int:
+    p.print_usage(sys.stderr)
+    print(
+        "q2gemv golden: choose a subcommand: regen (see q2gemv golden regen --help)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _regen_cmd(args) -> int:

@@ -192,6 +192,8 @@ def summary_text(runs: list[BackendRun], problems: list[str], by_kernel: bool = 
     for run in runs:
         if run.note:
             lines.append(f"note [{run.backend}]: {run.note}")
+        if not run.counts()["pass"] and not any(r.status in ("fail", "error") for r in run.results):
+            lines.append(f"note [{run.backend}]: no check of the selection ran on this backend")
         for reason, n in run.skip_reasons().items():
             lines.append(f"skipped [{run.backend}]: {n} checks: {reason}")
     for p in problems:
@@ -213,13 +215,18 @@ def verdict(runs: list[BackendRun], problems: list[str]) -> str:
             why.append(f"{len(problems)} golden file(s) tampered or unusable")
         return "FAIL: " + "; ".join(why)
     tail = f", {skipped} skipped (reasons above)" if skipped else ""
+    if not passed:
+        return f"FAIL: nothing was checked (0 checks ran{tail}): zero checks is not a pass"
     return f"PASS: {passed} checks bit-exact{tail}"
 
 
 def exit_code(runs: list[BackendRun], problems: list[str]) -> int:
-    """0: every run check bit-exact; 1: a check failed or errored; 2: golden data tampered."""
+    """0: every run check bit-exact; 1: a check failed or errored, or none ran; 2: golden data
+    tampered or unusable."""
     if problems:
         return 2
     if any(r.status in ("fail", "error") for run in runs for r in run.results):
+        return 1
+    if not any(r.status == "pass" for run in runs for r in run.results):
         return 1
     return 0

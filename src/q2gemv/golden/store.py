@@ -10,9 +10,11 @@ the data format version and the generator's version and parameters::
                "table_bf16.json": {"sha256": "...", "bytes": 456, "kind": "hand-written"},
                ...}}
 
-:func:`verify_files` checks every listed file (present, size, sha256) and
-raises :class:`GoldenIntegrityError` naming the file and what is wrong;
-loading never reads a file that has not passed.
+:func:`read_manifest` refuses a manifest it cannot use (one-line
+:class:`GoldenError`), :func:`file_problem` checks one listed file (present,
+size, sha256), and :func:`q2gemv.golden.suite.integrity_problems` checks the
+manifest against the files the suite expects, both ways; loading never reads
+a file that has not passed.
 
 ``.npz`` files are written by :func:`write_npz`: a zip with a fixed
 timestamp, entries in sorted order, deflate-compressed ``.npy`` arrays, so
@@ -25,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import zipfile
 from importlib import resources
 from pathlib import Path
@@ -33,6 +36,7 @@ import numpy as np
 
 MANIFEST = "manifest.json"
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+_HEX = frozenset("0123456789abcdef")
 
 
 class GoldenError(Exception):
@@ -61,23 +65,73 @@ def sha256_file(path: Path) -> str:
 
 
 def read_manifest(data_dir: Path) -> dict:
-    path = Path(data_dir) / MANIFEST
+    """The manifest of ``data_dir``, checked for shape; :class:`GoldenError` (one line) if unusable.
+
+    Unusable: ``data_dir`` not a directory, the manifest missing, unreadable,
+    not UTF-8, not JSON, or not ``{"files": {name: {"sha256": 64 hex digits,
+    "bytes": int >= 0, ...}}}`` (``generator``, when present, an object).
+    """
+    data_dir = Path(data_dir)
+    path = data_dir / MANIFEST
+    if not data_dir.is_dir():
+        what = "does not exist" if not data_dir.exists() else "is not a directory"
+        raise GoldenError(f"golden data directory {data_dir} {what}")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise GoldenError(f"golden manifest {path} is missing") from None
+    except OSError as e:
+        raise GoldenError(f"golden manifest {path} cannot be read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise GoldenError(f"golden manifest {path} is not UTF-8 ({e.reason})") from None
     try:
         man = json.loads(text)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
         raise GoldenError(f"golden manifest {path} is not valid JSON ({e})") from None
     if not isinstance(man, dict) or not isinstance(man.get("files"), dict):
         raise GoldenError(f"golden manifest {path} has no 'files' table")
+    if not isinstance(man.get("generator", {}), dict):
+        raise GoldenError(f"golden manifest {path}: 'generator' is not an object")
+    for name, entry in man["files"].items():
+        problem = entry_problem(entry)
+        if problem:
+            raise GoldenError(f"golden manifest {path}: entry {name!r} {problem}")
     return man
 
 
+def entry_problem(entry) -> str | None:
+    """What is wrong with the shape of one manifest entry (None: an object with sha256 and bytes)."""
+    if not isinstance(entry, dict):
+        return f"is a JSON {_json_type(entry)}, expected an object with sha256 and bytes"
+    sha, size = entry.get("sha256"), entry.get("bytes")
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in _HEX for c in sha)):
+        return f"has sha256 {sha!r}, expected 64 lowercase hex digits"
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        return f"has bytes {size!r}, expected an integer >= 0"
+    return None
+
+
+def _json_type(x) -> str:
+    names = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string"}
+    return names.get(type(x), "array" if isinstance(x, list) else type(x).__name__)
+
+
 def write_manifest(data_dir: Path, man: dict) -> None:
+    """Write the manifest atomically (a temporary file renamed over the old one)."""
     text = json.dumps(man, indent=1, sort_keys=True) + "\n"
-    (Path(data_dir) / MANIFEST).write_text(text, encoding="utf-8")
+    write_atomic(Path(data_dir) / MANIFEST, text.encode("utf-8"))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def file_problem(data_dir: Path, name: str, entry: dict) -> str | None:
@@ -85,19 +139,25 @@ def file_problem(data_dir: Path, name: str, entry: dict) -> str | None:
     path = Path(data_dir) / name
     if not path.is_file():
         return f"golden file {name} is missing from {data_dir}"
-    size = path.stat().st_size
-    want_size = int(entry.get("bytes", -1))
+    shape = entry_problem(entry)
+    if shape:
+        return f"the manifest entry of golden file {name} {shape}; it is not used"
+    want_size = entry["bytes"]
+    try:
+        size = path.stat().st_size
+        got = sha256_file(path) if size == want_size else ""
+    except OSError as e:
+        return f"golden file {name} cannot be read ({e.strerror}); it is not used"
     if size != want_size:
         what = "truncated" if size < want_size else "grown"
         return (
             f"golden file {name} is {size} bytes, the manifest says {want_size} "
             f"({what} or replaced); it is not used"
         )
-    got = sha256_file(path)
-    if got != entry.get("sha256"):
+    if got != entry["sha256"]:
         return (
             f"golden file {name} was modified: sha256 {got[:16]}... does not match the "
-            f"manifest's {str(entry.get('sha256'))[:16]}...; it is not used"
+            f"manifest's {entry['sha256'][:16]}...; it is not used"
         )
     return None
 
@@ -113,9 +173,10 @@ def file_problems(data_dir: Path, man: dict | None = None) -> dict[str, str]:
     return out
 
 
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Deterministic compressed .npz (fixed timestamps, sorted entries)."""
-    with zipfile.ZipFile(path, "w") as zf:
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """The bytes of a deterministic compressed .npz (fixed timestamps, sorted entries)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
         for key in sorted(arrays):
             buf = io.BytesIO()
             np.lib.format.write_array(buf, np.ascontiguousarray(arrays[key]), allow_pickle=False)
@@ -123,6 +184,12 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue(), compresslevel=9)
+    return out.getvalue()
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Deterministic compressed .npz (fixed timestamps, sorted entries), written atomically."""
+    write_atomic(Path(path), npz_bytes(arrays))
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:

@@ -1,6 +1,7 @@
 """The golden suite as loaded from disk: files, cases, and which checks a selection picks.
 
-Files (all listed in ``data/manifest.json`` with sha256 and size):
+Files (all listed in ``data/manifest.json`` with sha256 and size; the GEMV files of
+the families of ``gen.FAMILY_KERNELS`` as of this writing):
 
 ==================================  ==========  ============================================
 file                                set         what
@@ -16,6 +17,13 @@ file                                set         what
 ``model_5120.npz``                  model       5120 x 5120 shapes: generator labels + input
                                                 sha256 + expected bits (inputs rebuilt)
 ==================================  ==========  ============================================
+
+The list is :func:`expected_files`, derived from the generator: one
+``gemv_<family>.npz`` per family of :data:`q2gemv.golden.gen.FAMILY_KERNELS`
+(a family added there is a file expected here, by ``verify`` and by
+``regen``, with no other edit). The integrity check compares the manifest
+with that list both ways: an unlisted, unexpected, missing or modified file
+makes the data unusable (``verify`` exits 2).
 
 A GEMV case is checked once per kernel it lists. Each (case, kernel) check
 has a size class: ``small`` (run everywhere, the CUDA simulator included),
@@ -34,7 +42,6 @@ import numpy as np
 
 from . import gen, store
 
-SETS = ("tables", "ggml", "roundtrip", "q2_0", "w4a16", "model")
 SIZES = ("small", "medium", "large")
 TABLE_FILES = {
     "q2_0": "table_q2_0.json",
@@ -44,12 +51,38 @@ TABLE_FILES = {
 }
 GGML_FILE = "ggml_q2_0_reference_vectors.npz"
 ROUNDTRIP_FILE = "roundtrip.npz"
-GEMV_FILES = {"q2_0": "gemv_q2_0.npz", "w4a16": "gemv_w4a16.npz", "model": "model_5120.npz"}
-FILE_SET = (
-    {f: "tables" for f in TABLE_FILES.values()}
-    | {GGML_FILE: "ggml", ROUNDTRIP_FILE: "roundtrip"}
-    | {f: s for s, f in GEMV_FILES.items()}
-)
+MODEL_FILE = "model_5120.npz"
+# Data files that are not golden files (documentation beside the data).
+NON_GOLDEN_SUFFIXES = (".md",)
+
+
+def gemv_files() -> dict[str, str]:
+    """GEMV set -> file: one ``gemv_<family>.npz`` per family of ``gen.FAMILY_KERNELS``, + model.
+
+    Read from the generator at call time, so a family added there is expected
+    here (and by ``verify`` and ``regen``) with no other edit.
+    """
+    return {fam: f"gemv_{fam}.npz" for fam in gen.FAMILY_KERNELS} | {"model": MODEL_FILE}
+
+
+def expected_files() -> dict[str, str]:
+    """Every golden file this suite needs -> its set: the one list the integrity check uses."""
+    return (
+        {f: "tables" for f in TABLE_FILES.values()}
+        | {GGML_FILE: "ggml", ROUNDTRIP_FILE: "roundtrip"}
+        | {f: s for s, f in gemv_files().items()}
+    )
+
+
+def sets() -> tuple[str, ...]:
+    """Set names, in suite order (``tables``, ``ggml``, ``roundtrip``, one per family, ``model``)."""
+    return tuple(dict.fromkeys(expected_files().values()))
+
+
+# Snapshots of the functions above at import (kept for callers that want constants).
+GEMV_FILES = gemv_files()
+FILE_SET = expected_files()
+SETS = sets()
 
 
 @dataclass
@@ -70,7 +103,7 @@ class GemvCase:
 
     @property
     def set(self) -> str:
-        return FILE_SET[self.file]
+        return expected_files()[self.file]
 
     @property
     def family(self) -> str:
@@ -134,7 +167,7 @@ class HostCase:
 
     @property
     def set(self) -> str:
-        return FILE_SET[self.file]
+        return expected_files()[self.file]
 
 
 @dataclass
@@ -167,12 +200,52 @@ def load_gemv_file(data_dir: Path, name: str) -> list[GemvCase]:
     return cases
 
 
-def load_suite(data_dir: Path | str | None = None, *, strict: bool = False) -> Suite:
-    """Load every golden file that passes its manifest check.
+def integrity_problems(data_dir: Path, man: dict) -> dict[str, str]:
+    """{file: what is wrong} for the golden data of ``data_dir`` (empty: all intact).
 
-    Files that fail (missing, modified, truncated) are listed in
-    ``Suite.problems`` and not read; ``strict=True`` raises
-    :class:`~q2gemv.golden.store.GoldenIntegrityError` instead.
+    Checked both ways against :func:`expected_files`: a file the suite needs
+    but the manifest does not list, a manifest entry for a file the suite does
+    not know, a golden-looking file on disk (``.npz``/``.json``) that is not
+    part of the suite, and each listed file's presence, size and sha256
+    (:func:`q2gemv.golden.store.file_problem`).
+    """
+    data_dir = Path(data_dir)
+    expected = expected_files()
+    out: dict[str, str] = {}
+    for name in sorted(expected):
+        if name not in man["files"]:
+            out[name] = (
+                f"golden file {name} is not listed in {store.MANIFEST} (entry removed?); "
+                f"it is not used"
+            )
+    for name in sorted(man["files"]):
+        if name not in expected:
+            out[name] = (
+                f"{store.MANIFEST} lists {name}, which is not a golden file of this suite "
+                f"(expected only {', '.join(sorted(expected))})"
+            )
+    try:
+        on_disk = sorted(p.name for p in data_dir.iterdir() if p.name != store.MANIFEST)
+    except OSError as e:
+        raise store.GoldenError(f"golden data directory {data_dir}: {e.strerror}") from None
+    for name in on_disk:
+        if name not in expected and name not in out and not name.endswith(NON_GOLDEN_SUFFIXES):
+            out[name] = f"unexpected file {name} in {data_dir}: not a golden file of this suite"
+    for name in sorted(set(expected) & set(man["files"])):
+        p = store.file_problem(data_dir, name, man["files"][name])
+        if p:
+            out[name] = p
+    return out
+
+
+def load_suite(data_dir: Path | str | None = None, *, strict: bool = False) -> Suite:
+    """Load every golden file that passes the integrity check (:func:`integrity_problems`).
+
+    Problems (a file missing, modified, truncated, unlisted or unexpected)
+    are listed in ``Suite.problems`` and the files concerned are not read;
+    ``strict=True`` raises :class:`~q2gemv.golden.store.GoldenIntegrityError`
+    instead. An unreadable or malformed manifest raises
+    :class:`~q2gemv.golden.store.GoldenError`.
     """
     data_dir = Path(data_dir) if data_dir is not None else store.default_data_dir()
     man = store.read_manifest(data_dir)
@@ -182,13 +255,14 @@ def load_suite(data_dir: Path | str | None = None, *, strict: bool = False) -> S
             f"golden manifest {data_dir / store.MANIFEST}: format version {fmt!r}, this q2gemv "
             f"reads version {gen.FORMAT_VERSION}"
         )
-    bad = store.file_problems(data_dir, man)
+    bad = integrity_problems(data_dir, man)
     problems = list(bad.values())
     if strict and problems:
         raise store.GoldenIntegrityError(problems)
     gemv: list[GemvCase] = []
     host: list[HostCase] = []
-    for name in man["files"]:
+    gemv_names = set(gemv_files().values())
+    for name in expected_files():
         if name in bad:
             continue
         try:
@@ -205,9 +279,9 @@ def load_suite(data_dir: Path | str | None = None, *, strict: bool = False) -> S
                 meta = store.meta_from_array(arrays.pop("__meta__"))
                 for c in meta["cases"]:
                     host.append(HostCase(c["spec"]["id"], name, (c, arrays)))
-            elif name in GEMV_FILES.values():
+            elif name in gemv_names:
                 gemv.extend(load_gemv_file(data_dir, name))
-        except (store.GoldenError, KeyError, ValueError) as e:
+        except (store.GoldenError, KeyError, ValueError, TypeError) as e:
             problems.append(f"golden file {name} cannot be used: {e}")
             if strict:
                 raise store.GoldenIntegrityError(problems) from None
