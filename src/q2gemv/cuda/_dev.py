@@ -154,7 +154,9 @@ if SIMULATED:
         bm = np.zeros((32, 8), np.int64)
         for ln, f in enumerate(frags):
             g, t = ln >> 2, ln & 3
-            for r, (row, k0) in enumerate(((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t))):
+            for r, (row, k0) in enumerate(
+                ((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t))
+            ):
                 am[row, k0 : k0 + 4] = _bytes4(f[r])
             bm[4 * t : 4 * t + 4, g] = _bytes4(f[4])
             bm[16 + 4 * t : 20 + 4 * t, g] = _bytes4(f[5])

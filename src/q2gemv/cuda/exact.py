@@ -228,15 +228,18 @@ def _make_q2_body(mg: int):
     NT = 2 * mg  # noqa: N806 - B tiles of 8 columns
     MM = 4 * mg  # noqa: N806
     RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
+    FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
+    NACC = 2 * mg  # noqa: N806 - accumulators: (activation row group, weight row g / g + 8)
+    NC = 4 * NT  # noqa: N806 - C (and B) registers of all tiles
 
     def body(P16, ASUM, EROW, B16, C, N, K, group, M):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)
         red_lo = cuda.shared.array(RED, uint64)
-        s_bad = cuda.shared.array(WARPS * ROWS_PER_CTA, int32)
-        acc_hi = cuda.local.array(2 * mg, int64)
-        acc_lo = cuda.local.array(2 * mg, uint64)
-        cf = cuda.local.array(4 * NT, int32)
-        bf = cuda.local.array(4 * NT, uint32)
+        s_bad = cuda.shared.array(FLAGS, int32)
+        acc_hi = cuda.local.array(NACC, int64)
+        acc_lo = cuda.local.array(NACC, uint64)
+        cf = cuda.local.array(NC, int32)
+        bf = cuda.local.array(NC, uint32)
         prow = cuda.local.array(NT, int32)
         tid = uint32(cuda.threadIdx.x)
         warp = tid >> uint32(5)
@@ -263,7 +266,7 @@ def _make_q2_body(mg: int):
                 m = M
                 pr = -2 if q == 0 else -1  # ones (code sums) / zero
             prow[j] = pr if m < M or pr == -2 else -1
-        for i in range(2 * mg):
+        for i in range(NACC):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
         bad_a = False
@@ -275,7 +278,7 @@ def _make_q2_body(mg: int):
             sm_b, sh_b, x_b = scale_parts(B16[blk_b])
             bad_a = bad_a or x_a
             bad_b = bad_b or x_b
-            for i in range(4 * NT):
+            for i in range(NC):
                 cf[i] = int32(0)
             for v in range(upb):
                 wq = uint32(1) + uint32(2) * (v * uint32(4) + t)
@@ -461,6 +464,50 @@ def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
             np.int32(dw.group),
             np.int32(rows),
         )
+
+
+def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> list:
+    """Pre-bound launches (:class:`~q2gemv.cuda.prebound.PreboundLaunch`) of one exact GEMV.
+
+    ``exact_prepare`` on ``d_a`` (skipped when ``ops`` is given, the operands
+    of an earlier prepare), then ``q2_0_gemv_exact`` per chunk of 16 rows.
+    """
+    from .prebound import PreboundLaunch
+
+    launches = []
+    if ops is None:
+        m, k = (int(x) for x in d_a.shape)
+        check_k(k)
+        limbs8 = cuda.device_array((LIMBS * m, k), np.uint8)
+        sums = cuda.device_array((m, k // UNIT), np.int32)
+        exps = cuda.device_array((m,), np.int32)
+        launches.append(
+            PreboundLaunch(
+                _prepare_kernel(),
+                m,
+                PREP_THREADS,
+                (d_a, limbs8, sums, exps, np.int32(k)),
+                stream=stream,
+                name="exact_prepare",
+            )
+        )
+        ops = ExactOperands(limbs8.view(np.uint16), sums, exps, m, k)
+    grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
+        part = ops.rows(r0, r0 + rows)
+        args = (part.limbs, part.unit_sums, part.exponents, dw.b16, d_out[r0 : r0 + rows])
+        args += (np.int32(dw.n), np.int32(dw.k), np.int32(dw.group), np.int32(rows))
+        launches.append(
+            PreboundLaunch(
+                _q2_kernel(groups_for(rows)),
+                grid,
+                THREADS,
+                args,
+                stream=stream,
+                name="q2_0_gemv_exact",
+            )
+        )
+    return launches
 
 
 def run_q2(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
