@@ -77,6 +77,16 @@ def spec_gguf(
     return out
 
 
+def plain(value):
+    """Metadata as Python values: numeric arrays come back as NumPy arrays (no per-element
+    objects); compare them as lists."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
 def write(tmp_path, data: bytes, name: str = "f.gguf"):
     p = tmp_path / name
     p.write_bytes(data)
@@ -172,7 +182,15 @@ def test_round_trip_small_shapes_with_tiebreak(tmp_path):
     assert {w.group for w in got.values()} == {128}
 
     p42 = tmp_path / "small42.gguf"
-    save_q2_weights(p42, w128, type_id=42)
+    save_q2_weights(p42, w128, type_id=42)  # the writer records each group: reads back unaided
+    assert {w.group for w in load_q2_weights(p42).values()} == {128}
+    # a foreign type-42 file (no recorded group) leaves the tie to the caller
+    p42 = write(
+        tmp_path,
+        spec_gguf((), [("a", (128, 1), 42, None), ("b", (128, 7), 42, None)],
+                  [w128["a"].raw.tobytes(), w128["b"].raw.tobytes()]),
+        "foreign42.gguf",
+    )  # fmt: skip
     with pytest.raises(GgufError, match=r"'a'.*alike.*ambiguous_group"):
         load_q2_weights(p42)
     got = load_q2_weights(p42, ambiguous_group=128)
@@ -213,6 +231,8 @@ def test_layout_matches_the_spec_writer_byte_for_byte(tmp_path):
             ("ok", BOOL, True),
             ("v", ARR, (STR, ["x", "yz"])),
             ("general.alignment", U32, 64),
+            ("q2gemv.q2_0.group.a", U32, 128),  # each tensor's group, recorded
+            ("q2gemv.q2_0.group.b", U32, 64),
         ],
         [("a", (256, 5), 142, None), ("b", (320, 3), 42, None)],
         [a.raw.tobytes(), b.raw.tobytes()],
@@ -243,8 +263,10 @@ def test_metadata_round_trip_types_and_values(tmp_path):
     p = tmp_path / "m.gguf"
     save_q2_weights(p, {}, meta)
     gf = read_gguf(p)
-    md, ty = gf.metadata, gf.metadata_types
+    md, ty = {k: plain(v) for k, v in gf.metadata.items()}, gf.metadata_types
     assert list(md) == [*meta, "general.alignment"]
+    arrays = {k: v for k, v in gf.metadata.items() if k in ("ints", "floats", "bools", "arr")}
+    assert all(isinstance(v, np.ndarray) and not v.flags.writeable for v in arrays.values())
     assert md["s"] == "héllo ✓" and ty["s"] == (STR,)
     assert md["i"] == -5 and ty["i"] == (I32,)
     assert md["big"] == 2**40 and ty["big"] == (I64,)
@@ -304,7 +326,7 @@ def test_reads_a_spec_built_file(tmp_path, version):
     assert gf.version == version and gf.alignment == 64 and gf.file_size == len(data)
     for key, t, v in kvs:
         want = v if t != ARR else [x[1] for x in v[1]] if v[0] == ARR else v[1]
-        assert gf.metadata[key] == want, key
+        assert plain(gf.metadata[key]) == want, key
         assert gf.metadata_types[key] == ((t, v[0]) if t == ARR else (t,)), key
     assert [t.name for t in gf.tensors] == ["q", "norm", "q64"]
     assert gf.data_offset % 64 == 0
@@ -350,11 +372,11 @@ def test_format_inspect_lists_tensors(tmp_path):
     )
     text = format_inspect(p)
     lines = text.splitlines()
-    assert lines[0].startswith(f"{p}: GGUF v3, 2 tensors, 3 metadata keys, alignment 32")
+    assert lines[0].startswith(f"{p}: GGUF v3, 2 tensors, 5 metadata keys, alignment 32")
     assert "array[string] x 100" in text and "'tiny'" in text
-    row_q = next(s for s in lines if "blk.0.attn_q.weight" in s).split()
+    row_q = next(s for s in lines if s.startswith("  blk.0.attn_q.weight")).split()
     assert row_q[:6] == ["blk.0.attn_q.weight", "PQ2_0", "(64,", "512)", "128", str(64 * 4 * 34)]
-    row_f = next(s for s in lines if "blk.0.ffn.weight" in s).split()
+    row_f = next(s for s in lines if s.startswith("  blk.0.ffn.weight")).split()
     assert row_f[:6] == ["blk.0.ffn.weight", "Q2_0", "(32,", "256)", "64", str(32 * 4 * 18)]
     assert lines[-1] == f"total tensor bytes: {64 * 4 * 34 + 32 * 4 * 18}"
 
@@ -417,7 +439,7 @@ def test_agrees_with_the_gguf_package(tmp_path, alignment):
     ref_md = {f.name: f for f in ref.fields.values() if not f.name.startswith("GGUF.")}
     assert list(ref_md) == list(ours.metadata)
     for key, f in ref_md.items():
-        assert ours.metadata[key] == _field_value(f), key
+        assert plain(ours.metadata[key]) == _field_value(f), key
         assert ours.metadata_types[key] == tuple(int(t) for t in f.types), key
     assert [t.name for t in ref.tensors] == [t.name for t in ours.tensors]
     for rt, ot in zip(ref.tensors, ours.tensors, strict=True):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import operator
 import os
 import struct
 from dataclasses import dataclass, field, replace
@@ -47,7 +48,12 @@ GGUF_READ_VERSIONS = (2, 3)
 GGUF_DEFAULT_ALIGNMENT = 32
 GGML_MAX_DIMS = 4  # ggml refuses tensors of more dimensions
 GGML_MAX_NAME = 64  # ggml's name buffer, terminator included: names up to 63 bytes
+GGUF_MIN_ALIGNMENT = 8  # the specification: general.alignment is a multiple of 8
+GGUF_MAX_ALIGNMENT = 2**31  # the largest power of two a u32 holds
 KEY_ALIGNMENT = "general.alignment"
+# Written by save_q2_weights for each Q2 tensor: its group (u32 64 or 128), so a small
+# type-42 tensor, whose byte size fits both groups, reads back unaided.
+KEY_Q2_GROUP_PREFIX = "q2gemv.q2_0.group."
 
 Q2_TYPES = (GGUF_TYPE_Q2_0, GGUF_TYPE_PQ2_0)
 
@@ -319,8 +325,14 @@ class _Cursor:
     def u64(self, what: str) -> int:
         return self.scalar(GGUF_UINT64, what)
 
-    def string(self, what: str) -> str:
+    def string(self, what: str, max_bytes: int | None = None) -> str:
         n = self.u64(f"{what} length")
+        if max_bytes is not None and n > max_bytes:
+            raise GgufError(
+                self.path,
+                f"{what} is {n} bytes long at offset {self.pos - 8}; names are at most "
+                f"{max_bytes} bytes (ggml's limit)",
+            )
         pos = self.need(n, what)
         try:
             return bytes(self.buf[pos : pos + n]).decode("utf-8")
@@ -348,14 +360,18 @@ def _read_value(cur: _Cursor, value_type: int, key: str, depth: int = 0):
         elem = cur.u32(f"{what} array element type")
         count = cur.u64(f"{what} array length")
         if elem in _SCALARS:
+            # one copy into a NumPy array (the map closes after parsing), never a list of
+            # Python numbers: 10 million f32 stay 40 MB instead of ~400 MB of objects
             size = _SCALARS[elem][1]
             pos = cur.need(count * size, f"{what} array of {count} {value_type_name(elem)}")
-            arr = np.frombuffer(bytes(cur.buf[pos : pos + count * size]), dtype=_NUMPY_DTYPES[elem])
+            arr = np.frombuffer(cur.buf, dtype=_NUMPY_DTYPES[elem], count=count, offset=pos)
             if elem == GGUF_BOOL:
                 if arr.size and int(arr.max()) > 1:
                     raise GgufError(cur.path, f"{what}: bool array holds a byte other than 0/1")
-                return arr.astype(bool).tolist()
-            return arr.tolist()
+                arr = arr.view(np.bool_)
+            arr = arr.copy()
+            arr.flags.writeable = False
+            return arr
         if elem in (GGUF_STRING, GGUF_ARRAY):
             # each element takes at least 8 bytes: refuse absurd counts before looping
             if count * 8 > cur.size - cur.pos:
@@ -416,15 +432,22 @@ def _parse(buf, size: int, path: str) -> GgufFile:
     if KEY_ALIGNMENT in metadata:
         a = metadata[KEY_ALIGNMENT]
         if metadata_types[KEY_ALIGNMENT][0] in (GGUF_FLOAT32, GGUF_FLOAT64, GGUF_BOOL) or not (
-            isinstance(a, int) and a > 0 and a & (a - 1) == 0
+            isinstance(a, int)
+            and GGUF_MIN_ALIGNMENT <= a <= GGUF_MAX_ALIGNMENT
+            and a & (a - 1) == 0
         ):
-            raise GgufError(path, f"{KEY_ALIGNMENT} = {a!r}: expected a power-of-two integer")
+            raise GgufError(
+                path,
+                f"{KEY_ALIGNMENT} = {a!r}: expected a power-of-two integer, a multiple of "
+                f"{GGUF_MIN_ALIGNMENT} (the GGUF specification)",
+            )
         alignment = a
+    recorded_groups = _recorded_groups(metadata, path)
 
     raw_infos = []
     names = set()
     for i in range(n_tensors):
-        name = cur.string(f"tensor info #{i} name")
+        name = cur.string(f"tensor info #{i} name", max_bytes=GGML_MAX_NAME - 1)
         if name in names:
             raise GgufError(path, "duplicate tensor name", tensor=name)
         names.add(name)
@@ -460,15 +483,20 @@ def _parse(buf, size: int, path: str) -> GgufFile:
         i = bisect.bisect_right(starts, offset)
         room = min(starts[i] if i < len(starts) else size, size) - offset
         info = GgufTensorInfo(name, ne, type_id, offset, rel, room, None)
-        tensors.append(_size_tensor(info, alignment, size, path))
+        tensors.append(_size_tensor(info, alignment, size, path, recorded_groups.get(name)))
+    unknown = sorted(set(recorded_groups) - names)
+    if unknown:
+        raise GgufError(path, f"{KEY_Q2_GROUP_PREFIX}* names no tensor: {unknown[:3]}")
 
-    by_offset = sorted(tensors, key=lambda t: (t.offset, t.nbytes or 0))
+    # A tensor's least possible size: its size, or for an undecided Q2 tensor the smaller
+    # group's (either way its data starts there and takes at least that much).
+    by_offset = sorted(tensors, key=lambda t: (t.offset, _min_nbytes(t)))
     for a, b in zip(by_offset, by_offset[1:], strict=False):
-        if a.nbytes and a.offset + a.nbytes > b.offset:
+        least = _min_nbytes(a)
+        if least and a.offset + least > b.offset:
             raise GgufError(
                 path,
-                f"data [{a.offset}, {a.offset + a.nbytes}) overlaps tensor {b.name!r} "
-                f"at {b.offset}",
+                f"data [{a.offset}, {a.offset + least}) overlaps tensor {b.name!r} at {b.offset}",
                 tensor=a.name,
             )
     return GgufFile(
@@ -483,8 +511,33 @@ def _parse(buf, size: int, path: str) -> GgufFile:
     )
 
 
-def _size_tensor(info: GgufTensorInfo, alignment: int, size: int, path: str) -> GgufTensorInfo:
-    """Fill ``nbytes`` (and the Q2 group) of a tensor info; check it lies inside the file."""
+def _recorded_groups(metadata: dict, path: str) -> dict[str, int]:
+    """Tensor name -> group from the ``q2gemv.q2_0.group.<name>`` keys (save_q2_weights)."""
+    out = {}
+    for key, value in metadata.items():
+        if key.startswith(KEY_Q2_GROUP_PREFIX):
+            if isinstance(value, bool) or value not in GROUPS:
+                raise GgufError(path, f"metadata {key!r} = {value!r}: expected 64 or 128")
+            out[key[len(KEY_Q2_GROUP_PREFIX) :]] = int(value)
+    return out
+
+
+def _min_nbytes(t: GgufTensorInfo) -> int:
+    if t.nbytes is not None:
+        return t.nbytes
+    if t.is_q2 and t.q2_groups:
+        sizes = q2_sizes(t.n_elements, t.k)
+        return min(sizes[g] for g in t.q2_groups)
+    return 0
+
+
+def _size_tensor(
+    info: GgufTensorInfo, alignment: int, size: int, path: str, recorded: int | None = None
+) -> GgufTensorInfo:
+    """Fill ``nbytes`` (and the Q2 group) of a tensor info; check it lies inside the file.
+
+    ``recorded``: the group the file's metadata records for this tensor, if any.
+    """
     n_el, k, name = info.n_elements, info.k, info.name
     last = info.offset + info.room == size
     until = "the end of the file" if last else "the next tensor"
@@ -514,7 +567,20 @@ def _size_tensor(info: GgufTensorInfo, alignment: int, size: int, path: str) -> 
                 f"bytes lie between its offset {info.offset} and {until}",
                 tensor=name,
             )
-        if info.type_id == GGUF_TYPE_PQ2_0:
+        if recorded is not None:
+            if recorded not in groups:
+                raise GgufError(
+                    path,
+                    f"metadata {KEY_Q2_GROUP_PREFIX}{name} records group {recorded}, but the "
+                    f"tensor's {info.room} bytes of room fit only group(s) {list(groups)}",
+                    tensor=name,
+                )
+            if info.type_id == GGUF_TYPE_PQ2_0 and recorded != 128:
+                raise GgufError(
+                    path, f"type PQ2_0 (142) is group 128, metadata records {recorded}", name
+                )
+            groups_kept, group = groups, recorded
+        elif info.type_id == GGUF_TYPE_PQ2_0:
             if 128 not in groups:
                 raise GgufError(
                     path,
@@ -544,10 +610,16 @@ def _size_tensor(info: GgufTensorInfo, alignment: int, size: int, path: str) -> 
                 tensor=name,
             )
         return replace(info, nbytes=nbytes)
+    if recorded is not None:
+        raise GgufError(
+            path, f"metadata records a Q2_0 group for a {info.type_name} tensor", tensor=name
+        )
     return info  # unknown type: size unknown, offset already checked against the file
 
 
 def _file_size(path: str) -> int:
+    if os.path.isdir(path):
+        raise GgufError(path, "is a directory, not a GGUF file")
     try:
         return os.path.getsize(path)
     except OSError as e:
@@ -593,7 +665,9 @@ def load_q2_weights(
 
     The file is mapped read-only and each :class:`Q2Weight` wraps its slice
     of the map: no tensor byte is copied or read here (the arrays keep the
-    map alive). Other tensor types are skipped. ``path`` (str or
+    map alive). Other tensor types of ggml's table are skipped; a type id
+    outside it is refused (its size is unknown, and a flipped type byte would
+    otherwise drop a Q2 tensor silently). ``path`` (str or
     os.PathLike) names the file; returns tensor name -> :class:`Q2Weight`
     in file order (empty when the file has no Q2 tensors).
 
@@ -607,14 +681,18 @@ def load_q2_weights(
     satisfies ``size <= room < size + alignment`` (padding up to the
     alignment may follow). Type 42 is group 64 in mainline ggml and group 128
     in older PrismML files, so the id alone decides nothing. When both groups
-    fit (tensors under ``64 * alignment`` elements) a 142 tensor is group 128
-    (the only meaning of that id, and its size agrees) and a 42 tensor takes
-    ``ambiguous_group`` when given, else this raises. ``ambiguous_group`` is
-    not used for tensors whose size decides.
+    fit (tensors under ``64 * alignment`` elements) the tie is broken by, in
+    order: the metadata key ``q2gemv.q2_0.group.<name>`` that
+    :func:`save_q2_weights` writes (so every file this package writes reads
+    back unaided; it must agree with the size), type 142 (group 128, the only
+    meaning of that id), and for a foreign 42 tensor ``ambiguous_group`` when
+    given, else this raises. ``ambiguous_group`` is not used for tensors
+    whose size or recorded group decides.
 
     Raises:
         GgufError: malformed file, no group fits a tensor's room, a 142
-            tensor whose room fits only group 64, or an unresolved tie.
+            tensor whose room fits only group 64, an unknown tensor type id,
+            or an unresolved tie.
         ValueError: ``ambiguous_group`` not 64, 128 or None.
     """
     if ambiguous_group is not None and (
@@ -627,6 +705,13 @@ def load_q2_weights(
     try:
         gf = _parse(buf, size, path)
         for t in gf.tensors:
+            if not t.is_q2 and t.type_id not in GGML_TYPES:
+                raise GgufError(
+                    path,
+                    f"unknown tensor type id {t.type_id}: its size is unknown, so the file "
+                    "cannot be checked (a corrupt type field could hide a Q2_0 tensor)",
+                    tensor=t.name,
+                )
             if not t.is_q2:
                 continue
             g = t.group
@@ -751,6 +836,16 @@ def _pack_value(value, vtype: int, where: str) -> bytes:
         raise ValueError(f"{where}: {value!r} does not fit {value_type_name(vtype)} ({e})") from e
 
 
+def _as_int(x) -> int | None:
+    """``x`` as a Python int when it is an integer (int or NumPy integer, not bool), else None."""
+    if isinstance(x, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
+
+
 def default_q2_type_id(group: int) -> int:
     """GGUF type id written for a group by default: 142 (PQ2_0) for 128, 42 (Q2_0) for 64."""
     return GGUF_TYPE_PQ2_0 if group == 128 else GGUF_TYPE_Q2_0
@@ -771,7 +866,9 @@ def save_q2_weights(
 
     Layout: header, ``metadata`` in dict order followed by
     ``general.alignment`` (u32; kept in place when ``metadata`` already has
-    it with the same value), one tensor info per weight in dict order with
+    it with the same value) and one u32 ``q2gemv.q2_0.group.<name>`` per
+    weight (its group, so a tensor too small for its size to decide the
+    group reads back unaided), one tensor info per weight in dict order with
     ``ne = [k, n]`` (innermost first), zero padding to ``alignment``, then
     each tensor's raw ``block_q2_0`` bytes, unchanged, each padded with zeros
     to a multiple of ``alignment`` (the last one too, as ggml does).
@@ -788,9 +885,10 @@ def save_q2_weights(
 
     Raises:
         TypeError/ValueError naming the argument (a weight not a Q2Weight, a
-        tensor name of 64 bytes or more, an unsupported metadata value, a
-        ``type_id`` other than 42/142/None, an ``alignment`` that is not a
-        power of two >= 8).
+        tensor name of 64 bytes or more, an unsupported metadata value or a
+        ``q2gemv.q2_0.group.*`` key, a ``type_id`` other than 42/142/None, an
+        ``alignment`` that is not a power of two from 8 to 2**31; NumPy
+        integers are accepted).
     """
     if not isinstance(weights, dict):
         raise TypeError(
@@ -799,15 +897,16 @@ def save_q2_weights(
     metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict):
         raise TypeError(f"metadata: expected a dict or None, got {type(metadata).__name__}")
-    if type_id is not None and type_id not in Q2_TYPES:
+    if type_id is not None and (_as_int(type_id) not in Q2_TYPES):
         raise ValueError(f"type_id: expected 42, 142 or None, got {type_id!r}")
-    if (
-        isinstance(alignment, bool)
-        or not isinstance(alignment, int)
-        or alignment < 8
-        or (alignment & (alignment - 1))
-    ):
-        raise ValueError(f"alignment: expected a power of two >= 8, got {alignment!r}")
+    type_id = None if type_id is None else _as_int(type_id)
+    a = _as_int(alignment)
+    if a is None or not (GGUF_MIN_ALIGNMENT <= a <= GGUF_MAX_ALIGNMENT) or a & (a - 1):
+        raise ValueError(
+            f"alignment: expected a power of two from {GGUF_MIN_ALIGNMENT} to 2**31 (a GGUF "
+            f"u32, a multiple of 8), got {alignment!r}"
+        )
+    alignment = a
 
     kv = b""
     n_kv = 0
@@ -815,14 +914,12 @@ def save_q2_weights(
         if not isinstance(key, str):
             raise TypeError(f"metadata: keys must be str, got {type(key).__name__}")
         where = f"metadata[{key!r}]"
+        if key.startswith(KEY_Q2_GROUP_PREFIX):
+            raise ValueError(f"{where}: keys {KEY_Q2_GROUP_PREFIX}* are written by this function")
         if key == KEY_ALIGNMENT:
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, np.integer))
-                or int(value) != alignment
-            ):
+            if _as_int(value) != alignment:
                 raise ValueError(f"{where}: {value!r} disagrees with alignment={alignment}")
-            vtype, value = GGUF_UINT32, int(value)
+            vtype, value = GGUF_UINT32, alignment
         else:
             vtype = _infer_type(value, where)
         kv += _pack_string(key) + struct.pack("<I", vtype) + _pack_value(value, vtype, where)
@@ -830,6 +927,11 @@ def save_q2_weights(
     if KEY_ALIGNMENT not in metadata:
         kv += _pack_string(KEY_ALIGNMENT) + struct.pack("<II", GGUF_UINT32, alignment)
         n_kv += 1
+    for name, w in weights.items():  # checked below; recorded so small tensors read back
+        if isinstance(name, str) and isinstance(w, Q2Weight):
+            kv += _pack_string(KEY_Q2_GROUP_PREFIX + name)
+            kv += struct.pack("<II", GGUF_UINT32, w.group)
+            n_kv += 1
 
     infos = b""
     rel = 0
@@ -865,11 +967,28 @@ def save_q2_weights(
 # -- inspection ----------------------------------------------------------------
 
 
+def escape_text(text: str) -> str:
+    """``text`` safe to print on one terminal line: backslashes doubled, every character that
+    is not printable (newline, ESC, other controls, ...) written as a ``\\xNN`` / ``\\uNNNN``
+    escape, so a file cannot forge rows or terminal commands in ``inspect``'s output."""
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ascii(ch)[1:-1])
+    return "".join(out)
+
+
 def _short(value, limit: int = 60) -> str:
-    if isinstance(value, list):
-        head = ", ".join(_short(v, 20) for v in value[:4])
+    if isinstance(value, (list, np.ndarray)):
+        head = ", ".join(_short(v, 20) for v in list(value[:4]))
         return f"[{head}{', ...' if len(value) > 4 else ''}]"
-    s = repr(value) if isinstance(value, str) else str(value)
+    if isinstance(value, np.generic):
+        value = value.item()
+    s = repr(value) if isinstance(value, str) else escape_text(str(value))  # repr escapes
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
@@ -882,12 +1001,14 @@ def format_inspect(path: str | os.PathLike) -> str:
     Tensor lines give the name, type name, shape ``(n, k)`` (``k = ne[0]``,
     ``n`` the product of the outer dims; the stored ``ne`` is added for
     tensors of more than two dims), the group of Q2 types ("64|128?" when the
-    file leaves it ambiguous), the bytes and the absolute offset. Raises
+    file leaves it ambiguous), the bytes and the absolute offset. Names, keys
+    and values are printed through :func:`escape_text` (control characters
+    escaped), so every row is one line. Raises
     :class:`GgufError` on a malformed file, like :func:`read_gguf`.
     """
     gf = read_gguf(path)
     lines = [
-        f"{gf.path}: GGUF v{gf.version}, {len(gf.tensors)} tensors, "
+        f"{escape_text(gf.path)}: GGUF v{gf.version}, {len(gf.tensors)} tensors, "
         f"{len(gf.metadata)} metadata keys, alignment {gf.alignment}, "
         f"data at byte {gf.data_offset}, {gf.file_size} bytes",
     ]
@@ -900,7 +1021,7 @@ def format_inspect(path: str | os.PathLike) -> str:
                 tname = f"array[{value_type_name(types[1])}] x {len(value)}"
             else:
                 tname = value_type_name(types[0])
-            rows.append((key, tname, _short(value)))
+            rows.append((escape_text(key), tname, _short(value)))
         kw = max(len(r[0]) for r in rows)
         tw = max(len(r[1]) for r in rows)
         lines += [f"  {k:<{kw}}  {t:<{tw}}  {v}" for k, t, v in rows]
@@ -915,7 +1036,7 @@ def format_inspect(path: str | os.PathLike) -> str:
                 grp = "-"
             nb = "?" if t.nbytes is None else str(t.nbytes)
             total += t.nbytes or 0
-            rows.append((t.name, t.type_name, shape, grp, nb, str(t.offset)))
+            rows.append((escape_text(t.name), t.type_name, shape, grp, nb, str(t.offset)))
         widths = [max(len(r[c]) for r in rows) for c in range(6)]
         lines.append("tensors:")
         for r in rows:

@@ -116,6 +116,8 @@ def _parse_header(buf, size: int, path: str) -> tuple[dict[str, SafetensorsEntry
         header = json.loads(bytes(buf[8 : 8 + n]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SafetensorsError(path, f"header is not UTF-8 JSON ({e})") from e
+    except RecursionError:  # e.g. 100,000 nested brackets: never a safetensors header
+        raise SafetensorsError(path, "header JSON is nested too deeply") from None
     if not isinstance(header, dict):
         raise SafetensorsError(path, f"header is a JSON {type(header).__name__}, not an object")
     metadata = header.pop("__metadata__", None) or {}
