@@ -45,7 +45,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda, int32, int64, uint8, uint16, uint32, uint64
+from numba import cuda, int32, int64, uint16, uint32, uint64
 
 from .. import launch
 from ..formats import q2_0 as fmt
@@ -177,53 +177,80 @@ def round_fixed_bf16(hi32, lo, p):
 # -- kernels ---------------------------------------------------------------------
 
 
-def _prepare_body(A, P8, ASUM, EROW, K):  # noqa: N803
-    """Activation row ``blockIdx.x`` -> its limbs (P8 rows 3m..3m+2), unit sums and E_m."""
+@_device
+def _bf16_lg(h):
+    """``floor(log2 |a|)`` of bf16 bits ``h`` (nonzero, finite), subnormals by their value."""
+    e = int64((h >> uint32(7)) & uint32(0xFF))
+    return e - int64(127) if e > 0 else bitlen64(uint64(h & uint32(0x7F))) - int64(134)
+
+
+def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
+    """Words ``blockIdx.x * PREP_THREADS + tid`` of activation row ``blockIdx.y``.
+
+    Every CTA of a row first finds the row's E_m (each reads the whole row:
+    2 bytes per code, from L2 after the first), then each thread converts one
+    word of 16 codes: three limb rows of 4 uint32 (byte ``4i + b`` = code
+    ``4b + i``), and the sums of A over each unit of 64 codes.
+    """
     s_lg = cuda.shared.array(PREP_THREADS, int32)
-    s_bad = cuda.shared.array(PREP_THREADS, int32)
-    s_e = cuda.shared.array(1, int32)
-    m = cuda.blockIdx.x
+    s_sum = cuda.shared.array(PREP_THREADS, int32)
+    m = cuda.blockIdx.y
     tid = cuda.threadIdx.x
     lg = int64(_NO_EXP)
-    bad = int32(0)
-    for k in range(tid, K, PREP_THREADS):
-        h = uint32(A[m, k])
-        e = int64((h >> uint32(7)) & uint32(0xFF))
-        if e == 255:
-            bad = int32(1)
-        elif (h & uint32(0x7FFF)) != 0:
-            v = e - int64(127) if e > 0 else bitlen64(uint64(h & uint32(0x7F))) - int64(134)
-            lg = max(lg, v)
+    h8 = cuda.local.array(4, uint32)
+    for c in range(tid * 8, K, PREP_THREADS * 8):
+        h8[0], h8[1], h8[2], h8[3] = ld_bf16x8(A, m, c)
+        for j in range(4):
+            for half in range(2):
+                h = (h8[j] >> uint32(16 * half)) & uint32(0xFFFF)
+                if (h & uint32(0x7F80)) == uint32(0x7F80):
+                    lg = int64(SPECIAL_ROW)
+                elif (h & uint32(0x7FFF)) != 0 and lg != SPECIAL_ROW:
+                    lg = max(lg, _bf16_lg(h))
     s_lg[tid] = int32(lg)
-    s_bad[tid] = bad
     cuda.syncthreads()
-    if tid == 0:
-        mx = int32(_NO_EXP)
-        b = int32(0)
-        for i in range(PREP_THREADS):
-            mx = max(mx, s_lg[i])
-            b |= s_bad[i]
-        ev = int32(0) if mx == _NO_EXP else mx
-        s_e[0] = int32(SPECIAL_ROW) if b != 0 else ev
-        EROW[m] = s_e[0]
-    cuda.syncthreads()
-    E = s_e[0]  # noqa: N806
-    special = E == SPECIAL_ROW
-    for u in range(tid, K // UNIT, PREP_THREADS):
-        total = int64(0)
-        for j in range(UNIT):
-            k = u * UNIT + j
-            a = int64(0) if special else fixed_point_one(A[m, k], E)
+    mx = int32(_NO_EXP)
+    for i in range(PREP_THREADS):  # every thread reduces the same values: no second barrier
+        v = s_lg[i]
+        mx = int32(SPECIAL_ROW) if v == SPECIAL_ROW or mx == SPECIAL_ROW else max(mx, v)
+    E = int32(0) if mx == _NO_EXP else mx  # noqa: N806
+    if cuda.blockIdx.x == 0 and tid == 0:
+        EROW[m] = E
+    w = cuda.blockIdx.x * PREP_THREADS + tid
+    total = int64(0)
+    if w < K // 16:
+        hv = cuda.local.array(8, uint32)
+        hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)
+        hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)
+        limb = cuda.local.array(12, uint32)
+        for i in range(12):
+            limb[i] = uint32(0)
+        for c in range(16):
+            h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
+            a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
             total += a
             ap = uint32(a + int64(OFFSET))
-            c = k & 15
-            pos = (k >> 4) * 16 + 4 * (c & 3) + (c >> 2)
-            for i in range(LIMBS):
-                P8[m * LIMBS + i, pos] = uint8((ap >> uint32(8 * i)) & uint32(0xFF))
-        ASUM[m, u] = int32(total)
+            for li in range(LIMBS):
+                byte = (ap >> uint32(8 * li)) & uint32(0xFF)
+                limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
+        for li in range(LIMBS):
+            for i in range(4):
+                P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
+    s_sum[tid] = int32(total)
+    cuda.syncthreads()
+    if w < K // 16 and w % 4 == 0:
+        ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
 
 
-def _make_q2_body(mg: int):
+# Blocks each warp loads before it multiplies any of them (all their loads in
+# flight at once), per activation row groups of 4: one block's 16 rows are only
+# 288-544 bytes, too few to cover the memory latency with the warps an SM
+# holds; more groups hold more registers per block (ptxas: 82 registers at
+# M <= 4, group 128, 4 blocks; 192 at M <= 16 with 4 blocks).
+BLOCKS_IN_FLIGHT = {1: 4, 2: 2, 3: 1, 4: 1}
+
+
+def _make_q2_body(mg: int, group: int):
     """``q2_0_gemv_exact`` for launches of up to ``4 * mg`` activation rows (module docstring)."""
     NT = 2 * mg  # noqa: N806 - B tiles of 8 columns
     MM = 4 * mg  # noqa: N806
@@ -231,8 +258,81 @@ def _make_q2_body(mg: int):
     FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
     NACC = 2 * mg  # noqa: N806 - accumulators: (activation row group, weight row g / g + 8)
     NC = 4 * NT  # noqa: N806 - C (and B) registers of all tiles
+    UPB = group // UNIT  # noqa: N806 - units (4 words of 16 codes) per block
+    HPB = group // 8 + 1  # noqa: N806 - uint16 halves per block, scale included
+    U = BLOCKS_IN_FLIGHT[mg]  # noqa: N806
+    NW = 2 * U * UPB  # noqa: N806 - weight words held: (block slot, unit, row g / g + 8)
+    NS = 2 * U  # noqa: N806 - scales held: (block slot, row g / g + 8)
 
-    def body(P16, ASUM, EROW, B16, C, N, K, group, M):  # noqa: N803
+    @cuda.jit(device=True, inline="always")
+    def load_block(B16, ha, hb, b, t, slot, wv, sv):
+        """Scales and this lane's words (word t of each unit) of rows g, g + 8 of block b."""
+        blk_a = ha + b * uint32(HPB)
+        blk_b = hb + b * uint32(HPB)
+        sv[2 * slot] = uint32(B16[blk_a])
+        sv[2 * slot + 1] = uint32(B16[blk_b])
+        for v in range(UPB):
+            wq = uint32(1 + 8 * v) + uint32(2) * t
+            i = 2 * (slot * UPB + v)
+            wv[i] = uint32(B16[blk_a + wq]) | (uint32(B16[blk_a + wq + uint32(1)]) << uint32(16))
+            wv[i + 1] = uint32(B16[blk_b + wq]) | (
+                uint32(B16[blk_b + wq + uint32(1)]) << uint32(16)
+            )
+
+    @cuda.jit(device=True, inline="always")
+    def mac_block(P16, ASUM, b, t, slot, wv, sv, prow, bf, cf, acc_hi, acc_lo, M):  # noqa: N803
+        """Block b (loaded in ``slot``) times every activation row: IMMA, then the exact sums."""
+        for i in range(NC):
+            cf[i] = int32(0)
+        for v in range(UPB):
+            word = (b * uint32(UPB) + uint32(v)) * uint32(4) + t
+            for j in range(NT):
+                if prow[j] >= 0:
+                    bf[4 * j], bf[4 * j + 1], bf[4 * j + 2], bf[4 * j + 3] = ld_bf16x8(
+                        P16, prow[j], word * uint32(8)
+                    )
+                else:
+                    fill = uint32(ONES) if prow[j] == -2 else uint32(0)
+                    for i in range(4):
+                        bf[4 * j + i] = fill
+            wa = wv[2 * (slot * UPB + v)]
+            wb = wv[2 * (slot * UPB + v) + 1]
+            for s in range(2):
+                a0 = (wa >> uint32(4 * s)) & uint32(CODE_MASK)
+                a2 = (wa >> uint32(4 * s + 2)) & uint32(CODE_MASK)
+                a1 = (wb >> uint32(4 * s)) & uint32(CODE_MASK)
+                a3 = (wb >> uint32(4 * s + 2)) & uint32(CODE_MASK)
+                for j in range(NT):
+                    cf[4 * j], cf[4 * j + 1], cf[4 * j + 2], cf[4 * j + 3] = mma_u8(
+                        a0,
+                        a1,
+                        a2,
+                        a3,
+                        bf[4 * j + 2 * s],
+                        bf[4 * j + 2 * s + 1],
+                        cf[4 * j],
+                        cf[4 * j + 1],
+                        cf[4 * j + 2],
+                        cf[4 * j + 3],
+                    )
+        for r in range(2):  # weight rows g (C regs 0, 1) and g + 8 (C regs 2, 3)
+            sm, sh, _ = scale_parts(sv[2 * slot + r])
+            for q in range(mg):
+                mc = min(4 * q + int32(t), M - 1)
+                asum = int64(0)
+                for v in range(UPB):
+                    asum += int64(ASUM[mc, b * uint32(UPB) + uint32(v)])
+                # |S| < 2**31: the int64 expression narrows to 32-bit arithmetic
+                s_ = int32(
+                    int64(cf[8 * q + 2 * r])
+                    + (int64(cf[8 * q + 2 * r + 1]) << int64(8))
+                    + (int64(cf[8 * q + 4 + 2 * r]) << int64(16))
+                    - (int64(cf[4 + 2 * r + 1]) << int64(23))
+                    - asum
+                )
+                acc_add(acc_hi, acc_lo, 2 * q + r, int64(s_) * int64(int32(sm)), sh)
+
+    def body(P16, ASUM, EROW, B16, C, N, K, M):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)
         red_lo = cuda.shared.array(RED, uint64)
         s_bad = cuda.shared.array(FLAGS, int32)
@@ -241,6 +341,8 @@ def _make_q2_body(mg: int):
         cf = cuda.local.array(NC, int32)
         bf = cuda.local.array(NC, uint32)
         prow = cuda.local.array(NT, int32)
+        wv = cuda.local.array(NW, uint32)
+        sv = cuda.local.array(NS, uint32)
         tid = uint32(cuda.threadIdx.x)
         warp = tid >> uint32(5)
         lane = tid & uint32(31)
@@ -249,11 +351,9 @@ def _make_q2_body(mg: int):
         row0 = uint32(cuda.blockIdx.x) * uint32(ROWS_PER_CTA)
         n_rows = uint32(N)
         nb = uint32(K // group)
-        hpb = uint32((group >> 3) + 1)
-        upb = uint32(group >> 6)
         # rows past N (the last CTA's tail) read row N-1 and are never stored
-        ha = min(row0 + g, n_rows - uint32(1)) * nb * hpb
-        hb = min(row0 + g + uint32(8), n_rows - uint32(1)) * nb * hpb
+        ha = min(row0 + g, n_rows - uint32(1)) * nb * uint32(HPB)
+        hb = min(row0 + g + uint32(8), n_rows - uint32(1)) * nb * uint32(HPB)
         for j in range(NT):  # which prepared limb row column g of tile j reads
             q = j >> 1
             if j & 1 == 0:
@@ -271,64 +371,23 @@ def _make_q2_body(mg: int):
             acc_lo[i] = uint64(0)
         bad_a = False
         bad_b = False
-        for b in range(warp, nb, uint32(WARPS)):
-            blk_a = ha + b * hpb
-            blk_b = hb + b * hpb
-            sm_a, sh_a, x_a = scale_parts(B16[blk_a])
-            sm_b, sh_b, x_b = scale_parts(B16[blk_b])
-            bad_a = bad_a or x_a
-            bad_b = bad_b or x_b
-            for i in range(NC):
-                cf[i] = int32(0)
-            for v in range(upb):
-                wq = uint32(1) + uint32(2) * (v * uint32(4) + t)
-                wa = uint32(B16[blk_a + wq]) | (uint32(B16[blk_a + wq + uint32(1)]) << uint32(16))
-                wb = uint32(B16[blk_b + wq]) | (uint32(B16[blk_b + wq + uint32(1)]) << uint32(16))
-                word = (b * upb + v) * uint32(4) + t
-                for j in range(NT):
-                    if prow[j] >= 0:
-                        bf[4 * j], bf[4 * j + 1], bf[4 * j + 2], bf[4 * j + 3] = ld_bf16x8(
-                            P16, prow[j], word * uint32(8)
-                        )
-                    else:
-                        fill = uint32(ONES) if prow[j] == -2 else uint32(0)
-                        for i in range(4):
-                            bf[4 * j + i] = fill
-                for s in range(2):
-                    a0 = (wa >> uint32(4 * s)) & uint32(CODE_MASK)
-                    a2 = (wa >> uint32(4 * s + 2)) & uint32(CODE_MASK)
-                    a1 = (wb >> uint32(4 * s)) & uint32(CODE_MASK)
-                    a3 = (wb >> uint32(4 * s + 2)) & uint32(CODE_MASK)
-                    for j in range(NT):
-                        cf[4 * j], cf[4 * j + 1], cf[4 * j + 2], cf[4 * j + 3] = mma_u8(
-                            a0,
-                            a1,
-                            a2,
-                            a3,
-                            bf[4 * j + 2 * s],
-                            bf[4 * j + 2 * s + 1],
-                            cf[4 * j],
-                            cf[4 * j + 1],
-                            cf[4 * j + 2],
-                            cf[4 * j + 3],
-                        )
-            for q in range(mg):
-                mc = min(4 * q + int32(t), M - 1)
-                asum = int64(0)
-                for v in range(upb):
-                    asum += int64(ASUM[mc, b * upb + v])
-                for r in range(2):  # weight rows g (C regs 0, 1) and g + 8 (C regs 2, 3)
-                    s_ = (
-                        int64(cf[8 * q + 2 * r])
-                        + (int64(cf[8 * q + 2 * r + 1]) << int64(8))
-                        + (int64(cf[8 * q + 4 + 2 * r]) << int64(16))
-                        - (int64(cf[4 + 2 * r + 1]) << int64(23))
-                        - asum
-                    )
-                    if r == 0:
-                        acc_add(acc_hi, acc_lo, 2 * q, s_ * sm_a, sh_a)
-                    else:
-                        acc_add(acc_hi, acc_lo, 2 * q + 1, s_ * sm_b, sh_b)
+        b = warp
+        while b + uint32(WARPS * (U - 1)) < nb:  # full batches of U blocks
+            for u in range(U):
+                load_block(B16, ha, hb, b + uint32(WARPS * u), t, u, wv, sv)
+            for u in range(U):
+                mac_block(
+                    P16, ASUM, b + uint32(WARPS * u), t, u, wv, sv, prow, bf, cf, acc_hi, acc_lo, M
+                )
+                bad_a = bad_a or (sv[2 * u] & uint32(0x7C00)) == uint32(0x7C00)
+                bad_b = bad_b or (sv[2 * u + 1] & uint32(0x7C00)) == uint32(0x7C00)
+            b += uint32(WARPS * U)
+        while b < nb:  # the last blocks, one at a time
+            load_block(B16, ha, hb, b, t, 0, wv, sv)
+            mac_block(P16, ASUM, b, t, 0, wv, sv, prow, bf, cf, acc_hi, acc_lo, M)
+            bad_a = bad_a or (sv[0] & uint32(0x7C00)) == uint32(0x7C00)
+            bad_b = bad_b or (sv[1] & uint32(0x7C00)) == uint32(0x7C00)
+            b += uint32(WARPS)
         # the warps' partial sums -> shared memory -> one rounding per output
         for q in range(mg):
             m = uint32(4 * q) + t
@@ -363,11 +422,8 @@ def _make_q2_body(mg: int):
     return body
 
 
-PREPARE_SIGNATURE = "void(uint16[:, ::1], uint8[:, ::1], int32[:, ::1], int32[::1], int32)"
-Q2_SIGNATURE = (
-    "void(uint16[:, ::1], int32[:, ::1], int32[::1], uint16[::1], uint16[:, ::1], "
-    "int32, int32, int32, int32)"
-)
+PREPARE_SIGNATURE = "void(uint16[:, ::1], uint32[:, ::1], int32[:, ::1], int32[::1], int32)"
+Q2_SIGNATURE = "void(uint16[:, ::1], int32[:, ::1], int32[::1], uint16[::1], uint16[:, ::1], int32, int32, int32)"
 
 
 def groups_for(m: int) -> int:
@@ -383,14 +439,18 @@ def _prepare_kernel():
 
 
 @functools.cache
-def _q2_kernel(mg: int):
-    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(mg))
+def _q2_kernel(mg: int, group: int):
+    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(mg, group))
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of each build, for the PTX tests (every M group)."""
     specs = [("exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
-    specs += [(f"q2_0_gemv_exact@g{mg}", _make_q2_body(mg), Q2_SIGNATURE) for mg in (1, 2, 3, 4)]
+    specs += [
+        (f"q2_0_gemv_exact@m{4 * mg}g{group}", _make_q2_body(mg, group), Q2_SIGNATURE)
+        for group in fmt.GROUPS
+        for mg in (1, 2, 3, 4)
+    ]
     return specs
 
 
@@ -431,12 +491,19 @@ def prepare_device(d_a, stream=0) -> ExactOperands:
     """Run ``exact_prepare`` on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands."""
     m, k = (int(x) for x in d_a.shape)
     check_k(k)
-    limbs8 = cuda.device_array((LIMBS * m, k), np.uint8, stream=stream)
+    limbs = cuda.device_array((LIMBS * m, k // 4), np.uint32, stream=stream)
     sums = cuda.device_array((m, k // UNIT), np.int32, stream=stream)
     exps = cuda.device_array((m,), np.int32, stream=stream)
     if m:
-        _prepare_kernel()[m, PREP_THREADS, stream](d_a, limbs8, sums, exps, np.int32(k))
-    return ExactOperands(limbs8.view(np.uint16), sums, exps, m, k)
+        _prepare_kernel()[prepare_grid(m, k), PREP_THREADS, stream](
+            d_a, limbs, sums, exps, np.int32(k)
+        )
+    return ExactOperands(limbs.view(np.uint16), sums, exps, m, k)
+
+
+def prepare_grid(m: int, k: int) -> tuple[int, int]:
+    """``exact_prepare``'s grid: one thread per 16-code word, one grid row per activation row."""
+    return (launch.div_ceil(k // 16, PREP_THREADS), m)
 
 
 def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
@@ -453,7 +520,7 @@ def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
     for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
         part = ops.rows(r0, r0 + rows)
-        _q2_kernel(groups_for(rows))[grid, THREADS, stream](
+        _q2_kernel(groups_for(rows), dw.group)[grid, THREADS, stream](
             part.limbs,
             part.unit_sums,
             part.exponents,
@@ -461,7 +528,6 @@ def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
             d_out[r0 : r0 + rows],
             np.int32(dw.n),
             np.int32(dw.k),
-            np.int32(dw.group),
             np.int32(rows),
         )
 
@@ -478,28 +544,28 @@ def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> li
     if ops is None:
         m, k = (int(x) for x in d_a.shape)
         check_k(k)
-        limbs8 = cuda.device_array((LIMBS * m, k), np.uint8)
+        limbs = cuda.device_array((LIMBS * m, k // 4), np.uint32)
         sums = cuda.device_array((m, k // UNIT), np.int32)
         exps = cuda.device_array((m,), np.int32)
         launches.append(
             PreboundLaunch(
                 _prepare_kernel(),
-                m,
+                prepare_grid(m, k),
                 PREP_THREADS,
-                (d_a, limbs8, sums, exps, np.int32(k)),
+                (d_a, limbs, sums, exps, np.int32(k)),
                 stream=stream,
                 name="exact_prepare",
             )
         )
-        ops = ExactOperands(limbs8.view(np.uint16), sums, exps, m, k)
+        ops = ExactOperands(limbs.view(np.uint16), sums, exps, m, k)
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
     for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
         part = ops.rows(r0, r0 + rows)
         args = (part.limbs, part.unit_sums, part.exponents, dw.b16, d_out[r0 : r0 + rows])
-        args += (np.int32(dw.n), np.int32(dw.k), np.int32(dw.group), np.int32(rows))
+        args += (np.int32(dw.n), np.int32(dw.k), np.int32(rows))
         launches.append(
             PreboundLaunch(
-                _q2_kernel(groups_for(rows)),
+                _q2_kernel(groups_for(rows), dw.group),
                 grid,
                 THREADS,
                 args,
