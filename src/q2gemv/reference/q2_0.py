@@ -24,17 +24,24 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats.bf16 import as_bf16_rows, bf16_bits_to_f32, bits_to_bf16, f32_to_bf16_bits
-from ..formats.q2_0 import Q2Weight
+from ..formats.q2_0 import Q2Weight, row_bytes, unpack_codes, unpack_scales
 from ..fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
 
-_ROW_CHUNK = 512  # rows of the weight processed at once (bounds memory)
+# Memory bounds (peak ~40 bytes per element of one step, f64 fma temporaries included):
+# weight rows decoded at once, and activation rows x weight rows x lanes per step. Both
+# loops only cut independent outputs apart, so the bits do not depend on them. The W4A16
+# reference is chunked the same way. Before, only weight rows were chunked: q2_0_gemv at
+# M=4000, N=512, K=128 peaked at 3.0 GB (tracemalloc; 71 MB now) and M=10**6, N=7 failed
+# to allocate (241 MB, 55 s now, on a 2-core CPU).
+_ROW_CHUNK = 512
+_CHUNK_ELEMS = 1 << 20
 
 
 def _prep(a, weight: Q2Weight):
+    """uint16 bf16 bits [M, K] of ``a`` (no copy), and whether ``a`` was 1-D."""
     if not isinstance(weight, Q2Weight):
         raise TypeError(f"weight: expected a Q2Weight, got {type(weight).__name__}")
-    bits2, squeeze = as_bf16_rows(a, weight.k)
-    return bf16_bits_to_f32(bits2), squeeze
+    return as_bf16_rows(a, weight.k)
 
 
 def _finish(y: np.ndarray, squeeze: bool) -> np.ndarray:
@@ -42,28 +49,41 @@ def _finish(y: np.ndarray, squeeze: bool) -> np.ndarray:
     return out[0] if squeeze else out
 
 
-def _lane_partials(a32, weight: Q2Weight, r0: int, r1: int, lanes: int, width: int):
-    """Per-lane fp32 accumulators [M, rows, lanes] for units of ``width`` codes.
+def _weight_units(weight: Q2Weight, r0: int, r1: int, lanes: int, width: int):
+    """``(cm1, d_unit)`` of weight rows r0..r1-1, padded and split by (step, lane).
 
-    Unit u of a row (codes u*width .. u*width+width-1) belongs to lane
-    u % lanes, which visits its units in increasing u.
+    ``cm1`` [rows, steps, lanes, width] is ``code - 1`` as fp32 (0 past K);
+    ``d_unit`` [rows, steps, lanes] the fp32 scale of each unit. Unit u of a
+    row (codes u*width .. u*width+width-1) belongs to lane u % lanes at step
+    u // lanes. Only these rows' bytes are decoded.
     """
-    m, k = a32.shape
-    g = weight.group
+    k, g = weight.k, weight.group
     rows = r1 - r0
     units = k // width
     steps = -(-units // lanes)
     pad = steps * lanes * width
-    codes = weight.codes()[r0:r1]
+    rb = row_bytes(k, g)
+    raw = weight.raw[r0 * rb : r1 * rb]
     cm1 = np.zeros((rows, pad), np.float32)
-    cm1[:, :k] = codes.astype(np.float32) - np.float32(1)
-    ap = np.zeros((m, pad), np.float32)
-    ap[:, :k] = a32
+    cm1[:, :k] = unpack_codes(raw, rows, k, g).astype(np.float32) - np.float32(1)
     d_unit = np.zeros((rows, steps * lanes), np.float32)
-    d_unit[:, :units] = np.repeat(weight.scales()[r0:r1].astype(np.float32), g // width, axis=1)
-    cm1 = cm1.reshape(rows, steps, lanes, width)
+    d_unit[:, :units] = np.repeat(
+        unpack_scales(raw, rows, k, g).astype(np.float32), g // width, axis=1
+    )
+    return cm1.reshape(rows, steps, lanes, width), d_unit.reshape(rows, steps, lanes)
+
+
+def _lane_partials(a32: np.ndarray, cm1: np.ndarray, d_unit: np.ndarray, units: int):
+    """Per-lane fp32 accumulators [M, rows, lanes] of activations ``a32`` [M, K].
+
+    Each lane visits its units in increasing step: ``s`` over the unit's
+    codes by fma, then ``acc = fadd_rn(acc, fmul_rn(s, d))``.
+    """
+    m, k = a32.shape
+    rows, steps, lanes, width = cm1.shape
+    ap = np.zeros((m, steps * lanes * width), np.float32)
+    ap[:, :k] = a32
     ap = ap.reshape(m, steps, lanes, width)
-    d_unit = d_unit.reshape(rows, steps, lanes)
     acc = np.zeros((m, rows, lanes), np.float32)
     for t in range(steps):
         valid = (t * lanes + np.arange(lanes)) < units  # lanes with a unit at this step
@@ -76,11 +96,19 @@ def _lane_partials(a32, weight: Q2Weight, r0: int, r1: int, lanes: int, width: i
 
 
 def _rows(a, weight: Q2Weight, lanes: int, width: int, combine) -> np.ndarray:
-    a32, squeeze = _prep(a, weight)
-    y = np.empty((a32.shape[0], weight.n), np.float32)
+    bits, squeeze = _prep(a, weight)
+    m, k = bits.shape
+    units = k // width
+    y = np.empty((m, weight.n), np.float32)
     for r0 in range(0, weight.n, _ROW_CHUNK):
         r1 = min(weight.n, r0 + _ROW_CHUNK)
-        y[:, r0:r1] = combine(_lane_partials(a32, weight, r0, r1, lanes, width))
+        cm1, d_unit = _weight_units(weight, r0, r1, lanes, width)
+        per_row = max((r1 - r0) * lanes, cm1[0].size)  # a step's elements per activation row
+        mstep = max(1, _CHUNK_ELEMS // per_row)
+        for m0 in range(0, m, mstep):
+            m1 = min(m, m0 + mstep)
+            a32 = bf16_bits_to_f32(bits[m0:m1])
+            y[m0:m1, r0:r1] = combine(_lane_partials(a32, cm1, d_unit, units))
     return _finish(y, squeeze)
 
 
