@@ -1,0 +1,37 @@
+"""One exact GEMV (prepare + q2_0_gemv_exact) per (M, shape), for ncu to profile.
+
+    ncu --clock-control none -k regex:q2_0_gemv_exact --section SpeedOfLight \\
+        --section Occupancy --section WarpStateStats python3 benchmarks/profile_exact.py 16384 16384 1
+"""
+
+from __future__ import annotations
+
+import sys
+
+import ml_dtypes
+import numpy as np
+from numba import cuda
+
+from q2gemv import Q2Weight
+from q2gemv.cuda import exact, q2_0
+
+
+def main(argv: list[str]) -> int:
+    n, k, m = (int(x) for x in argv[:3])
+    group = int(argv[3]) if len(argv) > 3 else 128
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 3, size=(n, k), dtype=np.uint8)
+    scales = (rng.random((n, k // group)) * 0.02 + 0.001).astype(np.float16)
+    dw = q2_0.DeviceQ2Weight.upload(Q2Weight.from_codes(codes, scales, group))
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    d_a = cuda.to_device(a)
+    out = cuda.device_array((m, n), np.uint16)
+    for _ in range(2):
+        for launch in exact.prebind_q2(d_a, dw, out):
+            launch(0)
+    cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
