@@ -249,7 +249,8 @@ def _settings(argv):
 def test_settings_defaults_quick_and_refusals():
     st = _settings([])
     assert st.shapes == B.SHAPES and st.ms == B.MS and st.repeats >= 5 and st.groups == (128,)
-    assert st.out == Path("benchmarks/results") and st.timing == "graph"
+    # never the committed benchmarks/results by default; the prefix comes from the device
+    assert st.out == Path(B.DEFAULT_OUT) and st.prefix is None and st.timing == "graph"
     q = _settings(["--quick"])
     assert q.shapes == B.QUICK_SHAPES and q.ms == B.QUICK_MS
     q = _settings(["--quick", "--m", "2"])

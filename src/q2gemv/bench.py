@@ -105,6 +105,16 @@ NVFP4_GROUP = NVFP4_BLOCK
 FMA_LANES_PER_SM = 128  # fp32 FMA lanes per SM on sm_90
 L2_ROTATE_FACTOR = 2  # rotated bytes must exceed this many L2s
 H200_FALLBACK = {"sms": 132, "clock_khz": 1_980_000, "l2_bytes": 60 * 1024 * 1024}
+DEFAULT_OUT = "q2gemv-bench"
+SIM_PREFIX = "simulator"
+# The CUDA simulator runs one OS thread per CUDA thread. Measured on a 2-core CPU machine:
+# `NUMBA_ENABLE_CUDASIM=1 q2gemv bench --dry-run --no-overhead --shapes 16x512 --m 1` (6
+# cases, 2 CTAs per launch) took 60 s, ~10 s a case; the cost grows with the CTAs, i.e.
+# with N*K, and with M. 5120x5120 (640 CTAs a launch) would take hours a case, so larger
+# shapes are refused under the simulator rather than left to run silently.
+SIM_EXAMPLE_SHAPE = "16x512"
+SIM_MAX_NK = 32768  # e.g. 16x2048 or 64x512: about a minute a case
+SIM_MAX_M = 9  # one row past the batched kernels' 8-row chunk
 
 BYTES_FORMULA = {
     "q2_0": "N*(K/group)*(2+group/4) + M*K*2 + M*N*2",
@@ -385,6 +395,24 @@ FLOAT_FIELDS = {
 }
 
 
+def simulator_refusals(cases: Sequence[Case]) -> str:
+    """'' when every case is small enough for the CUDA simulator, else why not (in numbers)."""
+    big = sorted({(c.n, c.k) for c in cases if c.n * c.k > SIM_MAX_NK})
+    many = sorted({c.m for c in cases if c.m > SIM_MAX_M})
+    if not big and not many:
+        return ""
+    what = []
+    if big:
+        what.append("shapes " + ", ".join(f"{n}x{k}" for n, k in big))
+    if many:
+        what.append("M " + ", ".join(map(str, many)))
+    return (
+        f"{' and '.join(what)} are too large for the CUDA simulator (one OS thread per CUDA "
+        f"thread: hours, not seconds). It runs N*K <= {SIM_MAX_NK} and M <= {SIM_MAX_M}, "
+        f"e.g. --dry-run --shapes {SIM_EXAMPLE_SHAPE} --m 1,2; time on a GPU."
+    )
+
+
 def case_row(case: Case, **measured) -> dict:
     """A result row for ``case`` with its identity filled in and ``measured`` merged."""
     row = dict.fromkeys(FIELDS)
@@ -414,11 +442,13 @@ def derive(
     rows: list[dict],
     *,
     ceiling_gbps: float | None,
-    sms: int,
-    clock_hz: float,
+    sms: int | None,
+    clock_hz: float | None,
     device: str | None = None,
 ) -> None:
     """Fill the derived columns of ``rows`` in place (rows without a time get None).
+
+    ``sms`` / ``clock_hz`` None (the simulator has neither): no FMA floor.
 
     bytes, GB/s, % of the read ceiling, the FMA floor (not for bf16: cuBLAS
     may use tensor cores), the bf16 time of the same (N, K, M) and the
@@ -439,14 +469,14 @@ def derive(
         r["bytes"] = bytes_moved(r["family"], n, k, m, r["group"])
         r["bytes_formula"] = BYTES_FORMULA[r["family"]]
         r["sms"] = sms
-        r["clock_mhz"] = clock_hz / 1e6
+        r["clock_mhz"] = None if clock_hz is None else clock_hz / 1e6
         r["device"] = device
         r["read_ceiling_gbps"] = ceiling_gbps
         r["gbps"] = None if t is None else r["bytes"] / (t * 1e-6) / 1e9
         r["pct_read_ceiling"] = None
         if r["gbps"] is not None and ceiling_gbps:
             r["pct_read_ceiling"] = 100.0 * r["gbps"] / ceiling_gbps
-        if r["family"] == "bf16":
+        if r["family"] == "bf16" or not sms or not clock_hz:
             r["fma_floor_us"] = r["pct_fma_floor"] = None
         else:
             r["fma_floor_us"] = fma_floor_s(n, k, m, sms, clock_hz) * 1e6
@@ -581,10 +611,9 @@ def w4a16_tier_table(
 
 
 def _fastest(rows: list[dict]) -> dict | None:
+    """The row with the least time; None when no row was timed (a dry run names no winner)."""
     timed = [r for r in rows if r.get("time_us") is not None and math.isfinite(r["time_us"])]
-    if timed:
-        return min(timed, key=lambda r: r["time_us"])
-    return rows[0] if rows else None
+    return min(timed, key=lambda r: r["time_us"]) if timed else None
 
 
 def headline_rows(rows: list[dict]) -> list[dict]:
@@ -690,8 +719,26 @@ def progress_line(i: int, total: int, case: Case, row: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``q2gemv bench`` and ``benchmarks/run_h200.py``."""
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="output folder")
-    p.add_argument("--prefix", default="h200", help="file name prefix (default: h200)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(DEFAULT_OUT),
+        metavar="DIR",
+        help=f"output folder (default: ./{DEFAULT_OUT}; the committed benchmarks/results is "
+        "only written when named here)",
+    )
+    p.add_argument(
+        "--prefix",
+        default=None,
+        help="file name prefix (default: from the device, e.g. 'h200' on an NVIDIA H200, "
+        f"'{SIM_PREFIX}' under the CUDA simulator, '_dryrun' appended for --dry-run)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace existing PREFIX_* files in --out (default: write under PREFIX_2, "
+        "PREFIX_3, ... instead)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",
@@ -713,7 +760,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=32,
         help="calls per timed sequence, at least (rounded up to a multiple of the copies)",
     )
-    p.add_argument("--timing", choices=("graph", "sleep"), default="graph")
+    p.add_argument(
+        "--timing",
+        choices=("graph", "sleep"),
+        default="graph",
+        help="graph: CUDA-graph replay between events (default); sleep: launches queued "
+        "behind a spin kernel",
+    )
     p.add_argument("--no-torch", action="store_true", help="skip torch bf16 (and graph checks)")
     p.add_argument("--no-overhead", action="store_true", help="skip host overhead + graph check")
     p.add_argument(
@@ -725,8 +778,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock-mhz", type=float, help="SM clock for the FMA floor (default: device)")
     p.add_argument("--ceiling-mib", type=int, default=2048, help="read-ceiling buffer (MiB)")
     p.add_argument("--overhead-calls", type=int, default=200, help="launches per host batch")
-    p.add_argument("--overhead-batches", type=int, default=9)
-    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument(
+        "--overhead-batches",
+        type=int,
+        default=9,
+        help="host-overhead batches (median taken; default 9)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=2026, help="seed of the random weights and activations"
+    )
     p.set_defaults(func=run)
 
 
@@ -750,9 +810,10 @@ class Settings:
     overhead_batches: int
     seed: int
     out: Path
-    prefix: str
+    prefix: str | None
     command: str
     quick: bool = False
+    overwrite: bool = False
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -792,6 +853,7 @@ class Settings:
             prefix=args.prefix,
             command=getattr(args, "command", None) or "q2gemv bench " + shlex.join(sys.argv[2:]),
             quick=args.quick,
+            overwrite=getattr(args, "overwrite", False),
         )
 
 
@@ -806,10 +868,36 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         print("q2gemv bench: no cases selected", file=sys.stderr)
         return 2
-    from .cuda import bench_runner
+    from .backends import gpu_present, simulator_requested
 
-    report = bench_runner.execute(st, cases)
-    paths = write_outputs(report, st)
+    simulated = simulator_requested()
+    if not simulated and not gpu_present():
+        print(
+            "q2gemv bench: no CUDA GPU on this machine (nothing to time). To smoke-test the "
+            "run on the CPU: NUMBA_ENABLE_CUDASIM=1 q2gemv bench --dry-run "
+            f"--shapes {SIM_EXAMPLE_SHAPE} --m 1,2",
+            file=sys.stderr,
+        )
+        return 2
+    if simulated:
+        too_big = simulator_refusals(cases)
+        if too_big:
+            print(f"q2gemv bench: {too_big}", file=sys.stderr)
+            return 2
+    try:
+        from .cuda import bench_runner
+
+        report = bench_runner.execute(st, cases)
+    except RuntimeError as e:  # no usable device after all (driver, context)
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(msg if msg.startswith("q2gemv bench:") else f"q2gemv bench: {msg}", file=sys.stderr)
+        return 2
+    try:
+        paths = write_outputs(report, st)
+    except OSError as e:
+        print(f"q2gemv bench: cannot write {e.filename or st.out}: {e.strerror}", file=sys.stderr)
+        return 2
+    args.prefix = st.prefix  # the prefix used (benchmarks/run_h200.py plots its CSV)
     print(text_summary(report.rows))
     for line in report.summary_lines():
         print(line)
@@ -880,8 +968,25 @@ GRAPH_FIELDS = ("kernel", "n", "k", "m", "ok", "mismatches", "elements", "detail
 def summary_markdown(report: Report, st: Settings) -> str:
     meta = report.meta
     rows = report.rows
+    if meta.get("simulated") or meta.get("dry_run"):
+        where = "the CUDA simulator" if meta.get("simulated") else meta.get("device", "?")
+        facts = (
+            f"DRY RUN on {where}: every case launched once and checked bit for bit; "
+            "NOTHING WAS TIMED. These are not measurements."
+        )
+    else:
+        facts = (
+            f"{meta.get('device', '?')}: {meta.get('sms')} SMs, "
+            f"clock {meta.get('clock_mhz') or 0:.0f} MHz ({meta.get('clock_source')}), "
+            f"L2 {meta.get('l2_bytes', 0) / 2**20:.0f} MiB ({meta.get('l2_source')}). "
+            f"Timing: {meta.get('timing')}; median of {st.repeats} repeats; "
+            f"cold weights rotated over > {L2_ROTATE_FACTOR} x L2."
+        )
+    title = "# q2gemv decode GEMV benchmark" + (
+        " (dry run, not timed)" if meta.get("simulated") or meta.get("dry_run") else ""
+    )
     parts = [
-        "# q2gemv decode GEMV benchmark",
+        title,
         "",
         "Made by:",
         "",
@@ -889,12 +994,7 @@ def summary_markdown(report: Report, st: Settings) -> str:
         st.command,
         "```",
         "",
-        f"{meta.get('date', '')} on {meta.get('device', '?')}: {meta.get('sms')} SMs, "
-        f"clock {meta.get('clock_mhz', 0):.0f} MHz ({meta.get('clock_source')}), "
-        f"L2 {meta.get('l2_bytes', 0) / 2**20:.0f} MiB ({meta.get('l2_source')}). "
-        f"Timing: {meta.get('timing')}; median of {st.repeats} repeats; "
-        f"cold weights rotated over > {L2_ROTATE_FACTOR} x L2. "
-        f"Versions: {meta.get('versions')}.",
+        f"{meta.get('date', '')}, {facts} Versions: {meta.get('versions')}.",
         "",
         "Bytes moved: " + "; ".join(f"{k}: `{v}`" for k, v in BYTES_FORMULA.items()) + ". "
         f"FMA issue floor: `{FMA_FLOOR_FORMULA}`; '% of floor' = 100 x floor / time. "
@@ -991,8 +1091,52 @@ def summary_markdown(report: Report, st: Settings) -> str:
     return "\n".join(parts) + "\n"
 
 
+def device_prefix(meta: dict) -> str:
+    """Default file prefix: a slug of the device name ('NVIDIA H200' -> 'h200'),
+    :data:`SIM_PREFIX` under the simulator, ``_dryrun`` appended when nothing was timed."""
+    if meta.get("simulated"):
+        return SIM_PREFIX
+    name = re.sub(r"^nvidia\s+", "", str(meta.get("device") or "gpu").strip(), flags=re.I)
+    slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "gpu"
+    return slug + ("_dryrun" if meta.get("dry_run") else "")
+
+
+OUTPUT_SUFFIXES = (
+    "_gemv.csv",
+    "_ceiling.csv",
+    "_launch_overhead.csv",
+    "_graph_check.csv",
+    "_summary.md",
+    "_run.json",
+    "_gemv.png",
+    "_w4a16_tiers.png",
+)
+
+
+def free_prefix(out: Path, prefix: str) -> str:
+    """``prefix``, or ``prefix_2``, ``prefix_3``, ... : the first with no output file in ``out``."""
+    cand, i = prefix, 1
+    while any((out / f"{cand}{suf}").exists() for suf in OUTPUT_SUFFIXES):
+        i += 1
+        cand = f"{prefix}_{i}"
+    return cand
+
+
 def write_outputs(report: Report, st: Settings) -> dict[str, Path]:
-    out, p = st.out, st.prefix
+    """Write the CSVs, summary and run JSON; never replaces a file unless ``st.overwrite``.
+
+    ``st.prefix`` None takes :func:`device_prefix`; when files of the prefix
+    exist (and not ``overwrite``) the first free ``prefix_N`` is used, with a
+    note. ``st.prefix`` is set to the prefix written.
+    """
+    out = st.out
+    wanted = st.prefix or device_prefix(report.meta)
+    p = wanted if st.overwrite else free_prefix(out, wanted)
+    if p != wanted:
+        report.meta.setdefault("notes", []).append(
+            f"{out}/{wanted}_* exists: wrote {p}_* instead (--overwrite replaces)"
+        )
+    st.prefix = p
     out.mkdir(parents=True, exist_ok=True)
     paths = {
         "gemv": write_csv(report.rows, out / f"{p}_gemv.csv"),

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .golden import regen as golden_regen
 
     p = argparse.ArgumentParser(prog="q2gemv", description=DESCRIPTION)
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    sub = p.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", title="commands")
     verify.add_arguments(
         sub.add_parser(
             "verify",

@@ -64,13 +64,20 @@ class _Env:
             raise RuntimeError(
                 "q2gemv bench needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1 --dry-run)"
             )
-        if not SIMULATED:
-            cuda.current_context()
-        dev = cuda.get_current_device()
+        try:
+            if not SIMULATED:
+                cuda.current_context()
+            dev = cuda.get_current_device()
+        except Exception as e:  # noqa: BLE001 - driver/context errors become one line
+            raise RuntimeError(f"q2gemv bench: no usable CUDA device ({_short(e)})") from e
         self.device = _device_name(dev)
-        self.sms, self.sms_source = _attr(dev, "MULTIPROCESSOR_COUNT", B.H200_FALLBACK["sms"])
-        clock_khz, self.clock_source = _attr(dev, "CLOCK_RATE", B.H200_FALLBACK["clock_khz"])
-        self.clock_hz = clock_khz * 1e3
+        if SIMULATED:  # no SMs, no clock: never borrow the H200's numbers for a simulator run
+            self.sms, self.sms_source = None, "simulator (no SMs)"
+            self.clock_hz, self.clock_source = None, "simulator (no clock)"
+        else:
+            self.sms, self.sms_source = _attr(dev, "MULTIPROCESSOR_COUNT", B.H200_FALLBACK["sms"])
+            clock_khz, self.clock_source = _attr(dev, "CLOCK_RATE", B.H200_FALLBACK["clock_khz"])
+            self.clock_hz = clock_khz * 1e3
         if st.clock_hz:
             self.clock_hz, self.clock_source = st.clock_hz, "--clock-mhz"
         l2, self.l2_source = _attr(dev, "L2_CACHE_SIZE", B.H200_FALLBACK["l2_bytes"])
@@ -575,18 +582,24 @@ def execute(st: B.Settings, cases: list[B.Case]) -> B.Report:
     cases = _families_available(cases, notes)
     meta.update(
         device=env.device,
+        simulated=SIMULATED,
+        dry_run=env.dry,
         sms=env.sms,
         sms_source=env.sms_source,
-        clock_mhz=env.clock_hz / 1e6,
+        clock_mhz=None if env.clock_hz is None else env.clock_hz / 1e6,
         clock_source=env.clock_source,
         l2_bytes=env.l2_bytes,
         l2_source=env.l2_source,
         versions=_versions(env.torch),
     )
     rng = np.random.default_rng(st.seed)
+    facts = (
+        "simulator: no SMs or clock"
+        if env.sms is None
+        else f"{env.sms} SMs, {env.clock_hz / 1e6:.0f} MHz, L2 {env.l2_bytes / 2**20:.0f} MiB"
+    )
     _log(
-        f"q2gemv bench: {len(cases)} cases on {env.device} ({env.sms} SMs, "
-        f"{env.clock_hz / 1e6:.0f} MHz, L2 {env.l2_bytes / 2**20:.0f} MiB); "
+        f"q2gemv bench: {len(cases)} cases on {env.device} ({facts}); "
         f"{'dry run' if env.dry else f'median of {st.repeats}, >= {st.min_calls} calls per graph'}"
     )
     report = B.Report(rows=[], meta=meta)
