@@ -5,6 +5,7 @@ help text everywhere, a closed pipe. Nothing here launches a kernel."""
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,4 +122,32 @@ def test_a_closed_pipe_ends_quietly():
     proc.stdout.close()  # `| head -1`
     err = proc.stderr.read().decode()
     proc.stderr.close()
-    assert proc.wait() == cli.EXIT_BROKEN_PIPE and "Traceback" not in err, err
+    rc = proc.wait()
+    assert rc == cli.EXIT_BROKEN_PIPE and "Traceback" not in err, (rc, err)
+
+
+# -- docs and packaging -----------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_architecture_doc_names_only_what_exists():
+    import importlib
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    pat = (
+        r"\b((?:api|tiers|launch|check|fpmath|backends|formats\.\w+|golden\.\w+|cuda\.\w+)\.(\w+))"
+    )
+    names = {m[0] for m in re.findall(pat, text) if m[1] != "py"}
+    assert "api.gemv" in names
+    for dotted in sorted(names):
+        mod, _, attr = dotted.rpartition(".")
+        assert hasattr(importlib.import_module("q2gemv." + mod), attr), dotted
+
+
+def test_a_notebooks_extra_has_what_nbconvert_needs():
+    text = (ROOT / "pyproject.toml").read_text()  # no tomllib on Python 3.10
+    block = re.search(r"^notebooks = \[(.*?)^\]", text, re.S | re.M)
+    assert block, "pyproject.toml has no 'notebooks' extra"
+    names = {re.split(r"[<>=\[]", d)[0] for d in re.findall(r'"([^"]+)"', block[1])}
+    assert {"nbconvert", "ipykernel", "matplotlib", "numba-cuda"} <= names

@@ -38,7 +38,9 @@ Every case's output (copy 0) is compared bit for bit with an eager
 ``launch_raw`` of the same chunks (column ``check``): it proves the
 pre-bound argument packing, not the kernel (``q2gemv verify`` does that).
 
-Outputs under ``--out`` (``PREFIX`` defaults to ``h200``): ``PREFIX_gemv.csv``
+Outputs under ``--out`` (default ``./q2gemv-bench``, never ``benchmarks/results``
+unless named; ``PREFIX`` defaults to the device, ``h200`` on an H200, ``simulator``
+under the simulator; existing files are kept unless ``--overwrite``): ``PREFIX_gemv.csv``
 (one row per case), ``PREFIX_ceiling.csv``, ``PREFIX_launch_overhead.csv``
 (host us per launch: numba dispatcher vs ``launch_raw`` vs pre-bound),
 ``PREFIX_graph_check.csv`` (pre-bound launch captured in a torch CUDA graph
@@ -113,7 +115,7 @@ SIM_PREFIX = "simulator"
 # with N*K, and with M. 5120x5120 (640 CTAs a launch) would take hours a case, so larger
 # shapes are refused under the simulator rather than left to run silently.
 SIM_EXAMPLE_SHAPE = "16x512"
-SIM_MAX_NK = 32768  # e.g. 16x2048 or 64x512: about a minute a case
+SIM_MAX_NK = 32768  # e.g. 64x512: one q2_0_gemv_vec case took 47 s (same command, --m 1)
 SIM_MAX_M = 9  # one row past the batched kernels' 8-row chunk
 
 BYTES_FORMULA = {
