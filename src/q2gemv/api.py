@@ -7,12 +7,20 @@ imports numba until a CUDA launch is asked for.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import numpy as np
 
 from . import launch, tiers
-from .backends import BACKENDS, default_backend
+from .backends import (
+    BACKENDS,
+    default_backend,
+    describe_default,
+    require_cuda,
+    simulator_active,
+    simulator_lock,
+)
 from .formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
 from .formats.nvfp4 import Nvfp4Weight
 from .formats.q2_0 import Q2Weight
@@ -101,7 +109,22 @@ def default_w4a16_tiers() -> tiers.W4a16BatchmTiers:
     return tiers.W4a16BatchmTiers.resolve(available=tiers.candidate_kernel_names())
 
 
-def check_out(out, a, shape: tuple[int, ...]) -> None:
+def weight_arrays(weight) -> dict[str, np.ndarray]:
+    """The host arrays holding a weight's bytes, by attribute name (none for a device weight)."""
+    if isinstance(weight, Q2Weight):
+        return {"raw": weight.raw}
+    if isinstance(weight, Nvfp4Weight):
+        return {"packed": weight.packed, "scales": weight.scales}
+    return {}
+
+
+def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
+    """Refuse an ``out`` that is not a writeable bfloat16 array of ``shape``, or overlaps an input.
+
+    Inputs are the activations ``a`` and the bytes of ``weight`` (when given):
+    writing results over them would corrupt the call's own inputs (and, for
+    a weight, every later call).
+    """
     if not isinstance(out, np.ndarray) or out.dtype != BF16:
         got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
         raise TypeError(f"out: expected a bfloat16 numpy array, got {got}")
@@ -111,6 +134,9 @@ def check_out(out, a, shape: tuple[int, ...]) -> None:
         raise ValueError("out: expected a writeable array")
     if np.shares_memory(out, a):
         raise ValueError("out: must not alias the activations a")
+    for name, arr in weight_arrays(weight).items():
+        if np.shares_memory(out, arr):
+            raise ValueError(f"out: must not overlap the weight's bytes (weight.{name})")
 
 
 def plan(weight, m: int, kernel: str | None = None) -> list[tuple[int, int, str]]:
@@ -149,6 +175,24 @@ def plan(weight, m: int, kernel: str | None = None) -> list[tuple[int, int, str]
     return [(0, m, kernel)] if m else []
 
 
+def _serialised_in_simulator(fn):
+    """Run ``fn`` under :func:`q2gemv.backends.simulator_lock` unless its backend is the reference.
+
+    numba's CUDA simulator cannot run two calls at once (see that function);
+    on a GPU the lock is a no-op. All arguments pass through unchanged.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.get("backend") == "reference":
+            return fn(*args, **kwargs)
+        with simulator_lock():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_serialised_in_simulator
 def gemv(
     a: np.ndarray,
     weight,
@@ -191,6 +235,7 @@ def gemv(
         TypeError / ValueError naming the argument, before anything is launched.
     """
     family, on_device = weight_family(weight)
+    check_call_args(kernel, backend, stream, on_device)
     if is_device_array(a):
         return _gemv_device(
             a, weight, family, kernel=kernel, backend=backend, out=out, stream=stream
@@ -199,7 +244,7 @@ def gemv(
     m, n = bits.shape[0], weight.n
     shape = (n,) if was_1d else (m, n)
     if out is not None:
-        check_out(out, a, shape)
+        check_out(out, a, shape, weight)
     if backend is None:
         backend = "cuda" if on_device else default_backend()
     if backend not in BACKENDS:
@@ -228,6 +273,51 @@ def gemv(
         out[...] = result
         return out
     return result
+
+
+def check_call_args(kernel, backend, stream, on_device: bool = False) -> None:
+    """``kernel``, ``backend`` and ``stream`` of :func:`gemv`, refused before :func:`plan`.
+
+    Before anything is uploaded or launched: a kernel that is not a name
+    (``kernel=["q2_0_gemv"]``), an unknown backend, ``backend="cuda"`` where
+    neither a GPU nor the simulator serves (ValueError saying how to get one),
+    and a stream that is not None, a raw ``cudaStream_t`` (int >= 0) or a
+    numba stream (``stream="x"`` used to fail only after the kernel ran).
+    """
+    if kernel is not None and not isinstance(kernel, str):
+        raise TypeError(
+            f"kernel: expected a kernel name (str) or None, got {type(kernel).__name__}"
+        )
+    if backend is not None and (not isinstance(backend, str) or backend not in BACKENDS):
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    if backend == "cuda" and not on_device:
+        require_cuda()
+    check_stream(stream)
+
+
+def check_stream(stream) -> None:
+    """None, a raw ``cudaStream_t`` handle (int >= 0; 0 = default stream) or a numba stream."""
+    if stream is None:
+        return
+    if isinstance(stream, (bool, np.bool_)):
+        raise TypeError(
+            "stream: expected None, an int cudaStream_t handle or a numba stream, got bool"
+        )
+    if isinstance(stream, (int, np.integer)):
+        if stream < 0:
+            raise ValueError(f"stream: expected a cudaStream_t handle >= 0, got {int(stream)}")
+        if stream and simulator_active():
+            raise ValueError(
+                "stream: the CUDA simulator has no external streams: expected 0 or a numba "
+                f"stream (cuda.stream()), got the raw handle {int(stream)}"
+            )
+        return
+    if not (callable(getattr(stream, "synchronize", None)) and hasattr(stream, "auto_synchronize")):
+        raise TypeError(
+            "stream: expected None, an int cudaStream_t handle or a numba stream "
+            f"(numba.cuda.stream(); for a torch stream pass its .cuda_stream), "
+            f"got {type(stream).__name__}"
+        )
 
 
 def _host_stream(stream):
@@ -277,7 +367,7 @@ def explain(weight, m: int, kernel: str | None = None) -> str:
     head = f"{family} weight n={weight.n} k={weight.k}" + (
         f" group={weight.group}" if family == "q2_0" else ""
     )
-    lines = [head]
+    lines = [head, describe_default(weight_family(weight)[1])]  # which backend gemv would use
     if family == "w4a16" and kernel is None:
         lines.append(tiers.explain_tier(m, default_w4a16_tiers()))
     elif family == "q2_0":

@@ -68,6 +68,16 @@ def tier_kernel_name(width: int) -> str:
     return f"w4a16_gemv_batch{width}"
 
 
+# Every W4A16 kernel name and the rows one launch of it serves (its MAX_M); the kernel
+# module's SPECS must agree (tests/test_tiers.py checks it).
+W4A16_KERNEL_MAX_M: dict[str, int] = {
+    **{tier_kernel_name(w): w for w in W4A16_BATCHM_WIDTHS},
+    BATCH8_RT2: 8,
+    BATCH16: 16,
+    BATCH32: WIDE_MAX_M,
+}
+
+
 def _check_m(m) -> int:
     if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)):
         raise TypeError(f"m: expected an int, got {type(m).__name__}")
@@ -75,6 +85,25 @@ def _check_m(m) -> int:
     if m < 0:
         raise ValueError(f"m: expected >= 0, got {m}")
     return m
+
+
+def _check_present(present) -> tuple[bool, ...]:
+    """``present`` as a tuple of 5 bools; TypeError/ValueError naming ``present`` otherwise."""
+    if isinstance(present, (str, bytes)) or not hasattr(present, "__iter__"):
+        raise TypeError(
+            f"present: expected a sequence of {len(W4A16_BATCHM_WIDTHS)} bools, one per width "
+            f"{W4A16_BATCHM_WIDTHS}, got {type(present).__name__}"
+        )
+    flags = tuple(present)
+    if len(flags) != len(W4A16_BATCHM_WIDTHS):
+        raise ValueError(
+            f"present: expected {len(W4A16_BATCHM_WIDTHS)} flags, one per width "
+            f"{W4A16_BATCHM_WIDTHS}, got {len(flags)}"
+        )
+    for f in flags:
+        if not isinstance(f, (bool, np.bool_)):
+            raise TypeError(f"present: expected bool flags, got {type(f).__name__} {f!r}")
+    return tuple(bool(f) for f in flags)
 
 
 # -- the pure decision -------------------------------------------------------------
@@ -90,15 +119,13 @@ def select_tier(m: int, present: Sequence[bool], exact_m: bool) -> int | None:
     tiers. Narrowest-that-covers, not exact-only: a target missing a tier
     still dispatches, on the next wider (bit-identical, slower) tier.
 
-    Raises ValueError for ``m < 0`` or ``len(present) != 5``.
+    Raises TypeError naming ``m``, ``present`` (not a sequence of bools) or
+    ``exact_m`` (not a bool); ValueError for ``m < 0`` or ``len(present) != 5``.
     """
     m = _check_m(m)
-    present = tuple(present)
-    if len(present) != len(W4A16_BATCHM_WIDTHS):
-        raise ValueError(
-            f"present: expected {len(W4A16_BATCHM_WIDTHS)} flags, one per width "
-            f"{W4A16_BATCHM_WIDTHS}, got {len(present)}"
-        )
+    present = _check_present(present)
+    if not isinstance(exact_m, (bool, np.bool_)):
+        raise TypeError(f"exact_m: expected a bool, got {type(exact_m).__name__}")
     if m == 0:
         return None
     for i, w in enumerate(W4A16_BATCHM_WIDTHS):
@@ -183,7 +210,10 @@ class W4a16BatchmTiers:
     """Per width of :data:`W4A16_BATCHM_WIDTHS`, the kernel name serving it or None (absent).
 
     ``W4a16BatchmTiers()`` is the "no NVFP4 kernels" table: every lookup
-    declines. Build a real one with :meth:`resolve`.
+    declines. Build a real one with :meth:`resolve`. Each entry must be None
+    or a W4A16 kernel (:data:`W4A16_KERNEL_MAX_M`) serving at least its
+    width's rows: a table that would launch an unknown kernel, or more rows
+    than a kernel serves, is refused here rather than at a launch.
     """
 
     kernels: tuple[str | None, ...] = field(default=(None,) * len(W4A16_BATCHM_WIDTHS))
@@ -195,9 +225,17 @@ class W4a16BatchmTiers:
                 f"kernels: expected {len(W4A16_BATCHM_WIDTHS)} entries, one per width "
                 f"{W4A16_BATCHM_WIDTHS}, got {len(ks)}"
             )
-        for k in ks:
-            if k is not None and not isinstance(k, str):
+        for w, k in zip(W4A16_BATCHM_WIDTHS, ks, strict=True):
+            if k is None:
+                continue
+            if not isinstance(k, str):
                 raise TypeError(f"kernels: expected str or None entries, got {type(k).__name__}")
+            if W4A16_KERNEL_MAX_M.get(k, 0) < w:
+                known = [n for n, mm in W4A16_KERNEL_MAX_M.items() if mm >= w]
+                raise ValueError(
+                    f"kernels: width {w} expected None or a W4A16 kernel serving >= {w} rows "
+                    f"({', '.join(known)}), got {k!r}"
+                )
         object.__setattr__(self, "kernels", ks)
 
     @classmethod
@@ -302,6 +340,43 @@ def plan_w4a16(
         rows = min(WIDE_MAX_M, m - r0)
         plan.append((r0, rows, _chunk_kernel(rows, tiers, em)))
     return plan
+
+
+def check_plan(plan, m: int, max_m: dict[str, int] | None = None) -> list[tuple[int, int, str]]:
+    """Refuse a launch plan before its first launch; returns it as a list.
+
+    ``plan`` must be ``(row0, rows, kernel)`` launches that cover rows
+    ``0 .. m-1`` exactly once, in order, each on a kernel of ``max_m``
+    (default :data:`W4A16_KERNEL_MAX_M`: name -> rows per launch) with
+    ``1 <= rows <=`` its max. A plan that fails only at its third launch
+    would have written the first two chunks already; this check makes the
+    whole plan fail or none of it. Pure; raises ValueError naming ``plan``.
+    """
+    m = _check_m(m)
+    table = W4A16_KERNEL_MAX_M if max_m is None else max_m
+    try:
+        launches = [tuple(x) for x in plan]
+    except TypeError:
+        raise ValueError(
+            f"plan: expected (row0, rows, kernel) launches, got {type(plan).__name__}"
+        ) from None
+    nxt = 0
+    for i, x in enumerate(launches):
+        if len(x) != 3:
+            raise ValueError(f"plan: launch {i}: expected (row0, rows, kernel), got {x!r}")
+        r0, rows, name = x
+        if not isinstance(name, str) or name not in table:
+            raise ValueError(f"plan: launch {i}: unknown kernel {name!r} (known: {list(table)})")
+        ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (r0, rows))
+        if not ints or r0 != nxt or not 1 <= rows <= table[name]:
+            raise ValueError(
+                f"plan: launch {i} {x!r}: expected rows {nxt}.. on 1..{table[name]} rows "
+                f"of {name} (launches must cover 0..{m - 1} in order)"
+            )
+        nxt = r0 + rows
+    if nxt != m:
+        raise ValueError(f"plan: covers rows 0..{nxt - 1}, expected 0..{m - 1} (m = {m})")
+    return launches
 
 
 def explain_tier(m: int, tiers: W4a16BatchmTiers | None = None) -> str:

@@ -61,6 +61,22 @@ def as_bits(x, name: str):
     return d, kind
 
 
+def check_device_array(x, name: str, dtype, shape: tuple[int, ...]) -> None:
+    """``x`` must be a C-contiguous numba device array of ``dtype`` and ``shape``.
+
+    Raises TypeError/ValueError naming ``name``: a kernel handed a smaller
+    buffer than (n, k) imply would read out of bounds.
+    """
+    if not getattr(x, "__cuda_ndarray__", False):
+        raise TypeError(f"{name}: expected a numba device array, got {type(x).__name__}")
+    if np.dtype(x.dtype) != np.dtype(dtype):
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype)}, got {x.dtype}")
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(x.shape)}")
+    if not x.is_c_contiguous():
+        raise ValueError(f"{name}: expected a C-contiguous device array")
+
+
 def resolve_stream(stream, like):
     """numba stream for the launches: given, raw handle, torch's current stream, or 0."""
     if stream is None:
@@ -81,12 +97,19 @@ def gemv_device(a, weight, launches, out_shape, *, family: str, out=None, stream
     uploaded for this call: upload it once with ``to_device()`` to reuse it).
     ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``.
     """
+    from ..backends import simulator_lock
     from . import q2_0, w4a16
 
     mod = q2_0 if family == "q2_0" else w4a16
     d_a, kind = as_bits(a, "a")
     st = resolve_stream(stream, a)
-    dw = mod.as_device_weight(weight, st)
+    with simulator_lock():
+        dw = mod.as_device_weight(weight, st)
+        return _launch_all(mod, launches, d_a, kind, a, dw, out_shape, out, st)
+
+
+def _launch_all(mod, launches, d_a, kind, a, dw, out_shape, out, st):
+    """Check ``out`` and every launch of the plan, then launch them all (none if one is bad)."""
     n = dw.n
     d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
     if out is None:
@@ -106,10 +129,24 @@ def gemv_device(a, weight, launches, out_shape, *, family: str, out=None, stream
             raise ValueError(f"out: expected shape {tuple(out_shape)}, got {tuple(d_out.shape)}")
         if _same_memory(d_out, d_a):
             raise ValueError("out: must not alias the activations a")
+        for name, part in _device_parts(dw).items():
+            if _same_memory(d_out, part):
+                raise ValueError(f"out: must not overlap the weight's device buffer ({name})")
     d_out2 = d_out.reshape(1, n) if d_out.ndim == 1 else d_out
-    for r0, rows, name in launches:
-        mod.launch_raw(name, d_a2[r0 : r0 + rows], dw, d_out2[r0 : r0 + rows], rows, st)
+    views = [
+        (name, d_a2[r0 : r0 + rows], d_out2[r0 : r0 + rows], rows) for r0, rows, name in launches
+    ]
+    for name, va, vo, rows in views:  # the whole plan, before the first launch
+        mod.launch_args(name, va, dw, vo, rows)
+    for name, va, vo, rows in views:
+        mod.launch_raw(name, va, dw, vo, rows, st)
     return result
+
+
+def _device_parts(dw) -> dict[str, object]:
+    """The device arrays of a device weight, by attribute name."""
+    names = ("b16",) if hasattr(dw, "b16") else ("wp", "scales")
+    return {name: getattr(dw, name) for name in names}
 
 
 def _same_memory(x, y) -> bool:
@@ -118,5 +155,6 @@ def _same_memory(x, y) -> bool:
         py = y.device_ctypes_pointer.value
     except AttributeError:  # the simulator's arrays are NumPy underneath
         return np.shares_memory(np.asarray(x._ary), np.asarray(y._ary))
-    nx, ny = x.size * 2, y.size * 2
+    nx = x.size * np.dtype(x.dtype).itemsize
+    ny = y.size * np.dtype(y.dtype).itemsize
     return px < py + ny and py < px + nx

@@ -503,7 +503,17 @@ def ptx_specs() -> list[tuple[str, object, str]]:
 
 @dataclass(frozen=True)
 class DeviceQ2Weight:
-    """A :class:`~q2gemv.Q2Weight` uploaded once: reuse it across calls."""
+    """A :class:`~q2gemv.Q2Weight` uploaded once: reuse it across calls.
+
+    Built by :meth:`upload` (or ``Q2Weight.to_device()``); a hand-built one is
+    checked at construction against (n, k, group), like ``Q2Weight``: ``b16``
+    and ``bh`` must be 1-D C-contiguous device arrays (uint16, float16) of
+    exactly ``n * row_bytes(k, group) / 2`` halves, the two views of one
+    buffer. The size decides the group too: the same (n, k) takes 18 bytes
+    per 64 codes at group 64 and 34 per 128 at group 128, so group-64 bytes
+    declared as group 128 (or bytes for fewer rows than ``n``, which a kernel
+    would read past) are refused naming ``b16``.
+    """
 
     b16: object  # device uint16 view of the raw bytes
     bh: object  # device float16 view of the same bytes
@@ -511,12 +521,44 @@ class DeviceQ2Weight:
     k: int
     group: int
 
+    def __post_init__(self) -> None:
+        from .interop import check_device_array
+
+        group = fmt.check_group(self.group)
+        fmt._check_nk(self.n, self.k, group)
+        n, k = int(self.n), int(self.k)
+        halves = n * fmt.row_bytes(k, group) // 2
+        for name, arr, dt in (("b16", self.b16, np.uint16), ("bh", self.bh, np.float16)):
+            if getattr(arr, "__cuda_ndarray__", False) and np.dtype(arr.dtype) == np.dtype(dt):
+                if arr.ndim == 1 and arr.size != halves:
+                    raise ValueError(
+                        f"{name}: expected {halves} halves ({2 * halves} bytes) for n={n} k={k} "
+                        f"group={group}, got {arr.size} ({2 * arr.size} bytes)"
+                    )
+            check_device_array(arr, name, dt, (halves,))
+        if not self._same_buffer(self.b16, self.bh):
+            raise ValueError("bh: expected the float16 view of b16's buffer (b16.view(np.float16))")
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "k", k)
+        object.__setattr__(self, "group", group)
+
     @classmethod
     def upload(cls, w: fmt.Q2Weight, stream=0) -> DeviceQ2Weight:
         if not isinstance(w, fmt.Q2Weight):
             raise TypeError(f"weight: expected a Q2Weight, got {type(w).__name__}")
-        d = cuda.to_device(w.raw.view(np.uint16), stream=stream)
+        from ..backends import simulator_lock
+
+        with simulator_lock():
+            d = cuda.to_device(w.raw.view(np.uint16), stream=stream)
         return cls(d, d.view(np.float16), w.n, w.k, w.group)
+
+    @staticmethod
+    def _same_buffer(x, y) -> bool:
+        """Do device arrays ``x`` and ``y`` start at one address (the simulator: share memory)?"""
+        try:
+            return x.device_ctypes_pointer.value == y.device_ctypes_pointer.value
+        except AttributeError:  # the simulator's arrays are NumPy underneath
+            return np.shares_memory(np.asarray(x._ary), np.asarray(y._ary))
 
 
 def as_device_weight(weight, stream=0) -> DeviceQ2Weight:

@@ -54,17 +54,20 @@ instructions; the shared-memory word per FMA bounds the wider tiers.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
+from ..backends import simulator_lock
 from ..formats.bf16 import as_bf16_rows, bits_to_bf16
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight
 from ..launch import check_launch_rows
-from ..tiers import W4a16BatchmTiers, plan_w4a16
+from ..tiers import W4a16BatchmTiers, check_plan, plan_w4a16
 from ._dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
+from .interop import check_device_array
 
 THREADS_PER_CTA = 256
 WARPS_PER_CTA = THREADS_PER_CTA // 32
@@ -327,14 +330,25 @@ def kernel_body(name: str):
 
 
 def spec_of(name: str) -> KernelSpec:
+    if not isinstance(name, str):
+        raise TypeError(f"kernel: expected a kernel name (str), got {type(name).__name__}")
     if name not in SPECS:
         raise ValueError(f"kernel: expected one of {list(SPECS)}, got {name!r}")
     return SPECS[name]
 
 
-@functools.cache
+MAX_M: dict[str, int] = {name: spec.max_m for name, spec in SPECS.items()}
+_BUILD_LOCK = threading.Lock()  # threads asking for one kernel at once build it once
+
+
 def compiled(name: str):
     """The ``cuda.jit`` dispatcher of kernel ``name``, built (compiled) on first use."""
+    with _BUILD_LOCK:
+        return _compiled(name)
+
+
+@functools.cache
+def _compiled(name: str):
     return cuda.jit(SIGNATURE)(kernel_body(name))
 
 
@@ -366,7 +380,13 @@ def ptx_specs() -> list[tuple[str, object, str]]:
 
 @dataclass(frozen=True)
 class DeviceNvfp4Weight:
-    """An :class:`~q2gemv.formats.nvfp4.Nvfp4Weight` uploaded once: reuse it across calls."""
+    """An :class:`~q2gemv.formats.nvfp4.Nvfp4Weight` uploaded once: reuse it across calls.
+
+    Built by :meth:`upload`; a hand-built one is checked at construction:
+    ``n``/``k`` ints (n >= 1, k a positive multiple of 16), ``wp`` uint32
+    [n, k/8] and ``scales`` uint8 [n, k/16] C-contiguous device arrays, so a
+    kernel never reads past them.
+    """
 
     wp: object  # device uint32 [n, k/8]: the packed nibbles, two words per group
     scales: object  # device uint8 [n, k/16]: E4M3 bits
@@ -374,12 +394,32 @@ class DeviceNvfp4Weight:
     n: int
     k: int
 
+    def __post_init__(self) -> None:
+        for name in ("n", "k"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+            if v < 1:
+                raise ValueError(f"{name}: expected >= 1, got {v}")
+        if self.k % BLOCK:
+            raise ValueError(f"k: expected a multiple of {BLOCK}, got {self.k}")
+        n, k = int(self.n), int(self.k)
+        check_device_array(self.wp, "wp", np.uint32, (n, k // 8))
+        check_device_array(self.scales, "scales", np.uint8, (n, k // BLOCK))
+        g = self.global_scale
+        if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, float, np.number)):
+            raise TypeError(f"global_scale: expected a real number, got {type(g).__name__}")
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "k", k)
+        object.__setattr__(self, "global_scale", np.float32(g))
+
     @classmethod
     def upload(cls, w: Nvfp4Weight, stream=0) -> DeviceNvfp4Weight:
         if not isinstance(w, Nvfp4Weight):
             raise TypeError(f"weight: expected an Nvfp4Weight, got {type(w).__name__}")
-        wp = cuda.to_device(w.packed.view(np.uint32), stream=stream)
-        sc = cuda.to_device(w.scales, stream=stream)
+        with simulator_lock():
+            wp = cuda.to_device(w.packed.view(np.uint32), stream=stream)
+            sc = cuda.to_device(w.scales, stream=stream)
         return cls(wp, sc, np.float32(w.global_scale), w.n, w.k)
 
 
@@ -444,23 +484,35 @@ def chunk_plan(name: str, m: int) -> list[tuple[int, int, str]]:
 
 
 def _run_plan(plan, a_bits: np.ndarray, weight, stream) -> np.ndarray:
-    dw = as_device_weight(weight, stream)
+    """Run the launches ``plan`` over ``a_bits``; the whole plan is checked before any work.
+
+    A plan naming an unknown kernel, or rows a kernel does not serve, or not
+    covering every row once (:func:`q2gemv.tiers.check_plan`) is refused
+    before the weight is uploaded or a chunk launched.
+    """
+    if not isinstance(weight, (Nvfp4Weight, DeviceNvfp4Weight)):
+        raise TypeError(
+            f"weight: expected an Nvfp4Weight or DeviceNvfp4Weight, got {type(weight).__name__}"
+        )
     if not isinstance(a_bits, np.ndarray) or a_bits.dtype != np.uint16:
         got = a_bits.dtype if isinstance(a_bits, np.ndarray) else type(a_bits).__name__
         raise TypeError(f"a_bits: expected uint16 bf16 bits (a numpy array), got {got}")
-    if a_bits.ndim != 2 or a_bits.shape[1] != dw.k:
-        raise ValueError(f"a_bits: expected shape [M, K] = [M, {dw.k}], got {a_bits.shape}")
+    if a_bits.ndim != 2 or a_bits.shape[1] != weight.k:
+        raise ValueError(f"a_bits: expected shape [M, K] = [M, {weight.k}], got {a_bits.shape}")
     m = a_bits.shape[0]
-    out = np.empty((m, dw.n), dtype=np.uint16)
+    plan = check_plan(plan, m, MAX_M)
+    out = np.empty((m, weight.n), dtype=np.uint16)
     if m == 0:
         return out
-    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
-    d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
-    for r0, rows, name in plan:
-        launch_raw(name, d_a[r0 : r0 + rows], dw, d_out[r0 : r0 + rows], rows, stream)
-    d_out.copy_to_host(out, stream=stream)
-    if stream:
-        stream.synchronize()
+    with simulator_lock():
+        dw = as_device_weight(weight, stream)
+        d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
+        d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
+        for r0, rows, name in plan:
+            launch_raw(name, d_a[r0 : r0 + rows], dw, d_out[r0 : r0 + rows], rows, stream)
+        d_out.copy_to_host(out, stream=stream)
+        if stream:
+            stream.synchronize()
     return out
 
 
@@ -483,8 +535,9 @@ def w4a16_gemv(
     over ``tiers`` (default: every tier here treated as present, compiled on
     first use, so the kill switches of :mod:`q2gemv.tiers` apply).
     """
-    dw = as_device_weight(weight, stream)
-    bits2, squeeze = as_bf16_rows(a, dw.k)
+    if not isinstance(weight, (Nvfp4Weight, DeviceNvfp4Weight)):
+        as_device_weight(weight)  # raises the TypeError naming weight
+    bits2, squeeze = as_bf16_rows(a, weight.k)
     m = bits2.shape[0]
     if kernel is not None:
         plan = chunk_plan(kernel, m)
@@ -492,6 +545,6 @@ def w4a16_gemv(
         if tiers is None:
             tiers = W4a16BatchmTiers.resolve(KERNEL_NAMES)
         plan = plan_w4a16(m, tiers)
-    out = _run_plan(plan, bits2, dw, stream)
+    out = _run_plan(plan, bits2, weight, stream)  # checks the whole plan before any launch
     y = bits_to_bf16(out)
     return y[0] if squeeze else y
