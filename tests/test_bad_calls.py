@@ -292,8 +292,37 @@ CASES = [
     ("W4a16BatchmTiers/len", lambda t: W4a16BatchmTiers(("w4a16_gemv_batch4",)), ValueError, r"kernels: expected 5 entries"),
     ("W4a16BatchmTiers/entry", lambda t: W4a16BatchmTiers((4, None, None, None, None)), TypeError, r"kernels: expected str or None"),
     ("W4a16BatchmTiers.resolve/str", lambda t: W4a16BatchmTiers.resolve("w4a16_gemv_batch4"), TypeError, r"available: expected an iterable"),
+    # -- issue 16 (more in tests/test_api_edges.py) ---------------------------------------
+    ("gemv/kernel-list", lambda t: q2gemv.gemv(C.a, C.w, kernel=["q2_0_gemv"]), TypeError, r"kernel: expected a kernel name \(str\) or None, got list"),
+    ("gemv/w4-kernel-list", lambda t: q2gemv.gemv(C.a, C.w4, kernel=["w4a16_gemv_batch4"]), TypeError, r"kernel: expected a kernel name"),
+    ("gemv/stream-str", lambda t: q2gemv.gemv(C.a, C.w, backend="cuda", stream="x"), TypeError, r"stream: expected None, an int cudaStream_t handle or a numba stream"),
+    ("gemv/w4-stream-negative", lambda t: q2gemv.gemv(C.a, C.w4, backend="cuda", stream=-2), ValueError, r"stream: expected a cudaStream_t handle >= 0"),
+    ("gemv/out-overlaps-weight", lambda t: _gemv_out_over_weight(), ValueError, r"out: must not overlap the weight's bytes \(weight\.raw\)"),
+    ("select_tier/present-None", lambda t: select_tier(1, None, True), TypeError, r"present: expected a sequence of 5 bools"),
+    ("select_tier/exact_m-str", lambda t: select_tier(1, [True] * 5, "no"), TypeError, r"exact_m: expected a bool"),
+    ("W4a16BatchmTiers/unknown-kernel", lambda t: W4a16BatchmTiers(("w4a16_gemv_batch4x", None, None, None, None)), ValueError, r"kernels: width 4 expected None or a W4A16 kernel"),
+    ("W4a16BatchmTiers/too-narrow", lambda t: W4a16BatchmTiers((None, None, None, None, "w4a16_gemv_batch7")), ValueError, r"kernels: width 8 expected"),
+    ("w4.w4a16_gemv/kernel-list", lambda t: w4cuda.w4a16_gemv(C.a, C.w4, kernel=["w4a16_gemv_batch4"]), TypeError, r"kernel: expected a kernel name"),
+    ("Nvfp4Weight/global-2**2000", lambda t: Nvfp4Weight(C.packed, C.s4, 2**2000), ValueError, r"global_scale: expected a value representable in fp32"),
+    ("Nvfp4Weight/global-2**200", lambda t: Nvfp4Weight(C.packed, C.s4, 2**200), ValueError, r"global_scale: expected a value representable in fp32"),
+    ("q2.DeviceQ2Weight/rows", lambda t: q2cuda.DeviceQ2Weight(_dev_q2()[1].b16, _dev_q2()[1].bh, 2 * N, K, 64), ValueError, r"b16: expected 252 halves"),
+    ("q2.DeviceQ2Weight/group", lambda t: _dev_q2_regroup(128), ValueError, r"b16: expected 119 halves .* group=128"),
+    ("w4.DeviceNvfp4Weight/rows", lambda t: w4cuda.DeviceNvfp4Weight(_dev_w4()[1].wp, _dev_w4()[1].scales, 1.0, 2 * N, K), ValueError, r"wp: expected shape \(14, 16\)"),
 ]
 # fmt: on
+
+
+def _gemv_out_over_weight():
+    """An out over a weight's bytes (the weight built past the ownership rule)."""
+    buf = np.zeros(C.raw.size, np.uint8)
+    w = Q2Weight(C.raw, N, K, 64)
+    object.__setattr__(w, "raw", buf)
+    return q2gemv.gemv(C.a, w, out=buf[: M * N * 2].view(BF16).reshape(M, N))
+
+
+def _dev_q2_regroup(group):
+    dw = _dev_q2()[1]
+    return q2cuda.DeviceQ2Weight(dw.b16, dw.bh, N, K, group)
 
 
 def _gemv_aliased(w):
