@@ -266,8 +266,10 @@ class GgufFile:
         path: the file read.
         version: GGUF version (2 or 3).
         alignment: ``general.alignment`` or 32.
-        metadata: key -> Python value (int, float, bool, str, or a list of
-            them for arrays; floats carry the stored float32/float64 value).
+        metadata: key -> Python value (int, float, bool, str; floats carry the
+            stored float32/float64 value). Arrays of numbers or bools are
+            read-only 1-D NumPy arrays of the stored dtype (no Python object
+            per element); arrays of strings or arrays are lists.
         metadata_types: key -> ``(value_type,)`` or, for arrays,
             ``(GGUF_ARRAY, element_type)``.
         tensors: tensor infos in file order.
@@ -341,7 +343,8 @@ class _Cursor:
 
 
 def _read_value(cur: _Cursor, value_type: int, key: str, depth: int = 0):
-    """One metadata value of ``value_type``; arrays become lists."""
+    """One metadata value of ``value_type``; numeric arrays become read-only NumPy arrays,
+    string/nested arrays lists."""
     what = f"metadata {key!r}"
     if value_type == GGUF_STRING:
         return cur.string(what)
