@@ -49,7 +49,7 @@ from numba import cuda, int32, int64, uint16, uint32, uint64
 
 from .. import launch
 from ..formats import q2_0 as fmt
-from ._dev import bitlen64, ld_bf16x8, mma_u8
+from ._dev import bitlen64, ld_bf16x8, mma_u8, shfl_xor
 
 PREP_THREADS = 128
 WARPS = 8  # warps per CTA, splitting K
@@ -242,107 +242,135 @@ def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
         ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
 
 
-# Blocks each warp loads before it multiplies any of them (all their loads in
-# flight at once), per activation row groups of 4: one block's 16 rows are only
-# 288-544 bytes, too few to cover the memory latency with the warps an SM
-# holds; more groups hold more registers per block (ptxas: 82 registers at
-# M <= 4, group 128, 4 blocks; 192 at M <= 16 with 4 blocks).
-BLOCKS_IN_FLIGHT = {1: 4, 2: 2, 3: 1, 4: 1}
+# Blocks each warp loads (weights, activation operands and sums) before it
+# multiplies any of them, so that all their loads are in flight at once: one
+# block of 16 rows is only 288-544 bytes, too little to cover the memory
+# latency with the warps an SM holds (ncu, 16384x16384 M=1 with one block at a
+# time: 61% of stalls on long scoreboard). Keyed by (tiles, units per block):
+# about 32 registers of activation operands in flight.
+def blocks_in_flight(tiles: int, upb: int) -> int:
+    return max(1, min(4, 8 // (tiles * upb)))
 
 
-def _make_q2_body(mg: int, group: int):
-    """``q2_0_gemv_exact`` for launches of up to ``4 * mg`` activation rows (module docstring)."""
-    NT = 2 * mg  # noqa: N806 - B tiles of 8 columns
-    MM = 4 * mg  # noqa: N806
+def tiles_for(m: int) -> int:
+    """B tiles (8 columns = 2 activation rows) a launch of ``m`` rows (1..16) is built with."""
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"m: q2_0_gemv_exact serves 1..{MAX_M} rows per launch, got {m}")
+    return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
+
+
+def _make_q2_body(nt: int, group: int):
+    """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``.
+
+    B tile j, column c: activation row 2j + c // 4 and, for c % 4 = 0, 1, 2,
+    its limb c % 4; c % 4 = 3 is a column of ones (the block's code sums). So
+    lane (g, t) holds the limbs 0, 1 (t even) or limb 2 and the code sum (t
+    odd) of activation row 2j + t // 2 for weight rows g and g + 8; one
+    exchange with lane t ^ 1 gives lane t everything for weight row
+    ``g + 8 * (t % 2)``: one exact block sum per lane and tile.
+    """
+    MM = 2 * nt  # noqa: N806 - activation rows per launch at most
     RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
     FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
-    NACC = 2 * mg  # noqa: N806 - accumulators: (activation row group, weight row g / g + 8)
-    NC = 4 * NT  # noqa: N806 - C (and B) registers of all tiles
     UPB = group // UNIT  # noqa: N806 - units (4 words of 16 codes) per block
     HPB = group // 8 + 1  # noqa: N806 - uint16 halves per block, scale included
-    U = BLOCKS_IN_FLIGHT[mg]  # noqa: N806
+    U = blocks_in_flight(nt, UPB)  # noqa: N806
     NW = 2 * U * UPB  # noqa: N806 - weight words held: (block slot, unit, row g / g + 8)
-    NS = 2 * U  # noqa: N806 - scales held: (block slot, row g / g + 8)
+    NB = 4 * U * UPB * nt  # noqa: N806 - B registers held: (slot, unit, tile, 4)
+    NA = U * nt  # noqa: N806 - activation block sums held: (slot, tile)
+    NC = 4 * nt  # noqa: N806 - C registers: (tile, 4)
 
     @cuda.jit(device=True, inline="always")
-    def load_block(B16, ha, hb, b, t, slot, wv, sv):
-        """Scales and this lane's words (word t of each unit) of rows g, g + 8 of block b."""
-        blk_a = ha + b * uint32(HPB)
-        blk_b = hb + b * uint32(HPB)
-        sv[2 * slot] = uint32(B16[blk_a])
-        sv[2 * slot + 1] = uint32(B16[blk_b])
+    def load_block(P16, ASUM, B16, hrow, ha, hb, b, t, u, prow, wv, sv, bq, av, M):  # noqa: N803
+        """Everything block b needs, into slot u: words, this lane's scale, B operands, sums."""
+        blk_a = uint32(ha + b * uint32(HPB))
+        blk_b = uint32(hb + b * uint32(HPB))
+        sv[u] = uint32(B16[uint32(hrow + b * uint32(HPB))])
         for v in range(UPB):
-            wq = uint32(1 + 8 * v) + uint32(2) * t
-            i = 2 * (slot * UPB + v)
-            wv[i] = uint32(B16[blk_a + wq]) | (uint32(B16[blk_a + wq + uint32(1)]) << uint32(16))
-            wv[i + 1] = uint32(B16[blk_b + wq]) | (
-                uint32(B16[blk_b + wq + uint32(1)]) << uint32(16)
-            )
+            wq = uint32(uint32(1 + 8 * v) + uint32(2) * t)
+            i = 2 * (u * UPB + v)
+            qa = uint32(blk_a + wq)
+            qb = uint32(blk_b + wq)
+            wv[i] = uint32(B16[qa]) | (uint32(B16[uint32(qa + uint32(1))]) << uint32(16))
+            wv[i + 1] = uint32(B16[qb]) | (uint32(B16[uint32(qb + uint32(1))]) << uint32(16))
+            word8 = uint32(uint32(uint32(b * uint32(UPB) + uint32(v)) * uint32(4) + t) * uint32(8))
+            for j in range(nt):
+                o = 4 * ((u * UPB + v) * nt + j)
+                if prow[j] >= 0:
+                    bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_bf16x8(P16, prow[j], word8)
+                else:
+                    fill = uint32(ONES) if prow[j] == -2 else uint32(0)
+                    for i2 in range(4):
+                        bq[o + i2] = fill
+        for j in range(nt):
+            mc = min(uint32(2 * j) + (t >> uint32(1)), uint32(M - 1))
+            s_ = int32(0)
+            for v in range(UPB):
+                s_ += ASUM[mc, uint32(b * uint32(UPB) + uint32(v))]
+            av[u * nt + j] = s_
 
     @cuda.jit(device=True, inline="always")
-    def mac_block(P16, ASUM, b, t, slot, wv, sv, prow, bf, cf, acc_hi, acc_lo, M):  # noqa: N803
-        """Block b (loaded in ``slot``) times every activation row: IMMA, then the exact sums."""
+    def mac_block(t, u, wv, sv, bq, av, cf, acc_hi, acc_lo):
+        """Block in slot u times every activation row: IMMA, then one exact sum per lane and tile."""
         for i in range(NC):
             cf[i] = int32(0)
         for v in range(UPB):
-            word = (b * uint32(UPB) + uint32(v)) * uint32(4) + t
-            for j in range(NT):
-                if prow[j] >= 0:
-                    bf[4 * j], bf[4 * j + 1], bf[4 * j + 2], bf[4 * j + 3] = ld_bf16x8(
-                        P16, prow[j], word * uint32(8)
-                    )
-                else:
-                    fill = uint32(ONES) if prow[j] == -2 else uint32(0)
-                    for i in range(4):
-                        bf[4 * j + i] = fill
-            wa = wv[2 * (slot * UPB + v)]
-            wb = wv[2 * (slot * UPB + v) + 1]
+            wa = wv[2 * (u * UPB + v)]
+            wb = wv[2 * (u * UPB + v) + 1]
             for s in range(2):
                 a0 = (wa >> uint32(4 * s)) & uint32(CODE_MASK)
                 a2 = (wa >> uint32(4 * s + 2)) & uint32(CODE_MASK)
                 a1 = (wb >> uint32(4 * s)) & uint32(CODE_MASK)
                 a3 = (wb >> uint32(4 * s + 2)) & uint32(CODE_MASK)
-                for j in range(NT):
+                for j in range(nt):
+                    o = 4 * ((u * UPB + v) * nt + j)
                     cf[4 * j], cf[4 * j + 1], cf[4 * j + 2], cf[4 * j + 3] = mma_u8(
                         a0,
                         a1,
                         a2,
                         a3,
-                        bf[4 * j + 2 * s],
-                        bf[4 * j + 2 * s + 1],
+                        bq[o + 2 * s],
+                        bq[o + 2 * s + 1],
                         cf[4 * j],
                         cf[4 * j + 1],
                         cf[4 * j + 2],
                         cf[4 * j + 3],
                     )
-        for r in range(2):  # weight rows g (C regs 0, 1) and g + 8 (C regs 2, 3)
-            sm, sh, _ = scale_parts(sv[2 * slot + r])
-            for q in range(mg):
-                mc = min(4 * q + int32(t), M - 1)
-                asum = int64(0)
-                for v in range(UPB):
-                    asum += int64(ASUM[mc, b * uint32(UPB) + uint32(v)])
-                # |S| < 2**31: the int64 expression narrows to 32-bit arithmetic
-                s_ = int32(
-                    int64(cf[8 * q + 2 * r])
-                    + (int64(cf[8 * q + 2 * r + 1]) << int64(8))
-                    + (int64(cf[8 * q + 4 + 2 * r]) << int64(16))
-                    - (int64(cf[4 + 2 * r + 1]) << int64(23))
-                    - asum
-                )
-                acc_add(acc_hi, acc_lo, 2 * q + r, int64(s_) * int64(int32(sm)), sh)
+        sm, sh, _ = scale_parts(sv[u])
+        odd = (t & uint32(1)) != 0
+        for j in range(nt):
+            c0 = cf[4 * j]
+            c1 = cf[4 * j + 1]
+            c2 = cf[4 * j + 2]
+            c3 = cf[4 * j + 3]
+            x = shfl_xor(c0 if odd else c2, 1)
+            y = shfl_xor(c1 if odd else c3, 1)
+            l0 = x if odd else c0
+            l1 = y if odd else c1
+            l2 = c2 if odd else x
+            sc = c3 if odd else y
+            # |S| < 2**31: the int64 expression narrows to 32-bit arithmetic
+            s_ = int32(
+                int64(l0)
+                + (int64(l1) << int64(8))
+                + (int64(l2) << int64(16))
+                - (int64(sc) << int64(23))
+                - int64(av[u * nt + j])
+            )
+            acc_add(acc_hi, acc_lo, j, int64(s_) * int64(int32(sm)), sh)
 
     def body(P16, ASUM, EROW, B16, C, N, K, M):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)
         red_lo = cuda.shared.array(RED, uint64)
         s_bad = cuda.shared.array(FLAGS, int32)
-        acc_hi = cuda.local.array(NACC, int64)
-        acc_lo = cuda.local.array(NACC, uint64)
+        acc_hi = cuda.local.array(nt, int64)
+        acc_lo = cuda.local.array(nt, uint64)
         cf = cuda.local.array(NC, int32)
-        bf = cuda.local.array(NC, uint32)
-        prow = cuda.local.array(NT, int32)
+        bq = cuda.local.array(NB, uint32)
+        av = cuda.local.array(NA, int32)
+        prow = cuda.local.array(nt, int32)
         wv = cuda.local.array(NW, uint32)
-        sv = cuda.local.array(NS, uint32)
+        sv = cuda.local.array(U, uint32)
         tid = uint32(cuda.threadIdx.x)
         warp = tid >> uint32(5)
         lane = tid & uint32(31)
@@ -351,69 +379,56 @@ def _make_q2_body(mg: int, group: int):
         row0 = uint32(cuda.blockIdx.x) * uint32(ROWS_PER_CTA)
         n_rows = uint32(N)
         nb = uint32(K // group)
+        rl = g + uint32(8) * (t & uint32(1))  # the weight row (in the tile) this lane sums
         # rows past N (the last CTA's tail) read row N-1 and are never stored
-        ha = min(row0 + g, n_rows - uint32(1)) * nb * uint32(HPB)
-        hb = min(row0 + g + uint32(8), n_rows - uint32(1)) * nb * uint32(HPB)
-        for j in range(NT):  # which prepared limb row column g of tile j reads
-            q = j >> 1
-            if j & 1 == 0:
-                m = 4 * q + int32(g >> uint32(1))
-                pr = m * LIMBS + int32(g & uint32(1))
-            elif (g & uint32(1)) == 0:
-                m = 4 * q + int32(g >> uint32(1))
-                pr = m * LIMBS + 2
-            else:
-                m = M
-                pr = -2 if q == 0 else -1  # ones (code sums) / zero
-            prow[j] = pr if m < M or pr == -2 else -1
-        for i in range(NACC):
+        ha = uint32(min(row0 + g, n_rows - uint32(1)) * nb * uint32(HPB))
+        hb = uint32(min(row0 + g + uint32(8), n_rows - uint32(1)) * nb * uint32(HPB))
+        hrow = hb if (t & uint32(1)) != 0 else ha
+        for j in range(nt):  # the prepared limb row column g of tile j reads
+            m = 2 * j + int32(g >> uint32(2))
+            c = int32(g & uint32(3))
+            prow[j] = -2 if c == 3 else (m * LIMBS + c if m < M else -1)
+        for i in range(nt):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
-        bad_a = False
-        bad_b = False
+        bad = False
         b = warp
         while b + uint32(WARPS * (U - 1)) < nb:  # full batches of U blocks
             for u in range(U):
-                load_block(B16, ha, hb, b + uint32(WARPS * u), t, u, wv, sv)
+                bu = uint32(b + uint32(WARPS * u))
+                load_block(P16, ASUM, B16, hrow, ha, hb, bu, t, u, prow, wv, sv, bq, av, M)
             for u in range(U):
-                mac_block(
-                    P16, ASUM, b + uint32(WARPS * u), t, u, wv, sv, prow, bf, cf, acc_hi, acc_lo, M
-                )
-                bad_a = bad_a or (sv[2 * u] & uint32(0x7C00)) == uint32(0x7C00)
-                bad_b = bad_b or (sv[2 * u + 1] & uint32(0x7C00)) == uint32(0x7C00)
-            b += uint32(WARPS * U)
+                mac_block(t, u, wv, sv, bq, av, cf, acc_hi, acc_lo)
+                bad = bad or (sv[u] & uint32(0x7C00)) == uint32(0x7C00)
+            b = uint32(b + uint32(WARPS * U))
         while b < nb:  # the last blocks, one at a time
-            load_block(B16, ha, hb, b, t, 0, wv, sv)
-            mac_block(P16, ASUM, b, t, 0, wv, sv, prow, bf, cf, acc_hi, acc_lo, M)
-            bad_a = bad_a or (sv[0] & uint32(0x7C00)) == uint32(0x7C00)
-            bad_b = bad_b or (sv[1] & uint32(0x7C00)) == uint32(0x7C00)
-            b += uint32(WARPS)
+            load_block(P16, ASUM, B16, hrow, ha, hb, b, t, 0, prow, wv, sv, bq, av, M)
+            mac_block(t, 0, wv, sv, bq, av, cf, acc_hi, acc_lo)
+            bad = bad or (sv[0] & uint32(0x7C00)) == uint32(0x7C00)
+            b = uint32(b + uint32(WARPS))
         # the warps' partial sums -> shared memory -> one rounding per output
-        for q in range(mg):
-            m = uint32(4 * q) + t
-            for r in range(2):
-                slot = (warp * uint32(ROWS_PER_CTA) + g + uint32(8 * r)) * uint32(MM) + m
-                red_hi[slot] = acc_hi[2 * q + r]
-                red_lo[slot] = acc_lo[2 * q + r]
-        if t == 0:
-            s_bad[warp * uint32(ROWS_PER_CTA) + g] = int32(1) if bad_a else int32(0)
-            s_bad[warp * uint32(ROWS_PER_CTA) + g + uint32(8)] = int32(1) if bad_b else int32(0)
+        for j in range(nt):
+            slot = (warp * uint32(ROWS_PER_CTA) + rl) * uint32(MM) + uint32(2 * j) + (t >> 1)
+            red_hi[slot] = acc_hi[j]
+            red_lo[slot] = acc_lo[j]
+        if t < 2:
+            s_bad[warp * uint32(ROWS_PER_CTA) + rl] = int32(1) if bad else int32(0)
         cuda.syncthreads()
         for idx in range(tid, uint32(ROWS_PER_CTA * MM), uint32(THREADS)):
-            rl = idx // uint32(MM)
+            r = idx // uint32(MM)
             m = idx % uint32(MM)
-            row = row0 + rl
+            row = row0 + r
             if m < uint32(M) and row < n_rows:
                 hsum = int64(0)
                 lsum = uint64(0)
-                bad = int32(0)
+                flag = int32(0)
                 for w in range(WARPS):
-                    slot = (uint32(w * ROWS_PER_CTA) + rl) * uint32(MM) + m
+                    slot = (uint32(w * ROWS_PER_CTA) + r) * uint32(MM) + m
                     hsum += red_hi[slot]
                     lsum += red_lo[slot]
-                    bad |= s_bad[uint32(w * ROWS_PER_CTA) + rl]
+                    flag |= s_bad[uint32(w * ROWS_PER_CTA) + r]
                 e = EROW[m]
-                if bad != 0 or e == SPECIAL_ROW:
+                if flag != 0 or e == SPECIAL_ROW:
                     C[m, row] = uint16(BF16_NAN)
                 else:
                     p = int64(e) - int64(FRAC_BITS + SCALE_LSB)
@@ -426,30 +441,23 @@ PREPARE_SIGNATURE = "void(uint16[:, ::1], uint32[:, ::1], int32[:, ::1], int32[:
 Q2_SIGNATURE = "void(uint16[:, ::1], int32[:, ::1], int32[::1], uint16[::1], uint16[:, ::1], int32, int32, int32)"
 
 
-def groups_for(m: int) -> int:
-    """Compile-time groups of 4 activation rows a launch of ``m`` rows (1..16) is built for."""
-    if not 1 <= m <= MAX_M:
-        raise ValueError(f"m: q2_0_gemv_exact serves 1..{MAX_M} rows per launch, got {m}")
-    return -(-m // 4)
-
-
 @functools.cache
 def _prepare_kernel():
     return cuda.jit(PREPARE_SIGNATURE)(_prepare_body)
 
 
 @functools.cache
-def _q2_kernel(mg: int, group: int):
-    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(mg, group))
+def _q2_kernel(nt: int, group: int):
+    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group))
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of each build, for the PTX tests (every M group)."""
     specs = [("exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
     specs += [
-        (f"q2_0_gemv_exact@m{4 * mg}g{group}", _make_q2_body(mg, group), Q2_SIGNATURE)
+        (f"q2_0_gemv_exact@m{2 * nt}g{group}", _make_q2_body(nt, group), Q2_SIGNATURE)
         for group in fmt.GROUPS
-        for mg in (1, 2, 3, 4)
+        for nt in (1, 2, 4, 8)
     ]
     return specs
 
@@ -520,7 +528,7 @@ def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
     for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
         part = ops.rows(r0, r0 + rows)
-        _q2_kernel(groups_for(rows), dw.group)[grid, THREADS, stream](
+        _q2_kernel(tiles_for(rows), dw.group)[grid, THREADS, stream](
             part.limbs,
             part.unit_sums,
             part.exponents,
@@ -565,7 +573,7 @@ def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> li
         args += (np.int32(dw.n), np.int32(dw.k), np.int32(rows))
         launches.append(
             PreboundLaunch(
-                _q2_kernel(groups_for(rows), dw.group),
+                _q2_kernel(tiles_for(rows), dw.group),
                 grid,
                 THREADS,
                 args,
