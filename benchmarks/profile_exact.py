@@ -1,7 +1,11 @@
 """One exact GEMV (prepare + q2_0_gemv_exact) per (M, shape), for ncu to profile.
 
-    ncu --clock-control none -k regex:q2_0_gemv_exact --section SpeedOfLight \\
+    ncu --clock-control none -k regex:body -s 1 -c 1 --section SpeedOfLight \\
         --section Occupancy --section WarpStateStats python3 benchmarks/profile_exact.py 16384 16384 1
+    PATH=$PATH:/usr/local/cuda/bin python3 benchmarks/profile_exact.py --sass 2 128 > DIR/sass.txt
+
+``--sass TILES GROUP`` prints the sm_90 SASS of that build (needs nvdisasm) and
+a count of its instructions by opcode instead of running anything.
 """
 
 from __future__ import annotations
@@ -16,7 +20,25 @@ from q2gemv import Q2Weight
 from q2gemv.cuda import exact, q2_0
 
 
+def sass(nt: int, group: int) -> int:
+    import collections
+    import re
+
+    kern = exact._q2_kernel(nt, group)
+    text = kern.inspect_sass()
+    text = next(iter(text.values())) if isinstance(text, dict) else text
+    print(text)
+    ops = collections.Counter(
+        m.group(1).split(".")[0]
+        for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]*)", text)
+    )
+    print(sum(ops.values()), "instructions:", dict(ops.most_common()))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--sass":
+        return sass(int(argv[1]), int(argv[2]))
     n, k, m = (int(x) for x in argv[:3])
     group = int(argv[3]) if len(argv) > 3 else 128
     rng = np.random.default_rng(0)
