@@ -6,8 +6,8 @@ the same bits, so the kernels may split K and chunk M freely.
 
 Two kernels:
 
-* ``exact_prepare`` — one CTA of :data:`PREP_THREADS` threads per activation
-  row m: ``E_m`` (or :data:`SPECIAL_ROW` for a row holding NaN/Inf), the
+* ``exact_prepare`` — one CTA per activation row m (one thread per 16-code
+  word, up to :data:`PREP_MAX_THREADS`): ``E_m`` (or :data:`SPECIAL_ROW` for a row holding NaN/Inf), the
   fixed-point ``A_k`` as three unsigned byte limbs of the offset value
   ``A_k + 2**23`` (in ``[0, 2**24)``), and the sum of ``A_k`` over each unit of
   :data:`UNIT` codes. Computed once per activation batch and shareable by
@@ -51,7 +51,7 @@ from .. import launch
 from ..formats import q2_0 as fmt
 from ._dev import bitlen64, ld_bf16x8, mma_u8, shfl_xor
 
-PREP_THREADS = 128
+PREP_MAX_THREADS = 1024
 WARPS = 8  # warps per CTA, splitting K
 ROWS_PER_CTA = 16  # one m16 tile of weight rows
 THREADS = 32 * WARPS
@@ -103,12 +103,12 @@ def fixed_point_one(h, E):  # noqa: N803
 def scale_parts(h):
     """fp16 bits -> ``(signed mantissa, shift, non-finite)``: d = mant * 2**(shift - 24)."""
     h = uint32(h)
-    e = int64((h >> uint32(10)) & uint32(31))
-    f = int64(h & uint32(1023))
-    mant = f | int64(1024) if e > 0 else f
+    e = int32((h >> uint32(10)) & uint32(31))
+    f = int32(h & uint32(1023))
+    mant = f | int32(1024) if e > 0 else f
     if (h & uint32(0x8000)) != 0:
         mant = -mant
-    return mant, max(e, int64(1)) - int64(1), e == 31
+    return int32(mant), int32(max(e, int32(1)) - int32(1)), e == 31
 
 
 @_device
@@ -185,71 +185,84 @@ def _bf16_lg(h):
 
 
 def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
-    """Words ``blockIdx.x * PREP_THREADS + tid`` of activation row ``blockIdx.y``.
+    """Activation row ``blockIdx.x``: E_m, then its limbs and unit sums (one CTA per row).
 
-    Every CTA of a row first finds the row's E_m (each reads the whole row:
-    2 bytes per code, from L2 after the first), then each thread converts one
-    word of 16 codes: three limb rows of 4 uint32 (byte ``4i + b`` = code
-    ``4b + i``), and the sums of A over each unit of 64 codes.
+    Thread ``tid`` owns words ``tid, tid + blockDim, ...`` (16 codes each; the
+    launch gives up to 1024 threads, so K = 16384 is one word per thread): it
+    loads them once, the CTA reduces the largest exponent (warp butterflies,
+    then the warps' results in shared memory), and each thread converts its
+    words from the same registers: three limb rows of 4 uint32 (byte ``4i + b``
+    = code ``4b + i``) and, four words at a time, the sums of A over each unit
+    of 64 codes.
     """
-    s_lg = cuda.shared.array(PREP_THREADS, int32)
-    s_sum = cuda.shared.array(PREP_THREADS, int32)
-    m = cuda.blockIdx.y
+    s_lg = cuda.shared.array(32, int32)
+    s_sum = cuda.shared.array(PREP_MAX_THREADS, int32)
+    m = cuda.blockIdx.x
     tid = cuda.threadIdx.x
-    lg = int64(_NO_EXP)
-    h8 = cuda.local.array(4, uint32)
-    for c in range(tid * 8, K, PREP_THREADS * 8):
-        h8[0], h8[1], h8[2], h8[3] = ld_bf16x8(A, m, c)
-        for j in range(4):
-            for half in range(2):
-                h = (h8[j] >> uint32(16 * half)) & uint32(0xFFFF)
+    nth = cuda.blockDim.x
+    nwords = K // 16
+    lg = int32(_NO_EXP)
+    hv = cuda.local.array(8, uint32)
+    for w in range(tid, nwords, nth):
+        for c8 in range(2):
+            hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16 + c8 * 8)
+            for j in range(8):
+                h = (hv[j >> 1] >> uint32(16 * (j & 1))) & uint32(0xFFFF)
                 if (h & uint32(0x7F80)) == uint32(0x7F80):
-                    lg = int64(SPECIAL_ROW)
+                    lg = int32(SPECIAL_ROW)
                 elif (h & uint32(0x7FFF)) != 0 and lg != SPECIAL_ROW:
-                    lg = max(lg, _bf16_lg(h))
-    s_lg[tid] = int32(lg)
+                    lg = max(lg, int32(_bf16_lg(h)))
+    for off in (16, 8, 4, 2, 1):  # butterfly max; SPECIAL_ROW wins over every exponent
+        o = shfl_xor(lg, off)
+        lg = int32(SPECIAL_ROW) if o == SPECIAL_ROW or lg == SPECIAL_ROW else max(lg, o)
+    if tid % 32 == 0:
+        s_lg[tid // 32] = lg
     cuda.syncthreads()
     mx = int32(_NO_EXP)
-    for i in range(PREP_THREADS):  # every thread reduces the same values: no second barrier
+    for i in range((nth + 31) // 32):
         v = s_lg[i]
         mx = int32(SPECIAL_ROW) if v == SPECIAL_ROW or mx == SPECIAL_ROW else max(mx, v)
     E = int32(0) if mx == _NO_EXP else mx  # noqa: N806
-    if cuda.blockIdx.x == 0 and tid == 0:
+    if tid == 0:
         EROW[m] = E
-    w = cuda.blockIdx.x * PREP_THREADS + tid
-    total = int64(0)
-    if w < K // 16:
-        hv = cuda.local.array(8, uint32)
-        hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)
-        hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)
-        limb = cuda.local.array(12, uint32)
-        for i in range(12):
-            limb[i] = uint32(0)
-        for c in range(16):
-            h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
-            a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
-            total += a
-            ap = uint32(a + int64(OFFSET))
+    limb = cuda.local.array(12, uint32)
+    for w0 in range(0, nwords, nth):
+        w = w0 + tid
+        total = int64(0)
+        if w < nwords:
+            hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)
+            hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)
+            for i in range(12):
+                limb[i] = uint32(0)
+            for c in range(16):
+                h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
+                a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
+                total += a
+                ap = uint32(a + int64(OFFSET))
+                for li in range(LIMBS):
+                    byte = (ap >> uint32(8 * li)) & uint32(0xFF)
+                    limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
             for li in range(LIMBS):
-                byte = (ap >> uint32(8 * li)) & uint32(0xFF)
-                limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
-        for li in range(LIMBS):
-            for i in range(4):
-                P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
-    s_sum[tid] = int32(total)
-    cuda.syncthreads()
-    if w < K // 16 and w % 4 == 0:
-        ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
+                for i in range(4):
+                    P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
+        cuda.syncthreads()  # s_sum is reused by the next round of words
+        s_sum[tid] = int32(total)
+        cuda.syncthreads()
+        if w < nwords and w % 4 == 0:
+            ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
 
 
-# Blocks each warp loads (weights, activation operands and sums) before it
-# multiplies any of them, so that all their loads are in flight at once: one
+# Blocks per batch: a warp loads the next batch (weights, activation operands
+# and sums) before it multiplies the current one, two register buffers taking
+# turns, so that a batch's loads fly while the previous batch computes. One
 # block of 16 rows is only 288-544 bytes, too little to cover the memory
-# latency with the warps an SM holds (ncu, 16384x16384 M=1 with one block at a
-# time: 61% of stalls on long scoreboard). Keyed by (tiles, units per block):
-# about 32 registers of activation operands in flight.
+# latency with the warps an SM holds (ncu, 16384x16384 M=1, one block at a
+# time: 61% of stalls on long scoreboard). Loads issued in the same iteration
+# as their use were sunk next to it by the compiler (sm_90 SASS); across the
+# loop's back edge they cannot be. About 16 registers of activation operands
+# per buffer.
 def blocks_in_flight(tiles: int, upb: int) -> int:
-    return max(1, min(4, 8 // (tiles * upb)))
+    return max(1, min(2, 4 // (tiles * upb)))
 
 
 def tiles_for(m: int) -> int:
@@ -259,7 +272,7 @@ def tiles_for(m: int) -> int:
     return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
 
 
-def _make_q2_body(nt: int, group: int):
+def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
     """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``.
 
     B tile j, column c: activation row 2j + c // 4 and, for c % 4 = 0, 1, 2,
@@ -268,16 +281,24 @@ def _make_q2_body(nt: int, group: int):
     odd) of activation row 2j + t // 2 for weight rows g and g + 8; one
     exchange with lane t ^ 1 gives lane t everything for weight row
     ``g + 8 * (t % 2)``: one exact block sum per lane and tile.
+
+    Build knobs (measured in ``benchmarks/bench_exact.py --sweep``; the
+    bits never depend on them): ``blocks`` per batch (0: the default of
+    :func:`blocks_in_flight`), ``double`` buffering of batches (the next
+    batch's loads issued before the current batch is multiplied) or one batch
+    loaded then multiplied.
     """
     MM = 2 * nt  # noqa: N806 - activation rows per launch at most
     RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
     FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
     UPB = group // UNIT  # noqa: N806 - units (4 words of 16 codes) per block
     HPB = group // 8 + 1  # noqa: N806 - uint16 halves per block, scale included
-    U = blocks_in_flight(nt, UPB)  # noqa: N806
-    NW = 2 * U * UPB  # noqa: N806 - weight words held: (block slot, unit, row g / g + 8)
-    NB = 4 * U * UPB * nt  # noqa: N806 - B registers held: (slot, unit, tile, 4)
-    NA = U * nt  # noqa: N806 - activation block sums held: (slot, tile)
+    U = blocks or blocks_in_flight(nt, UPB)  # noqa: N806
+    NBUF = 2 if double else 1  # noqa: N806
+    S2 = NBUF * U  # noqa: N806 - block slots: NBUF buffers of U
+    NW = 2 * S2 * UPB  # noqa: N806 - weight words held: (block slot, unit, row g / g + 8)
+    NB = 4 * S2 * UPB * nt  # noqa: N806 - B registers held: (slot, unit, tile, 4)
+    NA = S2 * nt  # noqa: N806 - activation block sums held: (slot, tile)
     NC = 4 * nt  # noqa: N806 - C registers: (tile, 4)
 
     @cuda.jit(device=True, inline="always")
@@ -357,7 +378,7 @@ def _make_q2_body(nt: int, group: int):
                 - (int64(sc) << int64(23))
                 - int64(av[u * nt + j])
             )
-            acc_add(acc_hi, acc_lo, j, int64(s_) * int64(int32(sm)), sh)
+            acc_add(acc_hi, acc_lo, j, int64(s_) * int64(sm), sh)
 
     def body(P16, ASUM, EROW, B16, C, N, K, M):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)
@@ -370,7 +391,7 @@ def _make_q2_body(nt: int, group: int):
         av = cuda.local.array(NA, int32)
         prow = cuda.local.array(nt, int32)
         wv = cuda.local.array(NW, uint32)
-        sv = cuda.local.array(U, uint32)
+        sv = cuda.local.array(S2, uint32)
         tid = uint32(cuda.threadIdx.x)
         warp = tid >> uint32(5)
         lane = tid & uint32(31)
@@ -392,20 +413,66 @@ def _make_q2_body(nt: int, group: int):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
         bad = False
-        b = warp
-        while b + uint32(WARPS * (U - 1)) < nb:  # full batches of U blocks
-            for u in range(U):
-                bu = uint32(b + uint32(WARPS * u))
+        nbw = (nb + uint32(WARPS - 1) - warp) // uint32(WARPS)  # blocks of this warp
+        nbatch = (nbw + uint32(U - 1)) // uint32(U)
+        for u in range(U):  # the first batch into buffer 0
+            bu = uint32(warp + uint32(WARPS * u))
+            if bu < nb:
                 load_block(P16, ASUM, B16, hrow, ha, hb, bu, t, u, prow, wv, sv, bq, av, M)
-            for u in range(U):
-                mac_block(t, u, wv, sv, bq, av, cf, acc_hi, acc_lo)
-                bad = bad or (sv[u] & uint32(0x7C00)) == uint32(0x7C00)
-            b = uint32(b + uint32(WARPS * U))
-        while b < nb:  # the last blocks, one at a time
-            load_block(P16, ASUM, B16, hrow, ha, hb, b, t, 0, prow, wv, sv, bq, av, M)
-            mac_block(t, 0, wv, sv, bq, av, cf, acc_hi, acc_lo)
-            bad = bad or (sv[0] & uint32(0x7C00)) == uint32(0x7C00)
-            b = uint32(b + uint32(WARPS))
+        i = uint32(0)
+        while i < nbatch:
+            for buf in range(NBUF):  # buffer `buf` holds batch i; the other one gets batch i + 1
+                if i < nbatch:
+                    nxt = uint32(warp + uint32(WARPS * U) * (i + uint32(1)))
+                    for u in range(U):
+                        bu = uint32(nxt + uint32(WARPS * u))
+                        if bu < nb:
+                            slot = ((buf + 1) % NBUF) * U + u
+                            if NBUF == 2:
+                                load_block(
+                                    P16,
+                                    ASUM,
+                                    B16,
+                                    hrow,
+                                    ha,
+                                    hb,
+                                    bu,
+                                    t,
+                                    slot,
+                                    prow,
+                                    wv,
+                                    sv,
+                                    bq,
+                                    av,
+                                    M,
+                                )
+                    cur = uint32(warp + uint32(WARPS * U) * i)
+                    for u in range(U):
+                        if uint32(cur + uint32(WARPS * u)) < nb:
+                            mac_block(t, buf * U + u, wv, sv, bq, av, cf, acc_hi, acc_lo)
+                            bad = bad or (sv[buf * U + u] & uint32(0x7C00)) == uint32(0x7C00)
+                    if NBUF == 1:
+                        for u in range(U):
+                            bu = uint32(nxt + uint32(WARPS * u))
+                            if bu < nb:
+                                load_block(
+                                    P16,
+                                    ASUM,
+                                    B16,
+                                    hrow,
+                                    ha,
+                                    hb,
+                                    bu,
+                                    t,
+                                    u,
+                                    prow,
+                                    wv,
+                                    sv,
+                                    bq,
+                                    av,
+                                    M,
+                                )
+                    i += uint32(1)
         # the warps' partial sums -> shared memory -> one rounding per output
         for j in range(nt):
             slot = (warp * uint32(ROWS_PER_CTA) + rl) * uint32(MM) + uint32(2 * j) + (t >> 1)
@@ -447,8 +514,8 @@ def _prepare_kernel():
 
 
 @functools.cache
-def _q2_kernel(nt: int, group: int):
-    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group))
+def _q2_kernel(nt: int, group: int, blocks: int = 0, double: bool = True):
+    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group, blocks, double))
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
@@ -503,15 +570,13 @@ def prepare_device(d_a, stream=0) -> ExactOperands:
     sums = cuda.device_array((m, k // UNIT), np.int32, stream=stream)
     exps = cuda.device_array((m,), np.int32, stream=stream)
     if m:
-        _prepare_kernel()[prepare_grid(m, k), PREP_THREADS, stream](
-            d_a, limbs, sums, exps, np.int32(k)
-        )
+        _prepare_kernel()[m, prepare_threads(k), stream](d_a, limbs, sums, exps, np.int32(k))
     return ExactOperands(limbs.view(np.uint16), sums, exps, m, k)
 
 
-def prepare_grid(m: int, k: int) -> tuple[int, int]:
-    """``exact_prepare``'s grid: one thread per 16-code word, one grid row per activation row."""
-    return (launch.div_ceil(k // 16, PREP_THREADS), m)
+def prepare_threads(k: int) -> int:
+    """``exact_prepare``'s CTA size: one thread per 16-code word, a multiple of 32, at most 1024."""
+    return min(PREP_MAX_THREADS, launch.div_ceil(k // 16, 32) * 32)
 
 
 def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
@@ -540,9 +605,12 @@ def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
         )
 
 
-def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> list:
+def prebind_q2(
+    d_a, dw, d_out, stream=0, ops: ExactOperands | None = None, knobs: tuple = ()
+) -> list:
     """Pre-bound launches (:class:`~q2gemv.cuda.prebound.PreboundLaunch`) of one exact GEMV.
 
+    ``knobs``: ``(blocks, double)`` build knobs of :func:`_make_q2_body` (benchmarks only).
     ``exact_prepare`` on ``d_a`` (skipped when ``ops`` is given, the operands
     of an earlier prepare), then ``q2_0_gemv_exact`` per chunk of 16 rows.
     """
@@ -558,8 +626,8 @@ def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> li
         launches.append(
             PreboundLaunch(
                 _prepare_kernel(),
-                prepare_grid(m, k),
-                PREP_THREADS,
+                m,
+                prepare_threads(k),
                 (d_a, limbs, sums, exps, np.int32(k)),
                 stream=stream,
                 name="exact_prepare",
@@ -573,7 +641,7 @@ def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> li
         args += (np.int32(dw.n), np.int32(dw.k), np.int32(rows))
         launches.append(
             PreboundLaunch(
-                _q2_kernel(tiles_for(rows), dw.group),
+                _q2_kernel(tiles_for(rows), dw.group, *knobs),
                 grid,
                 THREADS,
                 args,
