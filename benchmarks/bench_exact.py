@@ -41,60 +41,11 @@ def random_weight(rng, n: int, k: int, group: int):
     return Q2Weight.from_codes(codes, scales, group)
 
 
-def sweep(timer, ceil) -> int:
-    """gemv-only time of each (blocks, double) build at a few shapes; prints one line per case."""
-    import ml_dtypes
-    from numba import cuda
-
-    from q2gemv import bench
-    from q2gemv.cuda import exact, q2_0
-
-    rng = np.random.default_rng(0)
-    for n, k in SHAPES[:2]:
-        w = random_weight(rng, n, k, 128)
-        dws = [
-            q2_0.DeviceQ2Weight.upload(w) for _ in range(bench.rotation_copies(w.nbytes, 60 << 20))
-        ]
-        for m in (1, 2, 4, 8, 16):
-            d_a = cuda.to_device(
-                rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16).view(np.uint16)
-            )
-            ops = exact.prepare_device(d_a)
-            outs = [cuda.device_array((m, n), np.uint16) for _ in dws]
-            line = []
-            for knobs in ((0, True), (1, True), (2, True), (1, False), (2, False), (4, False)):
-                try:
-                    calls = [
-                        lk
-                        for dw, o in zip(dws, outs, strict=True)
-                        for lk in exact.prebind_q2(d_a, dw, o, ops=ops, knobs=knobs)
-                    ]
-                    t = (
-                        np.median(timer.time_sequence(calls, 5).per_call_s)
-                        * 1e6
-                        * len(calls)
-                        / len(dws)
-                    )
-                    line.append(f"{knobs}: {t:6.1f}")
-                except Exception as e:  # a build that does not fit is a result too
-                    line.append(f"{knobs}: {type(e).__name__}")
-            print(
-                f"{n}x{k} M={m:2d} floor {w.nbytes / ceil * 1e6:5.1f} | " + " | ".join(line),
-                flush=True,
-            )
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--groups", default="128,64")
-    p.add_argument(
-        "--sweep",
-        action="store_true",
-        help="time the build knobs (blocks per batch, double buffering) instead, gemv only",
-    )
     args = p.parse_args(argv)
     import torch
     from numba import cuda
@@ -116,8 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         buf.nbytes / np.median(timer.time_sequence([lk], 5).per_call_s) for lk in reads.values()
     )
     print(f"read ceiling {ceil / 1e9:.0f} GB/s", flush=True)
-    if args.sweep:
-        return sweep(timer, ceil)
     shapes = SHAPES[:2] if args.quick else SHAPES
     ms = QUICK_MS if args.quick else MS
     groups = tuple(int(g) for g in args.groups.split(","))

@@ -21,6 +21,7 @@ fmul_rn, fadd_rn   libdevice (never contracted)        np.float32 ops
 shfl_xor           cuda.shfl_xor_sync, full mask        per-warp exchange + barrier
 ld_bf16x8          one ld.global.nc.v4.u32 (16 bytes)   eight uint16 reads
 ld_f32x4           one 16-byte vector load              four float32 reads
+ld_u32x4           one ld.global.nc.v4.u32 (16 bytes)   four uint32 reads
 mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
                    s32 (IMMA), warp-collective          product in NumPy
 bitlen64           64 - clz (64-bit)                    int.bit_length
@@ -125,6 +126,15 @@ if SIMULATED:
     @_device
     def ld_f32x4(arr, i):
         return arr[i], arr[i + 1], arr[i + 2], arr[i + 3]
+
+    @_device
+    def ld_u32x4(arr, i):
+        return (
+            np.uint32(arr[i]),
+            np.uint32(arr[i + 1]),
+            np.uint32(arr[i + 2]),
+            np.uint32(arr[i + 3]),
+        )
 
     @_device
     def shfl_xor(v, offset):
@@ -262,6 +272,33 @@ else:
         return sig, codegen
 
     ld_f32x4 = intrinsic(_ld_f32x4)
+
+    def _ld_u32x4(typingctx, arr, i):
+        """``arr[i .. i+3]`` (uint32, 1-D, contiguous) by one ``ld.global.nc.v4.u32``.
+
+        The caller guarantees ``i % 4 == 0`` and a 16-byte aligned array, and
+        that nothing writes ``arr`` during the kernel (the read-only path).
+        """
+        sig = types.UniTuple(types.uint32, 4)(arr, i)
+
+        def codegen(context, builder, sig, args):
+            from llvmlite import ir
+            from numba.core import cgutils
+
+            arrty, ity = sig.args
+            ary = context.make_array(arrty)(context, builder, value=args[0])
+            idx = context.cast(builder, args[1], ity, types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [idx], wraparound=False)
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
+            asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
+            r = builder.call(asm, [ptr])
+            vals = [builder.extract_value(r, j) for j in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    ld_u32x4 = intrinsic(_ld_u32x4)
 
     def _mma_u8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         """``D = A @ B + C`` for one ``mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32``.

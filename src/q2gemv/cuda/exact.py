@@ -49,7 +49,7 @@ from numba import cuda, int32, int64, uint16, uint32, uint64
 
 from .. import launch
 from ..formats import q2_0 as fmt
-from ._dev import bitlen64, ld_bf16x8, mma_u8, shfl_xor
+from ._dev import bitlen64, ld_bf16x8, ld_u32x4, mma_u8, shfl_xor
 
 PREP_MAX_THREADS = 1024
 WARPS = 8  # warps per CTA, splitting K
@@ -58,6 +58,8 @@ THREADS = 32 * WARPS
 MAX_M = 16  # activation rows per launch: 4 groups of 4
 UNIT = 64  # codes per unit: both groups are whole units; one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
+ZERO_ROW, ONES_ROW = 0, 1  # constant rows of the prepared operand: B columns of zeros and ones
+LIMB_ROW0 = 2  # limb l of activation row m is row LIMB_ROW0 + 3m + l
 OFFSET = 1 << 23
 FRAC_BITS = 22
 SCALE_LSB = 24  # fp16 scales in units of 2**-24
@@ -101,14 +103,15 @@ def fixed_point_one(h, E):  # noqa: N803
 
 @_device
 def scale_parts(h):
-    """fp16 bits -> ``(signed mantissa, shift, non-finite)``: d = mant * 2**(shift - 24)."""
+    """fp16 bits -> ``(mantissa, shift, negative)``: ``|d| = mant * 2**(shift - 24)``.
+
+    A non-finite scale (exponent field 31) is the caller's to catch.
+    """
     h = uint32(h)
     e = int32((h >> uint32(10)) & uint32(31))
     f = int32(h & uint32(1023))
     mant = f | int32(1024) if e > 0 else f
-    if (h & uint32(0x8000)) != 0:
-        mant = -mant
-    return int32(mant), int32(max(e, int32(1)) - int32(1)), e == 31
+    return int32(mant), int32(max(e, int32(1)) - int32(1)), (h & uint32(0x8000)) != 0
 
 
 @_device
@@ -244,25 +247,16 @@ def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
                     limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
             for li in range(LIMBS):
                 for i in range(4):
-                    P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
+                    P32[LIMB_ROW0 + m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
+            if m == 0:  # the constant rows: zeros (unused columns) and ones (code sums)
+                for i in range(4):
+                    P32[ZERO_ROW, w * 4 + i] = uint32(0)
+                    P32[ONES_ROW, w * 4 + i] = uint32(ONES)
         cuda.syncthreads()  # s_sum is reused by the next round of words
         s_sum[tid] = int32(total)
         cuda.syncthreads()
         if w < nwords and w % 4 == 0:
             ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
-
-
-# Blocks per batch: a warp loads the next batch (weights, activation operands
-# and sums) before it multiplies the current one, two register buffers taking
-# turns, so that a batch's loads fly while the previous batch computes. One
-# block of 16 rows is only 288-544 bytes, too little to cover the memory
-# latency with the warps an SM holds (ncu, 16384x16384 M=1, one block at a
-# time: 61% of stalls on long scoreboard). Loads issued in the same iteration
-# as their use were sunk next to it by the compiler (sm_90 SASS); across the
-# loop's back edge they cannot be. About 16 registers of activation operands
-# per buffer.
-def blocks_in_flight(tiles: int, upb: int) -> int:
-    return max(1, min(2, 4 // (tiles * upb)))
 
 
 def tiles_for(m: int) -> int:
@@ -272,7 +266,7 @@ def tiles_for(m: int) -> int:
     return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
 
 
-def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
+def _make_q2_body(nt: int, group: int):
     """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``.
 
     B tile j, column c: activation row 2j + c // 4 and, for c % 4 = 0, 1, 2,
@@ -282,69 +276,62 @@ def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
     exchange with lane t ^ 1 gives lane t everything for weight row
     ``g + 8 * (t % 2)``: one exact block sum per lane and tile.
 
-    Build knobs (measured in ``benchmarks/bench_exact.py --sweep``; the
-    bits never depend on them): ``blocks`` per batch (0: the default of
-    :func:`blocks_in_flight`), ``double`` buffering of batches (the next
-    batch's loads issued before the current batch is multiplied) or one batch
-    loaded then multiplied.
+    Each warp takes one block at a time: its loads (weights, B operands,
+    sums), then its products. Measured on the H200 (``benchmarks/bench_exact.py
+    --sweep``, 16384x16384): batches of 2, 4 or 8 blocks loaded before any is
+    multiplied, with or without double buffering, were never faster (M=1:
+    59.6 us one at a time, 60.0 with 2, 73.6 with 4; the registers they hold
+    cost occupancy).
     """
     MM = 2 * nt  # noqa: N806 - activation rows per launch at most
     RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
     FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
     UPB = group // UNIT  # noqa: N806 - units (4 words of 16 codes) per block
     HPB = group // 8 + 1  # noqa: N806 - uint16 halves per block, scale included
-    U = blocks or blocks_in_flight(nt, UPB)  # noqa: N806
-    NBUF = 2 if double else 1  # noqa: N806
-    S2 = NBUF * U  # noqa: N806 - block slots: NBUF buffers of U
-    NW = 2 * S2 * UPB  # noqa: N806 - weight words held: (block slot, unit, row g / g + 8)
-    NB = 4 * S2 * UPB * nt  # noqa: N806 - B registers held: (slot, unit, tile, 4)
-    NA = S2 * nt  # noqa: N806 - activation block sums held: (slot, tile)
+    NW = 2 * UPB  # noqa: N806 - weight words held: (unit, row g / g + 8)
+    NB = 4 * UPB * nt  # noqa: N806 - B registers held: (unit, tile, 4)
     NC = 4 * nt  # noqa: N806 - C registers: (tile, 4)
 
     @cuda.jit(device=True, inline="always")
-    def load_block(P16, ASUM, B16, hrow, ha, hb, b, t, u, prow, wv, sv, bq, av, M):  # noqa: N803
-        """Everything block b needs, into slot u: words, this lane's scale, B operands, sums."""
-        blk_a = uint32(ha + b * uint32(HPB))
-        blk_b = uint32(hb + b * uint32(HPB))
-        sv[u] = uint32(B16[uint32(hrow + b * uint32(HPB))])
+    def load_block(P32, ASUM, B16, qa, qb, qs, pidx, aidx, wv, sv, bq, av):  # noqa: N803
+        """Everything one block needs: words of rows g, g + 8, this lane's scale, B operands, sums.
+
+        The indices are where this lane's first word of rows g / g + 8 (``qa``,
+        ``qb``, uint16 halves), its row's scale (``qs``), its B operand of each
+        tile (``pidx``, uint32) and its activation sum of each tile (``aidx``)
+        are for this block; the caller advances them block to block (one add
+        each: the address math stays out of the loop).
+        """
+        sv[0] = uint32(B16[qs])
         for v in range(UPB):
-            wq = uint32(uint32(1 + 8 * v) + uint32(2) * t)
-            i = 2 * (u * UPB + v)
-            qa = uint32(blk_a + wq)
-            qb = uint32(blk_b + wq)
-            wv[i] = uint32(B16[qa]) | (uint32(B16[uint32(qa + uint32(1))]) << uint32(16))
-            wv[i + 1] = uint32(B16[qb]) | (uint32(B16[uint32(qb + uint32(1))]) << uint32(16))
-            word8 = uint32(uint32(uint32(b * uint32(UPB) + uint32(v)) * uint32(4) + t) * uint32(8))
+            ia = qa + 8 * v
+            ib = qb + 8 * v
+            wv[2 * v] = uint32(B16[ia]) | (uint32(B16[ia + 1]) << uint32(16))
+            wv[2 * v + 1] = uint32(B16[ib]) | (uint32(B16[ib + 1]) << uint32(16))
             for j in range(nt):
-                o = 4 * ((u * UPB + v) * nt + j)
-                if prow[j] >= 0:
-                    bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_bf16x8(P16, prow[j], word8)
-                else:
-                    fill = uint32(ONES) if prow[j] == -2 else uint32(0)
-                    for i2 in range(4):
-                        bq[o + i2] = fill
+                o = 4 * (v * nt + j)
+                bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
         for j in range(nt):
-            mc = min(uint32(2 * j) + (t >> uint32(1)), uint32(M - 1))
             s_ = int32(0)
             for v in range(UPB):
-                s_ += ASUM[mc, uint32(b * uint32(UPB) + uint32(v))]
-            av[u * nt + j] = s_
+                s_ += ASUM[uint64(aidx[j] + v)]  # unsigned: no negative-index wraparound code
+            av[j] = s_
 
     @cuda.jit(device=True, inline="always")
-    def mac_block(t, u, wv, sv, bq, av, cf, acc_hi, acc_lo):
-        """Block in slot u times every activation row: IMMA, then one exact sum per lane and tile."""
+    def mac_block(t, wv, sv, bq, av, cf, acc_hi, acc_lo):
+        """The loaded block times every activation row: IMMA, then one exact sum per lane and tile."""
         for i in range(NC):
             cf[i] = int32(0)
         for v in range(UPB):
-            wa = wv[2 * (u * UPB + v)]
-            wb = wv[2 * (u * UPB + v) + 1]
+            wa = wv[2 * v]
+            wb = wv[2 * v + 1]
             for s in range(2):
                 a0 = (wa >> uint32(4 * s)) & uint32(CODE_MASK)
                 a2 = (wa >> uint32(4 * s + 2)) & uint32(CODE_MASK)
                 a1 = (wb >> uint32(4 * s)) & uint32(CODE_MASK)
                 a3 = (wb >> uint32(4 * s + 2)) & uint32(CODE_MASK)
                 for j in range(nt):
-                    o = 4 * ((u * UPB + v) * nt + j)
+                    o = 4 * (v * nt + j)
                     cf[4 * j], cf[4 * j + 1], cf[4 * j + 2], cf[4 * j + 3] = mma_u8(
                         a0,
                         a1,
@@ -357,7 +344,7 @@ def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
                         cf[4 * j + 2],
                         cf[4 * j + 3],
                     )
-        sm, sh, _ = scale_parts(sv[u])
+        mant, sh, neg = scale_parts(sv[0])
         odd = (t & uint32(1)) != 0
         for j in range(nt):
             c0 = cf[4 * j]
@@ -376,11 +363,13 @@ def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
                 + (int64(l1) << int64(8))
                 + (int64(l2) << int64(16))
                 - (int64(sc) << int64(23))
-                - int64(av[u * nt + j])
+                - int64(av[j])
             )
-            acc_add(acc_hi, acc_lo, j, int64(s_) * int64(sm), sh)
+            if neg:
+                s_ = int32(-s_)
+            acc_add(acc_hi, acc_lo, j, int64(s_) * int64(mant), sh)
 
-    def body(P16, ASUM, EROW, B16, C, N, K, M):  # noqa: N803
+    def body(P32, ASUM, EROW, B16, C, N, K, M, M0):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)
         red_lo = cuda.shared.array(RED, uint64)
         s_bad = cuda.shared.array(FLAGS, int32)
@@ -388,10 +377,9 @@ def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
         acc_lo = cuda.local.array(nt, uint64)
         cf = cuda.local.array(NC, int32)
         bq = cuda.local.array(NB, uint32)
-        av = cuda.local.array(NA, int32)
-        prow = cuda.local.array(nt, int32)
+        av = cuda.local.array(nt, int32)
         wv = cuda.local.array(NW, uint32)
-        sv = cuda.local.array(S2, uint32)
+        sv = cuda.local.array(1, uint32)
         tid = uint32(cuda.threadIdx.x)
         warp = tid >> uint32(5)
         lane = tid & uint32(31)
@@ -404,75 +392,39 @@ def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
         # rows past N (the last CTA's tail) read row N-1 and are never stored
         ha = uint32(min(row0 + g, n_rows - uint32(1)) * nb * uint32(HPB))
         hb = uint32(min(row0 + g + uint32(8), n_rows - uint32(1)) * nb * uint32(HPB))
-        hrow = hb if (t & uint32(1)) != 0 else ha
-        for j in range(nt):  # the prepared limb row column g of tile j reads
+        # running indices of block `warp` (see load_block); each step adds WARPS blocks.
+        # 64-bit on purpose: loads at constant offsets from one index then share one
+        # address (immediate offsets); uint32 indices were re-masked at every load.
+        qa = int64(ha) + int64(warp * uint32(HPB) + uint32(1) + uint32(2) * t)
+        qb = int64(hb) + int64(warp * uint32(HPB) + uint32(1) + uint32(2) * t)
+        qs = int64(hb if (t & uint32(1)) != 0 else ha) + int64(warp * uint32(HPB))
+        pidx = cuda.local.array(nt, int64)
+        aidx = cuda.local.array(nt, int64)
+        for j in range(nt):
+            # column g of tile j: a limb row of the prepared operand, or the ones / zero row
             m = 2 * j + int32(g >> uint32(2))
             c = int32(g & uint32(3))
-            prow[j] = -2 if c == 3 else (m * LIMBS + c if m < M else -1)
+            pr = ONES_ROW if c == 3 else (LIMB_ROW0 + (M0 + m) * LIMBS + c if m < M else ZERO_ROW)
+            pidx[j] = int64(pr) * int64(K >> 2) + int64((warp * uint32(UPB * 4) + t) * uint32(4))
+            # this lane's activation row of tile j, for the unit sums (rows past M read row M-1)
+            mc = min(uint32(2 * j) + (t >> uint32(1)), uint32(M - 1))
+            aidx[j] = int64(M0 + mc) * int64(K // UNIT) + int64(warp * uint32(UPB))
         for i in range(nt):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
         bad = False
-        nbw = (nb + uint32(WARPS - 1) - warp) // uint32(WARPS)  # blocks of this warp
-        nbatch = (nbw + uint32(U - 1)) // uint32(U)
-        for u in range(U):  # the first batch into buffer 0
-            bu = uint32(warp + uint32(WARPS * u))
-            if bu < nb:
-                load_block(P16, ASUM, B16, hrow, ha, hb, bu, t, u, prow, wv, sv, bq, av, M)
-        i = uint32(0)
-        while i < nbatch:
-            for buf in range(NBUF):  # buffer `buf` holds batch i; the other one gets batch i + 1
-                if i < nbatch:
-                    nxt = uint32(warp + uint32(WARPS * U) * (i + uint32(1)))
-                    for u in range(U):
-                        bu = uint32(nxt + uint32(WARPS * u))
-                        if bu < nb:
-                            slot = ((buf + 1) % NBUF) * U + u
-                            if NBUF == 2:
-                                load_block(
-                                    P16,
-                                    ASUM,
-                                    B16,
-                                    hrow,
-                                    ha,
-                                    hb,
-                                    bu,
-                                    t,
-                                    slot,
-                                    prow,
-                                    wv,
-                                    sv,
-                                    bq,
-                                    av,
-                                    M,
-                                )
-                    cur = uint32(warp + uint32(WARPS * U) * i)
-                    for u in range(U):
-                        if uint32(cur + uint32(WARPS * u)) < nb:
-                            mac_block(t, buf * U + u, wv, sv, bq, av, cf, acc_hi, acc_lo)
-                            bad = bad or (sv[buf * U + u] & uint32(0x7C00)) == uint32(0x7C00)
-                    if NBUF == 1:
-                        for u in range(U):
-                            bu = uint32(nxt + uint32(WARPS * u))
-                            if bu < nb:
-                                load_block(
-                                    P16,
-                                    ASUM,
-                                    B16,
-                                    hrow,
-                                    ha,
-                                    hb,
-                                    bu,
-                                    t,
-                                    u,
-                                    prow,
-                                    wv,
-                                    sv,
-                                    bq,
-                                    av,
-                                    M,
-                                )
-                    i += uint32(1)
+        b = warp
+        while b < nb:
+            load_block(P32, ASUM, B16, qa, qb, qs, pidx, aidx, wv, sv, bq, av)
+            mac_block(t, wv, sv, bq, av, cf, acc_hi, acc_lo)
+            bad = bad or (sv[0] & uint32(0x7C00)) == uint32(0x7C00)
+            b = uint32(b + uint32(WARPS))
+            qa += WARPS * HPB
+            qb += WARPS * HPB
+            qs += WARPS * HPB
+            for j in range(nt):
+                pidx[j] += WARPS * UPB * 16
+                aidx[j] += WARPS * UPB
         # the warps' partial sums -> shared memory -> one rounding per output
         for j in range(nt):
             slot = (warp * uint32(ROWS_PER_CTA) + rl) * uint32(MM) + uint32(2 * j) + (t >> 1)
@@ -494,7 +446,7 @@ def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
                     hsum += red_hi[slot]
                     lsum += red_lo[slot]
                     flag |= s_bad[uint32(w * ROWS_PER_CTA) + r]
-                e = EROW[m]
+                e = EROW[M0 + m]
                 if flag != 0 or e == SPECIAL_ROW:
                     C[m, row] = uint16(BF16_NAN)
                 else:
@@ -505,7 +457,10 @@ def _make_q2_body(nt: int, group: int, blocks: int = 0, double: bool = True):
 
 
 PREPARE_SIGNATURE = "void(uint16[:, ::1], uint32[:, ::1], int32[:, ::1], int32[::1], int32)"
-Q2_SIGNATURE = "void(uint16[:, ::1], int32[:, ::1], int32[::1], uint16[::1], uint16[:, ::1], int32, int32, int32)"
+Q2_SIGNATURE = (
+    "void(uint32[::1], int32[::1], int32[::1], uint16[::1], uint16[:, ::1], "
+    "int32, int32, int32, int32)"
+)
 
 
 @functools.cache
@@ -514,8 +469,8 @@ def _prepare_kernel():
 
 
 @functools.cache
-def _q2_kernel(nt: int, group: int, blocks: int = 0, double: bool = True):
-    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group, blocks, double))
+def _q2_kernel(nt: int, group: int):
+    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group))
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
@@ -536,8 +491,10 @@ def ptx_specs() -> list[tuple[str, object, str]]:
 class ExactOperands:
     """Activations converted once (:func:`prepare_device`) for any number of exact GEMVs.
 
-    ``limbs`` uint16 [3M, K/2] (the byte limbs in kernel order), ``unit_sums``
-    int32 [M, K/64], ``exponents`` int32 [M] (E_m, or :data:`SPECIAL_ROW`).
+    ``limbs`` uint32 [2 + 3M, K/4]: a row of zeros, a row of ones, then the
+    three byte-limb rows of each activation row in kernel order;
+    ``unit_sums`` int32 [M, K/64]; ``exponents`` int32 [M] (E_m, or
+    :data:`SPECIAL_ROW`).
     """
 
     limbs: object
@@ -546,15 +503,20 @@ class ExactOperands:
     m: int
     k: int
 
-    def rows(self, r0: int, r1: int) -> ExactOperands:
-        """The operands of activation rows r0..r1-1 (views, no copy)."""
-        return ExactOperands(
-            self.limbs[LIMBS * r0 : LIMBS * r1],
-            self.unit_sums[r0:r1],
-            self.exponents[r0:r1],
-            r1 - r0,
-            self.k,
+    @classmethod
+    def allocate(cls, m: int, k: int, stream=0) -> ExactOperands:
+        check_k(k)
+        return cls(
+            cuda.device_array((LIMB_ROW0 + LIMBS * m, k // 4), np.uint32, stream=stream),
+            cuda.device_array((m, k // UNIT), np.int32, stream=stream),
+            cuda.device_array((m,), np.int32, stream=stream),
+            m,
+            k,
         )
+
+    def prepare_args(self, d_a) -> tuple:
+        """``exact_prepare``'s arguments for bf16 bits ``d_a`` (uint16 [M, K])."""
+        return (d_a, self.limbs, self.unit_sums, self.exponents, np.int32(self.k))
 
 
 def check_k(k: int) -> None:
@@ -562,55 +524,59 @@ def check_k(k: int) -> None:
         raise ValueError(f"a: the exact kernels need K a multiple of {UNIT}, got {k}")
 
 
-def prepare_device(d_a, stream=0) -> ExactOperands:
-    """Run ``exact_prepare`` on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands."""
-    m, k = (int(x) for x in d_a.shape)
-    check_k(k)
-    limbs = cuda.device_array((LIMBS * m, k // 4), np.uint32, stream=stream)
-    sums = cuda.device_array((m, k // UNIT), np.int32, stream=stream)
-    exps = cuda.device_array((m,), np.int32, stream=stream)
-    if m:
-        _prepare_kernel()[m, prepare_threads(k), stream](d_a, limbs, sums, exps, np.int32(k))
-    return ExactOperands(limbs.view(np.uint16), sums, exps, m, k)
-
-
 def prepare_threads(k: int) -> int:
     """``exact_prepare``'s CTA size: one thread per 16-code word, a multiple of 32, at most 1024."""
     return min(PREP_MAX_THREADS, launch.div_ceil(k // 16, 32) * 32)
 
 
-def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
-    """``q2_0_gemv_exact`` over all of ``ops``' rows into ``d_out`` (uint16 [M, N]), in chunks of 16."""
+def prepare_device(d_a, stream=0) -> ExactOperands:
+    """Run ``exact_prepare`` on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands."""
+    m, k = (int(x) for x in d_a.shape)
+    ops = ExactOperands.allocate(m, k, stream)
+    if m:
+        _prepare_kernel()[m, prepare_threads(k), stream](*ops.prepare_args(d_a))
+    return ops
+
+
+def q2_launches(ops: ExactOperands, dw, d_out) -> list[tuple]:
+    """``(kernel, grid, args)`` of each ``q2_0_gemv_exact`` launch: chunks of :data:`MAX_M` rows.
+
+    Validates before anything is launched: ``dw`` a DeviceQ2Weight of ``ops.k``
+    columns, ``d_out`` uint16 [M, N].
+    """
     from .q2_0 import DeviceQ2Weight
 
     if not isinstance(dw, DeviceQ2Weight):
         raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
     if ops.k != dw.k:
         raise ValueError(f"a: expected K={dw.k} columns (the weight's k), got {ops.k}")
-    if tuple(d_out.shape) != (ops.m, dw.n):
-        raise ValueError(f"out: expected shape {(ops.m, dw.n)}, got {tuple(d_out.shape)}")
+    if np.dtype(d_out.dtype) != np.uint16 or tuple(d_out.shape) != (ops.m, dw.n):
+        raise ValueError(
+            f"out: expected uint16 of shape {(ops.m, dw.n)}, got {d_out.dtype} {tuple(d_out.shape)}"
+        )
     launch.check_weight_halves("q2_0_gemv_exact", dw.n * fmt.row_bytes(dw.k, dw.group) // 2)
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
-    for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
-        part = ops.rows(r0, r0 + rows)
-        _q2_kernel(tiles_for(rows), dw.group)[grid, THREADS, stream](
-            part.limbs,
-            part.unit_sums,
-            part.exponents,
-            dw.b16,
-            d_out[r0 : r0 + rows],
-            np.int32(dw.n),
-            np.int32(dw.k),
-            np.int32(rows),
+    flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
+    return [
+        (
+            _q2_kernel(tiles_for(rows), dw.group),
+            grid,
+            (*flat, ops.exponents, dw.b16, d_out[r0 : r0 + rows])
+            + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
         )
+        for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M)
+    ]
 
 
-def prebind_q2(
-    d_a, dw, d_out, stream=0, ops: ExactOperands | None = None, knobs: tuple = ()
-) -> list:
+def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
+    """``q2_0_gemv_exact`` over all of ``ops``' rows into ``d_out`` (uint16 [M, N])."""
+    for kernel, grid, args in q2_launches(ops, dw, d_out):
+        kernel[grid, THREADS, stream](*args)
+
+
+def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> list:
     """Pre-bound launches (:class:`~q2gemv.cuda.prebound.PreboundLaunch`) of one exact GEMV.
 
-    ``knobs``: ``(blocks, double)`` build knobs of :func:`_make_q2_body` (benchmarks only).
     ``exact_prepare`` on ``d_a`` (skipped when ``ops`` is given, the operands
     of an earlier prepare), then ``q2_0_gemv_exact`` per chunk of 16 rows.
     """
@@ -619,35 +585,20 @@ def prebind_q2(
     launches = []
     if ops is None:
         m, k = (int(x) for x in d_a.shape)
-        check_k(k)
-        limbs = cuda.device_array((LIMBS * m, k // 4), np.uint32)
-        sums = cuda.device_array((m, k // UNIT), np.int32)
-        exps = cuda.device_array((m,), np.int32)
+        ops = ExactOperands.allocate(m, k)
         launches.append(
             PreboundLaunch(
                 _prepare_kernel(),
                 m,
                 prepare_threads(k),
-                (d_a, limbs, sums, exps, np.int32(k)),
+                ops.prepare_args(d_a),
                 stream=stream,
                 name="exact_prepare",
             )
         )
-        ops = ExactOperands(limbs.view(np.uint16), sums, exps, m, k)
-    grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
-    for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
-        part = ops.rows(r0, r0 + rows)
-        args = (part.limbs, part.unit_sums, part.exponents, dw.b16, d_out[r0 : r0 + rows])
-        args += (np.int32(dw.n), np.int32(dw.k), np.int32(rows))
+    for kernel, grid, args in q2_launches(ops, dw, d_out):
         launches.append(
-            PreboundLaunch(
-                _q2_kernel(tiles_for(rows), dw.group, *knobs),
-                grid,
-                THREADS,
-                args,
-                stream=stream,
-                name="q2_0_gemv_exact",
-            )
+            PreboundLaunch(kernel, grid, THREADS, args, stream=stream, name="q2_0_gemv_exact")
         )
     return launches
 
