@@ -58,8 +58,7 @@ THREADS = 32 * WARPS
 MAX_M = 16  # activation rows per launch: 4 groups of 4
 UNIT = 64  # codes per unit: both groups are whole units; one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
-ZERO_ROW, ONES_ROW = 0, 1  # constant rows of the prepared operand: B columns of zeros and ones
-LIMB_ROW0 = 2  # limb l of activation row m is row LIMB_ROW0 + 3m + l
+ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the code sums)
 OFFSET = 1 << 23
 FRAC_BITS = 22
 SCALE_LSB = 24  # fp16 scales in units of 2**-24
@@ -247,11 +246,7 @@ def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
                     limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
             for li in range(LIMBS):
                 for i in range(4):
-                    P32[LIMB_ROW0 + m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
-            if m == 0:  # the constant rows: zeros (unused columns) and ones (code sums)
-                for i in range(4):
-                    P32[ZERO_ROW, w * 4 + i] = uint32(0)
-                    P32[ONES_ROW, w * 4 + i] = uint32(ONES)
+                    P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
         cuda.syncthreads()  # s_sum is reused by the next round of words
         s_sum[tid] = int32(total)
         cuda.syncthreads()
@@ -310,7 +305,15 @@ def _make_q2_body(nt: int, group: int):
             wv[2 * v + 1] = uint32(B16[ib]) | (uint32(B16[ib + 1]) << uint32(16))
             for j in range(nt):
                 o = 4 * (v * nt + j)
-                bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
+                # lanes of the constant columns load nothing: the load pipe, not the
+                # arithmetic, bounds this kernel (ncu: 72% "Mem Busy" when every lane
+                # loaded its column, zeros and ones included, from two constant rows)
+                if pidx[j] >= 0:
+                    bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
+                else:
+                    fill = uint32(ONES) if pidx[j] == ONES_COL else uint32(0)
+                    for i2 in range(4):
+                        bq[o + i2] = fill
         for j in range(nt):
             s_ = int32(0)
             for v in range(UPB):
@@ -401,11 +404,15 @@ def _make_q2_body(nt: int, group: int):
         pidx = cuda.local.array(nt, int64)
         aidx = cuda.local.array(nt, int64)
         for j in range(nt):
-            # column g of tile j: a limb row of the prepared operand, or the ones / zero row
+            # column g of tile j: a limb row of the prepared operand, or ones / zeros
             m = 2 * j + int32(g >> uint32(2))
             c = int32(g & uint32(3))
-            pr = ONES_ROW if c == 3 else (LIMB_ROW0 + (M0 + m) * LIMBS + c if m < M else ZERO_ROW)
+            pr = (M0 + m) * LIMBS + c
             pidx[j] = int64(pr) * int64(K >> 2) + int64((warp * uint32(UPB * 4) + t) * uint32(4))
+            if c == 3:
+                pidx[j] = ONES_COL
+            elif m >= M:
+                pidx[j] = ZERO_COL
             # this lane's activation row of tile j, for the unit sums (rows past M read row M-1)
             mc = min(uint32(2 * j) + (t >> uint32(1)), uint32(M - 1))
             aidx[j] = int64(M0 + mc) * int64(K // UNIT) + int64(warp * uint32(UPB))
@@ -423,7 +430,8 @@ def _make_q2_body(nt: int, group: int):
             qb += WARPS * HPB
             qs += WARPS * HPB
             for j in range(nt):
-                pidx[j] += WARPS * UPB * 16
+                if pidx[j] >= 0:
+                    pidx[j] += WARPS * UPB * 16
                 aidx[j] += WARPS * UPB
         # the warps' partial sums -> shared memory -> one rounding per output
         for j in range(nt):
@@ -491,8 +499,8 @@ def ptx_specs() -> list[tuple[str, object, str]]:
 class ExactOperands:
     """Activations converted once (:func:`prepare_device`) for any number of exact GEMVs.
 
-    ``limbs`` uint32 [2 + 3M, K/4]: a row of zeros, a row of ones, then the
-    three byte-limb rows of each activation row in kernel order;
+    ``limbs`` uint32 [3M, K/4]: the three byte-limb rows of each activation
+    row in kernel order;
     ``unit_sums`` int32 [M, K/64]; ``exponents`` int32 [M] (E_m, or
     :data:`SPECIAL_ROW`).
     """
@@ -507,7 +515,7 @@ class ExactOperands:
     def allocate(cls, m: int, k: int, stream=0) -> ExactOperands:
         check_k(k)
         return cls(
-            cuda.device_array((LIMB_ROW0 + LIMBS * m, k // 4), np.uint32, stream=stream),
+            cuda.device_array((LIMBS * m, k // 4), np.uint32, stream=stream),
             cuda.device_array((m, k // UNIT), np.int32, stream=stream),
             cuda.device_array((m,), np.int32, stream=stream),
             m,
