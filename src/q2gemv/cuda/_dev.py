@@ -22,8 +22,6 @@ shfl_xor           cuda.shfl_xor_sync, full mask        per-warp exchange + barr
 ld_bf16x8          one ld.global.nc.v4.u32 (16 bytes)   eight uint16 reads
 ld_f32x4           one 16-byte vector load              four float32 reads
 ld_u32x4           one ld.global.nc.v4.u32 (16 bytes)   four uint32 reads
-ld_u16x8           the same, uint16 array: 4 words      eight uint16 reads, paired
-syncwarp           cuda.syncwarp (full mask)            32-lane barrier
 mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
                    s32 (IMMA), warp-collective          product in NumPy
 bitlen64           64 - clz (64-bit)                    int.bit_length
@@ -188,19 +186,6 @@ if SIMULATED:
     def bitlen64(x):
         return np.int64(int(x).bit_length())
 
-    @_device
-    def ld_u16x8(arr, i):
-        w = [
-            np.uint32(arr[i + 2 * j]) | (np.uint32(arr[i + 2 * j + 1]) << np.uint32(16))
-            for j in range(4)
-        ]
-        return w[0], w[1], w[2], w[3]
-
-    @_device
-    def syncwarp():
-        (_, barrier), _, thread = _warp_exchange()
-        barrier.wait(thread)
-
 else:
     from numba import types
     from numba.cuda import libdevice
@@ -289,12 +274,10 @@ else:
     ld_f32x4 = intrinsic(_ld_f32x4)
 
     def _ld_u32x4(typingctx, arr, i):
-        """The 16 bytes at ``&arr[i]`` (1-D, contiguous) as 4 uint32 by one ``ld.global.nc.v4.u32``.
+        """``arr[i .. i+3]`` (uint32, 1-D, contiguous) by one ``ld.global.nc.v4.u32``.
 
-        ``ld_u32x4`` on uint32 arrays (``arr[i .. i+3]``), ``ld_u16x8`` on uint16
-        arrays (``arr[i .. i+7]``, paired low half first). The caller
-        guarantees a 16-byte aligned address, and that nothing writes ``arr``
-        during the kernel (the read-only path).
+        The caller guarantees ``i % 4 == 0`` and a 16-byte aligned array, and
+        that nothing writes ``arr`` during the kernel (the read-only path).
         """
         sig = types.UniTuple(types.uint32, 4)(arr, i)
 
@@ -316,11 +299,6 @@ else:
         return sig, codegen
 
     ld_u32x4 = intrinsic(_ld_u32x4)
-    ld_u16x8 = intrinsic(_ld_u32x4)  # same 16-byte load; the element type only scales the index
-
-    @_device
-    def syncwarp():
-        cuda.syncwarp(FULL_MASK)
 
     def _mma_u8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         """``D = A @ B + C`` for one ``mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32``.

@@ -49,7 +49,7 @@ from numba import cuda, int32, int64, uint16, uint32, uint64
 
 from .. import launch
 from ..formats import q2_0 as fmt
-from ._dev import bitlen64, ld_bf16x8, ld_u16x8, ld_u32x4, mma_u8, shfl_xor, syncwarp
+from ._dev import bitlen64, ld_bf16x8, ld_u32x4, mma_u8, shfl_xor
 
 PREP_MAX_THREADS = 1024
 WARPS = 8  # warps per CTA, splitting K
@@ -261,15 +261,6 @@ def tiles_for(m: int) -> int:
     return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
 
 
-# Blocks of one row that a warp stages into shared memory at once (about 140
-# bytes per row: 10 chunks of 16 bytes), and the row stride of its staging
-# area in uint32 words: 44 = 12 mod 32 puts the rows g = 0..7 that a word read
-# touches on distinct banks (up to the row's own 16-byte misalignment).
-STAGE_BLOCKS = {64: 8, 128: 4}
-STAGE_CHUNKS = 10
-STAGE_ROW_WORDS = 44
-
-
 def _make_q2_body(nt: int, group: int):
     """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``.
 
@@ -280,72 +271,43 @@ def _make_q2_body(nt: int, group: int):
     exchange with lane t ^ 1 gives lane t everything for weight row
     ``g + 8 * (t % 2)``: one exact block sum per lane and tile.
 
-    Weights: warp w takes a contiguous range of each row's blocks and stages
-    :data:`STAGE_BLOCKS` of them for its 16 rows at a time into its own part
-    of shared memory with 16-byte loads (the 16-byte chunks that cover each
-    row's bytes), then reads its words from there. Reading them straight
-    from global memory (2-byte loads spread over 8 rows per instruction) kept
-    the L1 load pipe 72% busy and the kernel at 60-75 us for 16384x16384 M=1
-    (ncu "Mem Busy"), whatever the number of blocks in flight.
+    Each warp takes one block at a time: its loads (weights, B operands,
+    sums), then its products. Measured on the H200 (``benchmarks/bench_exact.py
+    --sweep``, 16384x16384): batches of 2, 4 or 8 blocks loaded before any is
+    multiplied, with or without double buffering, were never faster (M=1:
+    59.6 us one at a time, 60.0 with 2, 73.6 with 4; the registers they hold
+    cost occupancy).
     """
     MM = 2 * nt  # noqa: N806 - activation rows per launch at most
     RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
     FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
     UPB = group // UNIT  # noqa: N806 - units (4 words of 16 codes) per block
     HPB = group // 8 + 1  # noqa: N806 - uint16 halves per block, scale included
+    NW = 2 * UPB  # noqa: N806 - weight words held: (unit, row g / g + 8)
     NB = 4 * UPB * nt  # noqa: N806 - B registers held: (unit, tile, 4)
     NC = 4 * nt  # noqa: N806 - C registers: (tile, 4)
-    NWV = 2 * UPB  # noqa: N806 - weight words held: (unit, row g / g + 8)
-    S = STAGE_BLOCKS[group]  # noqa: N806
-    CH = STAGE_CHUNKS  # noqa: N806
-    RSW = STAGE_ROW_WORDS  # noqa: N806
-    STG = WARPS * ROWS_PER_CTA * RSW  # noqa: N806
-    CPL = -(-ROWS_PER_CTA * CH // 32)  # noqa: N806 - chunks each lane copies per stage
-    assert (S * 2 * HPB + 15 + 15) // 16 <= CH and CH * 4 <= RSW
 
     @cuda.jit(device=True, inline="always")
-    def stage(B16, stg, wbase, row0, n_rows, nb, bs, nblk, lane):  # noqa: N803
-        """Copy blocks bs .. bs+nblk-1 of the CTA's 16 rows into this warp's staging area.
+    def load_block(P32, ASUM, B16, qa, qb, qs, pidx, aidx, wv, sv, bq, av):  # noqa: N803
+        """Everything one block needs: words of rows g, g + 8, this lane's scale, B operands, sums.
 
-        Row r's bytes go to ``stg[wbase + r * RSW ...]`` from the 16-byte chunk
-        that holds its first byte; a chunk past the end of the weight (its
-        last bytes, when they do not fill a chunk) is read half by half.
+        The indices are where this lane's first word of rows g / g + 8 (``qa``,
+        ``qb``, uint16 halves), its row's scale (``qs``), its B operand of each
+        tile (``pidx``, uint32) and its activation sum of each tile (``aidx``)
+        are for this block; the caller advances them block to block (one add
+        each: the address math stays out of the loop).
         """
-        nh = uint32(len(B16))
-        for i in range(CPL):
-            f = lane + uint32(32 * i)
-            if f < uint32(ROWS_PER_CTA * CH):
-                r = f // uint32(CH)
-                ci = f - r * uint32(CH)
-                h0 = min(row0 + r, n_rows - uint32(1)) * nb * uint32(HPB) + bs * uint32(HPB)
-                c = (h0 >> uint32(3)) + ci
-                if c * uint32(8) < h0 + nblk * uint32(HPB):
-                    d = wbase + r * uint32(RSW) + ci * uint32(4)
-                    if c * uint32(8) + uint32(8) <= nh:
-                        stg[d], stg[d + 1], stg[d + 2], stg[d + 3] = ld_u16x8(
-                            B16, int64(c * uint32(8))
-                        )
-                    else:
-                        for q in range(4):
-                            lo = c * uint32(8) + uint32(2 * q)
-                            w = uint32(B16[lo]) if lo < nh else uint32(0)
-                            if lo + uint32(1) < nh:
-                                w |= uint32(B16[lo + uint32(1)]) << uint32(16)
-                            stg[d + q] = w
-
-    @cuda.jit(device=True, inline="always")
-    def staged_word(stg, base, hx):
-        """The 32 bits at half ``hx`` of a staged row (``base``: its first word): 2 reads, 1 funnel."""
-        i = base + (hx >> uint32(1))
-        two = (uint64(stg[i + uint32(1)]) << uint64(32)) | uint64(stg[i])
-        return uint32((two >> uint64(16 * (hx & uint32(1)))) & uint64(0xFFFFFFFF))
-
-    @cuda.jit(device=True, inline="always")
-    def load_acts(P32, ASUM, pidx, aidx, bq, av):  # noqa: N803
-        """The block's B operands of each tile and unit (constant columns load nothing) and sums."""
+        sv[0] = uint32(B16[qs])
         for v in range(UPB):
+            ia = qa + 8 * v
+            ib = qb + 8 * v
+            wv[2 * v] = uint32(B16[ia]) | (uint32(B16[ia + 1]) << uint32(16))
+            wv[2 * v + 1] = uint32(B16[ib]) | (uint32(B16[ib + 1]) << uint32(16))
             for j in range(nt):
                 o = 4 * (v * nt + j)
+                # lanes of the constant columns load nothing: the load pipe, not the
+                # arithmetic, bounds this kernel (ncu: 72% "Mem Busy" when every lane
+                # loaded its column, zeros and ones included, from two constant rows)
                 if pidx[j] >= 0:
                     bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
                 else:
@@ -419,7 +381,7 @@ def _make_q2_body(nt: int, group: int):
         cf = cuda.local.array(NC, int32)
         bq = cuda.local.array(NB, uint32)
         av = cuda.local.array(nt, int32)
-        wv = cuda.local.array(NWV, uint32)
+        wv = cuda.local.array(NW, uint32)
         sv = cuda.local.array(1, uint32)
         tid = uint32(cuda.threadIdx.x)
         warp = tid >> uint32(5)
@@ -433,12 +395,12 @@ def _make_q2_body(nt: int, group: int):
         # rows past N (the last CTA's tail) read row N-1 and are never stored
         ha = uint32(min(row0 + g, n_rows - uint32(1)) * nb * uint32(HPB))
         hb = uint32(min(row0 + g + uint32(8), n_rows - uint32(1)) * nb * uint32(HPB))
-        stg = cuda.shared.array(STG, uint32)
-        wbase = warp * uint32(ROWS_PER_CTA * RSW)
-        cpw = (nb + uint32(WARPS - 1)) // uint32(WARPS)  # blocks per warp
-        b0 = min(warp * cpw, nb)
-        b1 = min(b0 + cpw, nb)
-        # running indices of block b0 (B operands, unit sums); each block adds one block
+        # running indices of block `warp` (see load_block); each step adds WARPS blocks.
+        # 64-bit on purpose: loads at constant offsets from one index then share one
+        # address (immediate offsets); uint32 indices were re-masked at every load.
+        qa = int64(ha) + int64(warp * uint32(HPB) + uint32(1) + uint32(2) * t)
+        qb = int64(hb) + int64(warp * uint32(HPB) + uint32(1) + uint32(2) * t)
+        qs = int64(hb if (t & uint32(1)) != 0 else ha) + int64(warp * uint32(HPB))
         pidx = cuda.local.array(nt, int64)
         aidx = cuda.local.array(nt, int64)
         for j in range(nt):
@@ -446,45 +408,31 @@ def _make_q2_body(nt: int, group: int):
             m = 2 * j + int32(g >> uint32(2))
             c = int32(g & uint32(3))
             pr = (M0 + m) * LIMBS + c
-            pidx[j] = int64(pr) * int64(K >> 2) + int64((b0 * uint32(UPB * 4) + t) * uint32(4))
+            pidx[j] = int64(pr) * int64(K >> 2) + int64((warp * uint32(UPB * 4) + t) * uint32(4))
             if c == 3:
                 pidx[j] = ONES_COL
             elif m >= M:
                 pidx[j] = ZERO_COL
             # this lane's activation row of tile j, for the unit sums (rows past M read row M-1)
             mc = min(uint32(2 * j) + (t >> uint32(1)), uint32(M - 1))
-            aidx[j] = int64(M0 + mc) * int64(K // UNIT) + int64(b0 * uint32(UPB))
+            aidx[j] = int64(M0 + mc) * int64(K // UNIT) + int64(warp * uint32(UPB))
         for i in range(nt):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
         bad = False
-        # where rows g, g + 8 and this lane's own row start in their staged copies (uint16 halves)
-        sa = wbase + g * uint32(RSW)
-        sb = sa + uint32(8 * RSW)
-        so = sb if (t & uint32(1)) != 0 else sa
-        bs = b0
-        while bs < b1:
-            nblk = min(uint32(S), b1 - bs)
-            syncwarp()  # the previous stage's reads are done
-            stage(B16, stg, wbase, row0, n_rows, nb, bs, nblk, lane)
-            syncwarp()
-            xa = ((ha + bs * uint32(HPB)) & uint32(7)) + uint32(1) + uint32(2) * t
-            xb = ((hb + bs * uint32(HPB)) & uint32(7)) + uint32(1) + uint32(2) * t
-            xs = ((hb if (t & uint32(1)) != 0 else ha) + bs * uint32(HPB)) & uint32(7)
-            for bi in range(nblk):
-                load_acts(P32, ASUM, pidx, aidx, bq, av)
-                off = uint32(bi) * uint32(HPB)
-                sv[0] = staged_word(stg, so, xs + off) & uint32(0xFFFF)
-                for v in range(UPB):
-                    wv[2 * v] = staged_word(stg, sa, xa + off + uint32(8 * v))
-                    wv[2 * v + 1] = staged_word(stg, sb, xb + off + uint32(8 * v))
-                mac_block(t, wv, sv, bq, av, cf, acc_hi, acc_lo)
-                bad = bad or (sv[0] & uint32(0x7C00)) == uint32(0x7C00)
-                for j in range(nt):
-                    if pidx[j] >= 0:
-                        pidx[j] += UPB * 16
-                    aidx[j] += UPB
-            bs = uint32(bs + nblk)
+        b = warp
+        while b < nb:
+            load_block(P32, ASUM, B16, qa, qb, qs, pidx, aidx, wv, sv, bq, av)
+            mac_block(t, wv, sv, bq, av, cf, acc_hi, acc_lo)
+            bad = bad or (sv[0] & uint32(0x7C00)) == uint32(0x7C00)
+            b = uint32(b + uint32(WARPS))
+            qa += WARPS * HPB
+            qb += WARPS * HPB
+            qs += WARPS * HPB
+            for j in range(nt):
+                if pidx[j] >= 0:
+                    pidx[j] += WARPS * UPB * 16
+                aidx[j] += WARPS * UPB
         # the warps' partial sums -> shared memory -> one rounding per output
         for j in range(nt):
             slot = (warp * uint32(ROWS_PER_CTA) + rl) * uint32(MM) + uint32(2 * j) + (t >> 1)
