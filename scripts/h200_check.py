@@ -4,7 +4,9 @@
 
 Q2_0: q2_0_gemv, q2_0_gemv_vec, q2_0_gemv_vec_batchm on 5120x5120,
 17408x5120 and 5120x17408 (N x K), both groups, M in 1..9, 16, 17, random
-codes including code 3. NVFP4 tiers too, when the W4A16 family is present.
+codes including code 3. The exact contract's q2_0_gemv_exact on the same
+shapes and groups, M in 1..9, 16, 17, 33, activations with a few 1000x
+outliers. NVFP4 tiers too, when the W4A16 family is present.
 The reference is computed once per (shape, group) for the largest M: rows
 are independent, so the first M rows are the expectation for every M.
 Prints a summary table last; writes a CSV under --out.
@@ -69,6 +71,46 @@ def q2_rows(rng, quick: bool) -> list[dict]:
     return rows
 
 
+def exact_rows(rng, quick: bool) -> list[dict]:
+    from q2gemv.cuda import exact as excuda
+    from q2gemv.reference.exact import q2_0_gemv_exact
+
+    rows = []
+    ms = (*MS, 33)
+    for n, k in SHAPES[:1] if quick else SHAPES:
+        for g in (64, 128):
+            codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
+            scales = (rng.standard_normal((n, k // g)) * 0.02).astype(np.float32)
+            w = Q2Weight.from_codes(codes, scales, group=g)
+            dw = q2cuda.DeviceQ2Weight.upload(w)
+            a32 = rng.standard_normal((max(ms), k)).astype(np.float32)
+            a32[:, rng.integers(0, k, 4)] *= 1000.0  # "massive activations"
+            a = a32.astype(BF16)
+            t0 = time.perf_counter()
+            want = q2_0_gemv_exact(a, w).view(np.uint16)
+            t_ref = time.perf_counter() - t0
+            for m in ms:
+                got = excuda.run_q2(a[:m].view(np.uint16), dw)
+                rep = compare_bits(got, want[:m])
+                rows.append(
+                    dict(
+                        family="q2_0",
+                        kernel="q2_0_gemv_exact",
+                        n=n,
+                        k=k,
+                        group=g,
+                        m=m,
+                        elements=got.size,
+                        mismatches=rep.mismatches,
+                        ref_s=round(t_ref, 2),
+                    )
+                )
+                if not rep.ok:
+                    print(rep.format(f"q2_0_gemv_exact {n}x{k} g{g} m={m}"), file=sys.stderr)
+            print(f"q2_0 exact {n}x{k} g{g}: done", file=sys.stderr, flush=True)
+    return rows
+
+
 def w4a16_rows(rng, quick: bool) -> list[dict]:
     try:
         from q2gemv.cuda import w4a16 as wcuda
@@ -114,7 +156,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("."))
     args = p.parse_args()
     rng = np.random.default_rng(2026)
-    rows = q2_rows(rng, args.quick) + w4a16_rows(rng, args.quick)
+    rows = exact_rows(rng, args.quick) + q2_rows(rng, args.quick) + w4a16_rows(rng, args.quick)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "h200_check.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-FAMILIES = ("q2_0", "w4a16")
+FAMILIES = ("q2_0", "w4a16", "q2_0_exact")
 SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
 POISON = 0xFFFF
 REPO = Path(__file__).resolve().parents[1]
@@ -83,6 +83,18 @@ def _w4_cases():
         cases.append((name, 4097, 5120, max_m))
     for m in (1, 5, 7, 8, 9, 17, 33):
         cases.append((None, 9, 528, m))
+    return cases
+
+
+def _exact_cases():
+    """(group, n, k, m) for q2_0_gemv_exact: row tails, blocks past the 8 warps, every tile count, chunks."""
+    cases = []
+    for group in (64, 128):
+        for n in (1, 7, 17):
+            for m in (1, 2, 3, 5, 9, 17):
+                cases.append((group, n, group * 9, m))
+        cases.append((group, 4097, 5120, 16))
+        cases.append((group, 4097, 5120, 33))
     return cases
 
 
@@ -147,6 +159,9 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         q2_cases, w4_cases = _smoke(q2_cases, 2), _smoke(w4_cases, 1)
     q2_cases = q2_cases if "q2_0" in families else []
     w4_cases = w4_cases if "w4a16" in families else []
+    ex_cases = _exact_cases() if "q2_0_exact" in families else []
+    if smoke:
+        ex_cases = [c for c in ex_cases if c[1] <= 7 and c[3] <= 3][:2]
     for name, group, n, k, m in q2_cases:
         key = ("q2", group, n, k)
         if key not in weights:
@@ -184,6 +199,26 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         d_a = cuda.to_device(np.ascontiguousarray(a.view(np.uint16)))
         got = _poisoned_run(launches, d_a, dw, m, n, w4cuda.launch_raw)
         check(f"{name or 'auto-plan'} n={n} k={k} m={m}", got, refs[key][:m])
+    from q2gemv.cuda import exact as excuda
+    from q2gemv.reference.exact import q2_0_gemv_exact
+
+    for group, n, k, m in ex_cases:
+        key = ("ex", group, n, k)
+        if key not in weights:
+            codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
+            scales = (rng.standard_normal((n, k // group)) * 0.05).astype(np.float16)
+            scales.reshape(-1)[0] = np.inf  # one non-finite scale: a NaN column
+            w = Q2Weight.from_codes(codes, scales, group=group)
+            weights[key] = (w, q2cuda.DeviceQ2Weight.upload(w), acts(33, k))
+            refs[key] = q2_0_gemv_exact(weights[key][2], w).view(np.uint16)
+        w, dw, a33 = weights[key]
+        d_a = cuda.to_device(np.ascontiguousarray(a33[:m].view(np.uint16)))
+        d_out = cuda.to_device(np.full((m, n), POISON, np.uint16))
+        excuda.launch_q2(excuda.prepare_device(d_a), dw, d_out)
+        cuda.synchronize()
+        check(
+            f"q2_0_gemv_exact group={group} n={n} k={k} m={m}", d_out.copy_to_host(), refs[key][:m]
+        )
     print(f"total: {checked} cases, {len(failures)} failed", flush=True)
     for f in failures:
         print("FAIL", f, flush=True)
