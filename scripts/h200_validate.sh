@@ -24,9 +24,9 @@ export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 declare -A CMD=(
   [check]="python3 scripts/h200_check.py --out $OUT"
   [verify]="python3 -m q2gemv.cli verify --brief"
-  [pytest]="python3 -m pytest -q -p no:cacheprovider tests/test_q2_cuda.py tests/test_w4a16_cuda.py tests/test_dev_twins.py tests/test_interop_device.py tests/test_golden.py"
+  [pytest]="python3 -m pytest -q -p no:cacheprovider tests/test_q2_cuda.py tests/test_w4a16_cuda.py tests/test_dev_twins.py tests/test_interop_device.py tests/test_golden.py tests/test_exact_cuda.py tests/test_api_exact.py tests/test_api_edges_runtime.py"
   [fuzz]="python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_fuzz.py --hypothesis-show-statistics"
-  [san-race-q2]="python3 scripts/sanitize_h200.py --tools racecheck --families q2_0 --timeout $((LIMIT - 20)) --log-dir $OUT"
+  [san-race-q2]="python3 scripts/sanitize_h200.py --tools racecheck --families q2_0,q2_0_exact --timeout $((LIMIT - 20)) --log-dir $OUT"
   [san-race-w4]="python3 scripts/sanitize_h200.py --tools racecheck --families w4a16 --timeout $((LIMIT - 20)) --log-dir $OUT"
   [san-mem]="python3 scripts/sanitize_h200.py --tools memcheck --timeout $((LIMIT - 20)) --log-dir $OUT"
   [san-other]="python3 scripts/sanitize_h200.py --tools initcheck,synccheck --timeout $(((LIMIT - 30) / 2)) --log-dir $OUT"
