@@ -35,8 +35,8 @@ Two kernels:
   any K); the warps' accumulators are summed in shared memory and rounded
   once to bf16 (:func:`round_fixed_bf16`).
 
-Up to :data:`MAX_M` activation rows per launch (compile-time groups of 4);
-more rows are chunked by the launcher, which changes no bit.
+Up to :data:`MAX_M` activation rows per launch (built for 1, 2 or 4 tiles of
+2 rows); more rows are chunked by the launcher, which changes no bit.
 """
 
 from __future__ import annotations
@@ -55,7 +55,10 @@ PREP_MAX_THREADS = 1024
 WARPS = 8  # warps per CTA, splitting K
 ROWS_PER_CTA = 16  # one m16 tile of weight rows
 THREADS = 32 * WARPS
-MAX_M = 16  # activation rows per launch: 4 groups of 4
+# Activation rows per launch. 16 (8 tiles) needs about 180 registers (one CTA
+# per SM); two launches of 8 were faster (H200, 16384x16384: 2 x 112.5 us
+# against 253.6 us at M=16; 5120x5120: 2 x 17.8 against 37.5 us).
+MAX_M = 8
 UNIT = 64  # codes per unit: both groups are whole units; one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
 ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the code sums)
@@ -255,7 +258,7 @@ def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
 
 
 def tiles_for(m: int) -> int:
-    """B tiles (8 columns = 2 activation rows) a launch of ``m`` rows (1..16) is built with."""
+    """B tiles (8 columns = 2 activation rows) a launch of ``m`` rows (1..MAX_M) is built with."""
     if not 1 <= m <= MAX_M:
         raise ValueError(f"m: q2_0_gemv_exact serves 1..{MAX_M} rows per launch, got {m}")
     return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
@@ -487,7 +490,7 @@ def ptx_specs() -> list[tuple[str, object, str]]:
     specs += [
         (f"q2_0_gemv_exact@m{2 * nt}g{group}", _make_q2_body(nt, group), Q2_SIGNATURE)
         for group in fmt.GROUPS
-        for nt in (1, 2, 4, 8)
+        for nt in (1, 2, 4)
     ]
     return specs
 
@@ -586,7 +589,7 @@ def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> li
     """Pre-bound launches (:class:`~q2gemv.cuda.prebound.PreboundLaunch`) of one exact GEMV.
 
     ``exact_prepare`` on ``d_a`` (skipped when ``ops`` is given, the operands
-    of an earlier prepare), then ``q2_0_gemv_exact`` per chunk of 16 rows.
+    of an earlier prepare), then ``q2_0_gemv_exact`` per chunk of :data:`MAX_M` rows.
     """
     from .prebound import PreboundLaunch
 
