@@ -23,6 +23,11 @@ import numpy as np
 THREADS_PER_CTA = 256
 BF16_BYTES = 2
 Q2_BATCHM_MAX_M = 8
+# q2_0_gemv_exact: activation rows per launch. A 16-row build held about 180
+# registers (one CTA per SM); two 8-row launches measured faster on the H200
+# (16384x16384: 2 x 112.5 us against 253.6 us at M=16; 5120x5120: 2 x 17.8
+# against 37.5 us). Chunking is free under the exact contract.
+Q2_EXACT_MAX_M = 8
 
 Q2_ROWS_PER_CTA = {
     "q2_0_gemv": 4,  # 2 warps per row

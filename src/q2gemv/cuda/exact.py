@@ -55,10 +55,7 @@ PREP_MAX_THREADS = 1024
 WARPS = 8  # warps per CTA, splitting K
 ROWS_PER_CTA = 16  # one m16 tile of weight rows
 THREADS = 32 * WARPS
-# Activation rows per launch. 16 (8 tiles) needs about 180 registers (one CTA
-# per SM); two launches of 8 were faster (H200, 16384x16384: 2 x 112.5 us
-# against 253.6 us at M=16; 5120x5120: 2 x 17.8 against 37.5 us).
-MAX_M = 8
+MAX_M = launch.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
 UNIT = 64  # codes per unit: both groups are whole units; one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
 ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the code sums)
