@@ -174,3 +174,109 @@ def test_ld_f32x4_reads_four_consecutive_shared_floats():
     out = o_d.copy_to_host()
     want = np.roll(src.reshape(64, 4), -1, axis=0)
     assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+# -- integer helpers of the exact kernels (mma_u8, bitlen64, ld_u32x4) ------------
+
+
+@cuda.jit
+def _mma_kernel(a, b, c, d1, d2):
+    """Each warp: D1 = A @ B + C, then D2 = A @ B + D1 (the helper called twice in a row)."""
+    i = cuda.grid(1)
+    r0, r1, r2, r3 = _dev.mma_u8(
+        a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[i, 0], b[i, 1], c[i, 0], c[i, 1], c[i, 2], c[i, 3]
+    )
+    d1[i, 0], d1[i, 1], d1[i, 2], d1[i, 3] = r0, r1, r2, r3
+    d2[i, 0], d2[i, 1], d2[i, 2], d2[i, 3] = _dev.mma_u8(
+        a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[i, 0], b[i, 1], r0, r1, r2, r3
+    )
+
+
+def _pack4(x) -> np.uint32:
+    """4 bytes, element 0 in the lowest byte (PTX packs .u8 fragments so)."""
+    return np.uint32(sum(int(v) << (8 * j) for j, v in enumerate(x)))
+
+
+def _mma_fragments(am, bm, cm):
+    """Per-lane registers of mma.m16n8k32 .u8, by the PTX ISA's per-element formulas.
+
+    groupID g = lane >> 2, threadID_in_group t = lane % 4. A element i (0..15):
+    row g for i in 0..3, 8..11 and g + 8 otherwise; column 4t + (i & 3), + 16
+    for i >= 8. B element i (0..7): row 4t + (i & 3), + 16 for i >= 4; column
+    g. C/D element i (0..3): row g for i < 2, else g + 8; column 2t + (i & 1).
+    """
+    a = np.zeros((32, 4), np.uint32)
+    b = np.zeros((32, 2), np.uint32)
+    c = np.zeros((32, 4), np.int32)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        ael = [am[g + 8 * ((i >> 2) & 1), 4 * t + (i & 3) + 16 * (i >= 8)] for i in range(16)]
+        bel = [bm[4 * t + (i & 3) + 16 * (i >= 4), g] for i in range(8)]
+        a[lane] = [_pack4(ael[4 * r : 4 * r + 4]) for r in range(4)]
+        b[lane] = [_pack4(bel[:4]), _pack4(bel[4:])]
+        c[lane] = [cm[g + 8 * (i >> 1), 2 * t + (i & 1)] for i in range(4)]
+    return a, b, c
+
+
+def test_mma_u8_is_the_ptx_m16n8k32_product():
+    """Two warps, each its own 16x32 @ 32x8 u8 product plus C; every lane gets its D fragment."""
+    rng = np.random.default_rng(40)
+    frags, want1, want2 = [], [], []
+    for w in range(2):
+        am = rng.integers(0, 256, (16, 32))
+        bm = rng.integers(0, 256, (32, 8))
+        if w == 1:
+            am[:, :] = 255  # the largest products: 32 * 255**2 per element
+            bm[:, 0] = 0
+        cm = rng.integers(-(2**30), 2**30, (16, 8))
+        prod = am @ bm
+        frags.append(_mma_fragments(am, bm, cm))
+        want1.append(_mma_fragments(am, bm, prod + cm)[2])
+        want2.append(_mma_fragments(am, bm, 2 * prod + cm)[2])
+    a, b, c = (np.concatenate([f[i] for f in frags]) for i in range(3))
+    d1, d2 = np.zeros((64, 4), np.int32), np.zeros((64, 4), np.int32)
+    _mma_kernel[1, 64](a, b, c, d1, d2)
+    assert_bits_equal(d1, np.concatenate(want1), "mma_u8 D = A @ B + C")
+    assert_bits_equal(d2, np.concatenate(want2), "mma_u8 chained")
+
+
+@cuda.jit
+def _bitlen_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = _dev.bitlen64(x[i])
+
+
+def test_bitlen64_edges_and_random():
+    edges = [0, 1, 2, 3, 255, 256, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
+    rng = np.random.default_rng(41)
+    wide = rng.integers(2**62, 2**63, 21, np.uint64)
+    rand = [int(v) >> s for v, s in zip(wide, range(0, 63, 3), strict=True)]  # every width
+    rand += [(int(v) << 1) | 1 for v in wide[:8]]  # 64 bits wide
+    vals = edges + rand
+    x = np.array(vals, np.uint64)
+    out = np.zeros(len(vals), np.int64)
+    _bitlen_kernel[1, len(vals)](x, out)
+    assert out.tolist() == [v.bit_length() for v in vals]
+    assert out[: len(edges)].tolist() == [0, 1, 2, 2, 8, 9, 32, 32, 33, 63, 63, 64, 64]
+
+
+@cuda.jit
+def _ld_u32x4_kernel(src, out):
+    """Thread t reads the 4 words at 4 * ((7t + 3) % 64): scattered 16-byte loads."""
+    t = cuda.threadIdx.x
+    j = 4 * ((7 * t + 3) % 64)
+    out[t, 0], out[t, 1], out[t, 2], out[t, 3] = _dev.ld_u32x4(src, j)
+
+
+def test_ld_u32x4_reads_four_consecutive_words():
+    rng = np.random.default_rng(42)
+    src = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
+    src[:4] = [0, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF]
+    out = np.zeros((64, 4), np.uint32)
+    _ld_u32x4_kernel[1, 64](cuda.to_device(src), o_d := cuda.to_device(out))
+    out = o_d.copy_to_host()
+    idx = 4 * ((7 * np.arange(64) + 3) % 64)
+    want = src.reshape(64, 4)[idx // 4]
+    assert out.dtype == np.uint32
+    assert np.array_equal(out, want)
