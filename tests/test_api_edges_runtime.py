@@ -22,6 +22,7 @@ from q2gemv.backends import gpu_present, simulator_active
 from q2gemv.check import assert_bits_equal
 from q2gemv.formats.bf16 import BF16
 from q2gemv.reference import q2_0 as ref_q2
+from q2gemv.reference.exact import q2_0_gemv_exact
 
 # -- backend="cuda" where nothing serves it ---------------------------------------------------
 
@@ -115,7 +116,7 @@ def test_simulator_calls_from_four_threads_are_serialised_with_the_same_bits():
     from numba import cuda
 
     w, w4, a = _case(7, 128, 1, seed=11)
-    want_q2 = ref.q2_0_gemv_vec(a, w).view(np.uint16)
+    want_q2 = q2_0_gemv_exact(a, w).view(np.uint16)  # Q2_0's default contract
     want_w4 = ref.w4a16_gemv(a, w4).view(np.uint16)
     dw = w.to_device()
     jobs = [
@@ -160,7 +161,7 @@ def test_gpu_threads_and_streams():
     from numba import cuda
 
     w, w4, a = _case(4096, 2048, 9, seed=13)
-    want_q2 = ref.q2_0_gemv_vec(a, w).view(np.uint16)
+    want_q2 = q2_0_gemv_exact(a, w).view(np.uint16)  # Q2_0's default contract
     want_w4 = ref.w4a16_gemv(a, w4).view(np.uint16)
     from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
 

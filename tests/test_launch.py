@@ -110,9 +110,10 @@ def test_default_q2_kernel_rule():
     big = q2gemv.Q2Weight.from_codes(
         np.ones((Q2_RT4_MIN_N, 64), np.uint8), np.ones((Q2_RT4_MIN_N, 1), np.float32), group=64
     )
-    assert q2gemv.plan(big, 1) == [(0, 1, "q2_0_gemv_vec_rt4")]
-    assert q2gemv.plan(big, 2) == [(0, 2, "q2_0_gemv_vec_batchm_rt2")]
-    assert q2gemv.plan(big, 9) == [
+    # the seed contract's rule (numerics="seed"; Q2_0's default is the exact kernel)
+    assert q2gemv.plan(big, 1, numerics="seed") == [(0, 1, "q2_0_gemv_vec_rt4")]
+    assert q2gemv.plan(big, 2, numerics="seed") == [(0, 2, "q2_0_gemv_vec_batchm_rt2")]
+    assert q2gemv.plan(big, 9, numerics="seed") == [
         (0, 8, "q2_0_gemv_vec_batchm_rt2"),
         (8, 1, "q2_0_gemv_vec_batchm_rt2"),
     ]

@@ -1,8 +1,11 @@
 """q2gemv: bit-exact low-bit decode GEMV kernels (GGUF Q2_0 ternary, NVFP4 W4A16).
 
 Every numba.cuda kernel sits beside a NumPy reference (``q2gemv.reference``)
-that reproduces its fp32 operation order bit for bit. Importing this package
-is light: numba and the kernels load on first use.
+with the same bits. Two numerics contracts: ``exact`` (the default for Q2_0:
+the bf16 nearest to the exact sum, whatever the order) and ``seed`` (each
+kernel's documented fp32 order; the default for NVFP4); ``gemv(...,
+numerics=)`` picks one. Importing this package is light: numba and the
+kernels load on first use.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from .check import assert_bits_equal, compare_bits
 from .formats.bf16 import BF16
 from .formats.nvfp4 import Nvfp4Weight, global_scale_from_divisor
 from .formats.q2_0 import Q2Weight, quantize_q2_0
+from .prepared import PreparedActivations, prepare
 from .tiers import (
     W4A16_BATCHM_WIDTHS,
     W4a16BatchmTiers,
@@ -29,6 +33,8 @@ __all__ = [
     "gemv",
     "explain",
     "plan",
+    "prepare",
+    "PreparedActivations",
     "Nvfp4Weight",
     "global_scale_from_divisor",
     "plan_w4a16",

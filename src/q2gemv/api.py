@@ -3,11 +3,23 @@
 Both families go through here: a :class:`~q2gemv.Q2Weight` runs the Q2_0
 kernels, an :class:`~q2gemv.Nvfp4Weight` the W4A16 tiers. Nothing here
 imports numba until a CUDA launch is asked for.
+
+Two numerics contracts (``numerics=``, resolved by :func:`resolve_numerics`):
+
+* ``"exact"`` — the result is a value, not an order: the bf16 nearest to
+  the exact sum (:mod:`q2gemv.reference.exact`, ``docs/numerics.md``), so
+  any kernel, K split or chunking of M gives the same bits. Kernel
+  ``q2_0_gemv_exact``. The default for Q2_0.
+* ``"seed"`` — each kernel's documented fp32 order (the references in
+  :mod:`q2gemv.reference`): the Q2_0 kernels of :data:`Q2_KERNELS` and
+  every W4A16 tier. The default for NVFP4, whose exact kernel does not
+  exist yet.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 
 import numpy as np
@@ -24,6 +36,7 @@ from .backends import (
 from .formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
 from .formats.nvfp4 import Nvfp4Weight
 from .formats.q2_0 import Q2Weight
+from .prepared import PreparedActivations
 
 Q2_KERNELS: dict[str, int] = {  # kernel -> activation rows per launch
     "q2_0_gemv": 1,
@@ -32,6 +45,14 @@ Q2_KERNELS: dict[str, int] = {  # kernel -> activation rows per launch
     "q2_0_gemv_vec_rt4": 1,
     "q2_0_gemv_vec_batchm_rt2": launch.Q2_BATCHM_MAX_M,
 }
+# Kernels of the exact contract -> activation rows per launch (launch.Q2_EXACT_MAX_M; the
+# chunks are cut inside cuda.exact.launch_q2, after one exact_prepare over all rows).
+Q2_EXACT_KERNELS: dict[str, int] = {"q2_0_gemv_exact": launch.Q2_EXACT_MAX_M}
+EXACT_Q2_KERNEL = "q2_0_gemv_exact"
+NUMERICS = ("exact", "seed")
+# The kernels take row counts and offsets as int32: no plan goes beyond this many rows.
+PLAN_MAX_M = 2**31 - 1
+EXPLAIN_MAX_LAUNCHES = 8  # explain lists this many launches, then summarises the rest
 W4A16_KERNELS: dict[str, int] = {  # kernel -> max M per launch
     **{tiers.tier_kernel_name(w): w for w in tiers.W4A16_BATCHM_WIDTHS},
     tiers.BATCH8_RT2: 8,
@@ -139,32 +160,110 @@ def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
             raise ValueError(f"out: must not overlap the weight's bytes (weight.{name})")
 
 
-def plan(weight, m: int, kernel: str | None = None) -> list[tuple[int, int, str]]:
+def resolve_numerics(family: str, numerics: str | None = None, kernel: str | None = None) -> str:
+    """The contract a call runs under, ``"exact"`` or ``"seed"``; errors name the argument.
+
+    Args:
+        family: ``"q2_0"`` or ``"w4a16"`` (:func:`weight_family`).
+        numerics: ``"exact"``, ``"seed"`` or None (the family's default).
+        kernel: the kernel forced by ``kernel=``, or None.
+
+    Rules: ``numerics=None`` resolves per family, Q2_0 -> ``"exact"`` and
+    NVFP4 -> ``"seed"`` (no exact W4A16 kernel exists yet, so an explicit
+    ``numerics="exact"`` on NVFP4 is a ValueError naming ``numerics``). A
+    forced Q2_0 kernel decides when ``numerics`` is None (a seed kernel runs
+    the seed contract: ``kernel=`` wins over the default); a kernel of the
+    other contract than an explicit ``numerics`` is a ValueError naming
+    ``kernel``. Validates ``numerics`` before anything else.
+    """
+    if numerics is not None and (not isinstance(numerics, str) or numerics not in NUMERICS):
+        raise ValueError(
+            f"numerics: expected one of {NUMERICS} or None (the weight family's default), "
+            f"got {numerics!r}"
+        )
+    if family == "w4a16":
+        if numerics == "exact":
+            raise ValueError(
+                "numerics: the exact contract is not yet available for NVFP4 (no exact W4A16 "
+                "kernel yet); leave numerics=None or pass numerics='seed'"
+            )
+        return "seed"
+    if kernel is None:
+        return numerics or "exact"
+    if kernel in Q2_EXACT_KERNELS:
+        if numerics == "seed":
+            raise ValueError(
+                f"kernel: {kernel} computes the exact contract, but numerics='seed' was asked "
+                f"for (seed kernels: {', '.join(Q2_KERNELS)})"
+            )
+        return "exact"
+    if kernel in Q2_KERNELS:
+        if numerics == "exact":
+            raise ValueError(
+                f"kernel: {kernel} computes the seed contract, but numerics='exact' was asked "
+                f"for (the exact kernel: {EXACT_Q2_KERNEL}; or leave numerics=None)"
+            )
+        return "seed"
+    raise ValueError(f"kernel: expected one of {(*Q2_KERNELS, *Q2_EXACT_KERNELS)}, got {kernel!r}")
+
+
+def check_m(m) -> int:
+    """``m`` as an int in ``0 .. PLAN_MAX_M``; ValueError naming ``m`` otherwise.
+
+    The bound keeps :func:`plan` finite (one entry per launch) and matches the
+    kernels' int32 row counts and offsets.
+    """
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+        raise ValueError(f"m: expected an int >= 0, got {m!r}")
+    if m > PLAN_MAX_M:
+        raise ValueError(
+            f"m: expected at most {PLAN_MAX_M} rows (the kernels take int32 row counts), got {m}"
+        )
+    return int(m)
+
+
+def plan(
+    weight, m: int, kernel: str | None = None, *, numerics: str | None = None
+) -> list[tuple[int, int, str]]:
     """The launches ``(row0, rows, kernel)`` that serve ``m`` activation rows.
 
     Args:
         weight: a Q2Weight / Nvfp4Weight (or a device-resident one): picks the family.
-        m: activation rows (int >= 0).
+        m: activation rows (int, 0 <= m <= :data:`PLAN_MAX_M`).
         kernel: a kernel name to force, or None for the default choice.
+        numerics: ``"exact"``, ``"seed"`` or None (per family: Q2_0 exact,
+            NVFP4 seed); see :func:`resolve_numerics`.
 
-    Q2_0: the default kernel (or ``kernel``) in chunks of its rows per launch
-    (1 for the M=1 kernels: one launch per activation row). W4A16: the tier
-    plan of :func:`q2gemv.tiers.plan_w4a16`, or one forced tier, which must
-    cover ``m`` (a forced tier is never chunked silently). Empty for m == 0.
+    Q2_0, exact: ``q2_0_gemv_exact`` in chunks of ``launch.Q2_EXACT_MAX_M`` rows (one
+    ``exact_prepare`` over all rows runs before them; it is not a plan
+    entry). Q2_0, seed: the default kernel (or ``kernel``) in chunks of its
+    rows per launch (1 for the M=1 kernels: one launch per activation row).
+    W4A16: the tier plan of :func:`q2gemv.tiers.plan_w4a16`, or one forced
+    tier, which must cover ``m`` (a forced tier is never chunked silently).
+    Empty for m == 0. The list has one entry per launch, so at most ``m``
+    entries; :func:`explain` summarises long plans instead of listing them.
 
     Raises:
-        TypeError naming ``weight``; ValueError naming ``m`` or ``kernel``.
+        TypeError naming ``weight``; ValueError naming ``m``, ``kernel`` or ``numerics``.
     """
     family, _ = weight_family(weight)
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
-        raise ValueError(f"m: expected an int >= 0, got {m!r}")
+    m = check_m(m)
+    mode = resolve_numerics(family, numerics, kernel)
+    return list(_plan_iter(weight, family, mode, m, kernel))
+
+
+def _plan_iter(weight, family: str, mode: str, m: int, kernel: str | None):
+    """The entries of :func:`plan`, lazily (arguments already checked)."""
     if family == "q2_0":
-        name = default_q2_kernel(m, weight.n) if kernel is None else kernel
-        if name not in Q2_KERNELS:
-            raise ValueError(f"kernel: expected one of {tuple(Q2_KERNELS)}, got {name!r}")
-        return [(r0, rows, name) for r0, rows in launch.batchm_row_chunks(m, Q2_KERNELS[name])]
+        if mode == "exact":
+            name = EXACT_Q2_KERNEL if kernel is None else kernel
+            table = Q2_EXACT_KERNELS
+        else:
+            name = default_q2_kernel(m, weight.n) if kernel is None else kernel
+            table = Q2_KERNELS
+        return ((r0, rows, name) for r0, rows in launch.batchm_row_chunks(m, table[name]))
     if kernel is None:
-        return tiers.plan_w4a16(m, default_w4a16_tiers())
+        return iter(tiers.plan_w4a16(m, default_w4a16_tiers()))
     if kernel not in W4A16_KERNELS:
         raise ValueError(f"kernel: expected one of {tuple(W4A16_KERNELS)}, got {kernel!r}")
     if m > W4A16_KERNELS[kernel]:
@@ -172,7 +271,7 @@ def plan(weight, m: int, kernel: str | None = None) -> list[tuple[int, int, str]
             f"kernel: {kernel} serves at most {W4A16_KERNELS[kernel]} rows, got M={m} "
             "(leave kernel=None to let the tier plan chunk it)"
         )
-    return [(0, m, kernel)] if m else []
+    return iter([(0, m, kernel)] if m else [])
 
 
 def _serialised_in_simulator(fn):
@@ -201,6 +300,7 @@ def gemv(
     backend: str | None = None,
     out: np.ndarray | None = None,
     stream=None,
+    numerics: str | None = None,
 ):
     """``y = a @ dequantize(weight).T`` in bf16, bit-exact across backends.
 
@@ -208,14 +308,18 @@ def gemv(
         a: ``ml_dtypes.bfloat16`` activations, [K] or [M, K] (any M >= 0); or
             activations already on the GPU (see :mod:`q2gemv.cuda.interop`):
             a numba/CuPy device array of uint16 bf16 bits or a CUDA
-            ``torch.bfloat16`` tensor, which stay on the device.
+            ``torch.bfloat16`` tensor, which stay on the device; or the
+            result of :func:`q2gemv.prepare` (Q2_0 weights, exact contract
+            only: the activations converted once for several GEMVs).
         weight: a :class:`~q2gemv.Q2Weight` or :class:`~q2gemv.Nvfp4Weight`
             (or their device-resident forms from ``.to_device()`` /
             ``q2gemv.cuda``, which imply ``backend="cuda"``).
-        kernel: force one kernel. Q2_0: ``"q2_0_gemv"``, ``"q2_0_gemv_vec"``,
+        kernel: force one kernel. Q2_0 exact: ``"q2_0_gemv_exact"`` (chunks
+            of ``launch.Q2_EXACT_MAX_M`` = 8 rows). Q2_0 seed: ``"q2_0_gemv"``, ``"q2_0_gemv_vec"``,
             ``"q2_0_gemv_vec_rt4"`` (M=1 kernels: one launch per activation
             row), ``"q2_0_gemv_vec_batchm"``, ``"q2_0_gemv_vec_batchm_rt2"``
-            (chunks of at most 8 rows). W4A16: any tier
+            (chunks of at most 8 rows); naming one runs the seed contract
+            even with ``numerics`` left None. W4A16: any tier
             (``w4a16_gemv_batch4`` .. ``_batch8``, ``_batch8_rt2``,
             ``_batch16``, ``_batch32``), which must cover M. Default: see
             :func:`plan` and :func:`explain`.
@@ -226,6 +330,14 @@ def gemv(
             numpy for host ``a``, the same kind of device array for device ``a``.
         stream: CUDA backend only: a numba stream or a raw ``cudaStream_t``
             handle (int); default 0, or torch's current stream for torch ``a``.
+        numerics: the contract, ``"exact"`` or ``"seed"``; None (default) is
+            per family: ``"exact"`` for Q2_0 (kernel ``q2_0_gemv_exact``, the
+            reference :func:`q2gemv.reference.exact.q2_0_gemv_exact`: the
+            bf16 nearest to the exact sum, the same bits for any M or
+            chunking), ``"seed"`` for NVFP4 (its exact kernel does not exist
+            yet: ``numerics="exact"`` on NVFP4 is a ValueError). ``"seed"``
+            on Q2_0 is the seed's kernels and references, exactly as before
+            the exact contract. See :func:`resolve_numerics`.
 
     Returns:
         bfloat16 [M, N] (or [N] for 1-D ``a``); ``out`` itself when given. For
@@ -236,10 +348,16 @@ def gemv(
     """
     family, on_device = weight_family(weight)
     check_call_args(kernel, backend, stream, on_device)
+    mode = resolve_numerics(family, numerics, kernel)
+    if isinstance(a, PreparedActivations):
+        return _gemv_prepared(
+            a, weight, family, on_device, mode, backend=backend, out=out, stream=stream
+        )
     if is_device_array(a):
         return _gemv_device(
-            a, weight, family, kernel=kernel, backend=backend, out=out, stream=stream
-        )
+            a, weight, family, kernel=kernel, backend=backend, out=out, stream=stream,
+            numerics=mode,
+        )  # fmt: skip
     bits, was_1d = as_bf16_rows(a, weight.k)
     m, n = bits.shape[0], weight.n
     shape = (n,) if was_1d else (m, n)
@@ -251,15 +369,23 @@ def gemv(
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     if backend == "reference" and on_device:
         raise TypeError("weight: the reference backend needs a host weight, not a device one")
-    launches = plan(weight, m, kernel)
+    launches = plan(weight, m, kernel, numerics=mode)
 
     if m == 0:
         y = np.empty((0, n), np.uint16)
+    elif backend == "reference" and mode == "exact":
+        from .reference.exact import q2_0_gemv_exact
+
+        y = q2_0_gemv_exact(bits_to_bf16(bits), weight).view(np.uint16)
     elif backend == "reference":
         from . import reference
 
         name = launches[0][2] if family == "q2_0" else "w4a16_gemv"
         y = getattr(reference, name)(bits_to_bf16(bits), weight).view(np.uint16)
+    elif mode == "exact":  # exact_prepare once, then q2_0_gemv_exact per chunk of rows
+        from .cuda import exact
+
+        y = exact.run_q2(bits, weight, _host_stream(stream))
     elif family == "q2_0":
         from .cuda import q2_0 as q2cuda
 
@@ -330,7 +456,7 @@ def _host_stream(stream):
     return stream
 
 
-def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream):
+def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numerics: str):
     """Device-resident activations: validate here, launch in :mod:`q2gemv.cuda.interop`."""
     if backend not in (None, "cuda"):
         raise ValueError(f"backend: activations on the GPU need backend='cuda', got {backend!r}")
@@ -340,56 +466,149 @@ def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream):
     if shape[-1] != weight.k:
         raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {shape[-1]}")
     m = 1 if len(shape) == 1 else shape[0]
-    launches = plan(weight, m, kernel)
+    launches = plan(weight, m, kernel, numerics=numerics)
     from .cuda import interop
 
     out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
     return interop.gemv_device(
-        a, weight, launches, out_shape, family=family, out=out, stream=stream
+        a, weight, launches, out_shape, family=family, out=out, stream=stream, numerics=numerics
     )
 
 
-def explain(weight, m: int, kernel: str | None = None) -> str:
+def _gemv_prepared(p, weight, family: str, on_device: bool, mode: str, *, backend, out, stream):
+    """``gemv`` on :func:`q2gemv.prepare`'s result: Q2_0 exact only; bits equal to ``gemv(a, w)``."""
+    if family != "q2_0" or mode != "exact":
+        what = "an NVFP4 weight" if family != "q2_0" else "numerics='seed' or a seed kernel"
+        raise ValueError(
+            f"a: prepared activations (q2gemv.prepare) serve Q2_0 weights under the exact "
+            f"contract only, not {what}; pass the bf16 array instead"
+        )
+    if p.k != weight.k:
+        raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {p.k}")
+    m, n = p.m, weight.n
+    shape = (n,) if p.was_1d else (m, n)
+    if out is not None:
+        check_out(out, p.bits, shape, weight)
+    if backend is None:
+        backend = "cuda" if on_device else p.backend
+    if backend == "reference" and on_device:
+        raise TypeError("weight: the reference backend needs a host weight, not a device one")
+    if m == 0:
+        y = np.empty((0, n), np.uint16)
+    elif backend == "reference":
+        from .reference.exact import q2_0_gemv_exact
+
+        y = q2_0_gemv_exact(bits_to_bf16(p.bits), weight).view(np.uint16)
+    else:
+        if p.operands is None:
+            raise ValueError(
+                "a: these activations were prepared for the reference backend (no device "
+                "operands); call q2gemv.prepare(a, backend='cuda') for the cuda backend"
+            )
+        from .prepared import run_prepared_cuda
+
+        y = run_prepared_cuda(p, weight, _host_stream(stream))
+    result = bits_to_bf16(y.reshape(shape))
+    if out is not None:
+        out[...] = result
+        return out
+    return result
+
+
+def _numerics_line(family: str, mode: str, numerics: str | None, kernel: str | None) -> str:
+    """The contract :func:`explain` reports, and why it applies."""
+    if mode == "exact":
+        what = (
+            "exact (order-free: the bf16 nearest to the exact sum, one rounding, the same "
+            "bits for any M, chunking or K split; docs/numerics.md, q2gemv.reference.exact)"
+        )
+    else:
+        what = (
+            "seed (each kernel's documented fp32 order; the reference of the same name in "
+            "q2gemv.reference)"
+        )
+    if family == "w4a16":
+        why = "asked for" if numerics == "seed" else "the NVFP4 default: no exact W4A16 kernel yet"
+    elif numerics is not None:
+        why = f"numerics={numerics!r}"
+    elif kernel is not None:
+        why = f"kernel={kernel!r} names a {mode} kernel: kernel= wins over the Q2_0 default"
+    else:
+        why = "the Q2_0 default"
+    return f"numerics: {what}; {why}"
+
+
+def _launches_line(launches, count: int, m: int) -> str:
+    """``launches (count): rows a..b on K, ...`` for the ``count`` launches serving ``m`` rows.
+
+    Beyond :data:`EXPLAIN_MAX_LAUNCHES` launches: the first ones, how many are
+    left out, and the last; ``launches`` (one kernel, chunks of one width
+    from row 0) is consumed lazily, so a long plan is never built.
+    """
+    if count == 0:
+        return "launches: none (m = 0)"
+    if count <= EXPLAIN_MAX_LAUNCHES:
+        shown = list(launches)
+    else:
+        shown = list(itertools.islice(launches, EXPLAIN_MAX_LAUNCHES - 1))
+        _, width, name = shown[0]
+        last0 = width * (count - 1)
+        shown.append((last0, m - last0, name))
+    parts = [f"rows {r0}..{r0 + rows - 1} on {name}" for r0, rows, name in shown]
+    if count > EXPLAIN_MAX_LAUNCHES:
+        parts.insert(-1, f"... ({count - EXPLAIN_MAX_LAUNCHES} more like these)")
+    return f"launches ({count}): " + ", ".join(parts)
+
+
+def explain(weight, m: int, kernel: str | None = None, *, numerics: str | None = None) -> str:
     """Human-readable account of what :func:`gemv` would launch for ``m`` rows, and why.
 
     Args:
         weight: a Q2Weight / Nvfp4Weight (or a device-resident one).
-        m: activation rows (int >= 0).
+        m: activation rows (int, 0 <= m <= :data:`PLAN_MAX_M`).
         kernel: a kernel name to force, or None for the default choice.
+        numerics: ``"exact"``, ``"seed"`` or None (per family), as for :func:`gemv`.
 
-    Returns a multi-line string: the weight, the chosen kernel or tier and the
-    reason (for NVFP4: the tier table, its present mask and the kill
-    switches, from :func:`q2gemv.tiers.explain_tier`), and the launches.
-    Raises the same errors as :func:`plan`.
+    Returns a multi-line string: the weight, the backend, the numerics
+    contract it picked and why, the chosen kernel or tier and the reason
+    (for NVFP4: the tier table, its present mask and the kill switches, from
+    :func:`q2gemv.tiers.explain_tier`), and the launches. Long plans are
+    summarised (the first :data:`EXPLAIN_MAX_LAUNCHES` launches and a count),
+    never built in full. Raises the same errors as :func:`plan`.
     """
-    family, _ = weight_family(weight)
-    launches = plan(weight, m, kernel)
+    family, on_device = weight_family(weight)
+    m = check_m(m)
+    mode = resolve_numerics(family, numerics, kernel)
     head = f"{family} weight n={weight.n} k={weight.k}" + (
         f" group={weight.group}" if family == "q2_0" else ""
     )
-    lines = [head, describe_default(weight_family(weight)[1])]  # which backend gemv would use
+    lines = [head, describe_default(on_device)]  # which backend gemv would use
+    lines.append(_numerics_line(family, mode, numerics, kernel))
     if family == "w4a16" and kernel is None:
         lines.append(tiers.explain_tier(m, default_w4a16_tiers()))
-    elif family == "q2_0":
-        why = (
-            "forced by kernel="
-            if kernel
-            else (
-                f"default for M=1, N >= {Q2_RT4_MIN_N}: 4 rows per warp"
-                if m == 1 and weight.n >= Q2_RT4_MIN_N
-                else "default: 2 rows per warp, built for this M, chunks of 8"
-            )
-        )
-        lines.append(f"m = {m}; kernel: {launches[0][2] if launches else '-'} ({why})")
-    else:
+        return "\n".join(lines)  # explain_tier lists (or summarises) its own plan
+    launches = _plan_iter(weight, family, mode, m, kernel)
+    if family == "w4a16":
+        count = 1 if m else 0
         lines.append(f"m = {m}; kernel forced: {kernel}")
-    if not (family == "w4a16" and kernel is None):  # explain_tier lists its own plan
-        lines.append(
-            f"launches ({len(launches)}): "
-            + ", ".join(f"rows {r0}..{r0 + rows - 1} on {name}" for r0, rows, name in launches)
-            if launches
-            else "launches: none (m = 0)"
-        )
+    else:
+        name = EXACT_Q2_KERNEL if mode == "exact" else default_q2_kernel(m, weight.n)
+        name = kernel or name
+        rows = {**Q2_KERNELS, **Q2_EXACT_KERNELS}[name]
+        count = -(-m // rows)
+        if kernel:
+            why = "forced by kernel="
+        elif mode == "exact":
+            why = (
+                "default for numerics='exact': exact_prepare once, then chunks of "
+                f"{Q2_EXACT_KERNELS[EXACT_Q2_KERNEL]} rows"
+            )
+        elif m == 1 and weight.n >= Q2_RT4_MIN_N:
+            why = f"default for M=1, N >= {Q2_RT4_MIN_N}: 4 rows per warp"
+        else:
+            why = "default: 2 rows per warp, built for this M, chunks of 8"
+        lines.append(f"m = {m}; kernel: {name if m else '-'} ({why})")
+    lines.append(_launches_line(launches, count, m))
     return "\n".join(lines)
 
 
@@ -397,6 +616,7 @@ __all__ = [
     "gemv",
     "explain",
     "plan",
+    "resolve_numerics",
     "default_q2_kernel",
     "weight_family",
     "is_device_array",

@@ -58,6 +58,7 @@ BATCH8_RT2 = "w4a16_gemv_batch8_rt2"
 BATCH16 = "w4a16_gemv_batch16"
 BATCH32 = "w4a16_gemv_batch32"
 WIDE_MAX_M = 32  # rows per launch of the widest tier; larger M is chunked
+EXPLAIN_MAX_LAUNCHES = 8  # explain_tier lists this many launches, then summarises (any m)
 
 ENV_NO_EXACT_M = ("Q2GEMV_NO_GEMV_EXACT_M_TIERS", "ATLAS_NO_GEMV_EXACT_M_TIERS")
 ENV_NO_BATCH8_RT = ("Q2GEMV_NO_BATCH8_RT", "ATLAS_NO_BATCH8_RT")
@@ -439,6 +440,15 @@ def explain_tier(m: int, tiers: W4a16BatchmTiers | None = None) -> str:
                 f"tier; the last chunk of {m % WIDE_MAX_M or WIDE_MAX_M} rows by the same rule "
                 f"(table tier for 1..8, {BATCH16} for 9..16, {BATCH32} for 17..32)"
             )
-    plan = plan_w4a16(m, tiers, exact_m=sw.exact_m)
-    lines.append("launches (row0, rows, kernel): " + ", ".join(map(str, plan)))
+    count = -(-m // WIDE_MAX_M)
+    if count <= EXPLAIN_MAX_LAUNCHES:
+        plan = plan_w4a16(m, tiers, exact_m=sw.exact_m)
+    else:  # summarised, never built in full: chunks are cut from row 0 in WIDE_MAX_M rows
+        plan = plan_w4a16(WIDE_MAX_M * (EXPLAIN_MAX_LAUNCHES - 1), tiers, exact_m=sw.exact_m)
+        r0 = (count - 1) * WIDE_MAX_M
+        ((_, rows, name),) = plan_w4a16(m - r0, tiers, exact_m=sw.exact_m)
+        plan = [*plan, f"... ({count - EXPLAIN_MAX_LAUNCHES} more like these)", (r0, rows, name)]
+    lines.append(f"launches (row0, rows, kernel): {', '.join(map(str, plan))}")
+    if count > EXPLAIN_MAX_LAUNCHES:
+        lines[-1] += f"; {count} launches in all"
     return "\n".join(lines)

@@ -22,6 +22,7 @@ never imported here unless a torch tensor was passed.
 from __future__ import annotations
 
 import sys
+import threading
 
 import numpy as np
 from numba import cuda
@@ -90,12 +91,18 @@ def resolve_stream(stream, like):
     return stream
 
 
-def gemv_device(a, weight, launches, out_shape, *, family: str, out=None, stream=None):
+def gemv_device(
+    a, weight, launches, out_shape, *, family: str, out=None, stream=None, numerics="seed"
+):
     """Run ``launches`` (``(row0, rows, kernel)``) on device activations ``a``; see module doc.
 
     ``weight`` may be a host or device-resident weight (a host weight is
     uploaded for this call: upload it once with ``to_device()`` to reuse it).
-    ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``.
+    ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``. ``numerics``:
+    ``"seed"`` runs ``launches`` as they are; ``"exact"`` (Q2_0 only) runs
+    ``exact_prepare`` then ``q2_0_gemv_exact`` per chunk of rows
+    (:func:`q2gemv.cuda.exact.launch_q2`), all on the caller's stream, with
+    the operands in a per-(stream, M, K) workspace (:func:`exact_workspace`).
     """
     from ..backends import simulator_lock
     from . import q2_0, w4a16
@@ -105,13 +112,75 @@ def gemv_device(a, weight, launches, out_shape, *, family: str, out=None, stream
     st = resolve_stream(stream, a)
     with simulator_lock():
         dw = mod.as_device_weight(weight, st)
+        if numerics == "exact":
+            return _launch_exact(d_a, kind, a, dw, out_shape, out, st)
         return _launch_all(mod, launches, d_a, kind, a, dw, out_shape, out, st)
 
 
-def _launch_all(mod, launches, d_a, kind, a, dw, out_shape, out, st):
-    """Check ``out`` and every launch of the plan, then launch them all (none if one is bad)."""
-    n = dw.n
+# Exact-contract operands per (device, stream, M, K), reused by every later call there: a call
+# allocates nothing once its shape has run on its stream, so it can be captured in a CUDA graph
+# after a warm-up call (cudaMalloc is not allowed during capture), and the graph keeps reading
+# the same buffers. Calls on one stream are ordered by the stream; the lock orders the
+# enqueueing of one call's two steps against another thread's on the same stream.
+_WORKSPACES: dict[tuple, object] = {}
+_WORKSPACE_LOCK = threading.Lock()
+
+
+def _stream_key(st) -> int:
+    if not st:
+        return 0
+    try:
+        return int(st)
+    except TypeError:  # the simulator's streams have no handle
+        return id(st)
+
+
+def exact_workspace(m: int, k: int, st):
+    """The :class:`~q2gemv.cuda.exact.ExactOperands` buffers of (this device, ``st``, m, k).
+
+    Allocated on first use and kept for the process (a few bytes per activation:
+    ``3 M K + M K / 16`` bytes); :func:`clear_workspaces` drops them (never while a
+    captured CUDA graph that uses them may still replay).
+    """
+    from .exact import ExactOperands
+
+    device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
+    key = (device, _stream_key(st), int(m), int(k))
+    ops = _WORKSPACES.get(key)
+    if ops is None:
+        ops = _WORKSPACES[key] = ExactOperands.allocate(m, k, st)
+    return ops
+
+
+def clear_workspaces() -> None:
+    """Forget every exact-contract workspace (the buffers are freed when unused)."""
+    with _WORKSPACE_LOCK:
+        _WORKSPACES.clear()
+
+
+def _launch_exact(d_a, kind, a, dw, out_shape, out, st):
+    """exact_prepare + q2_0_gemv_exact on the caller's stream; everything checked first."""
+    from . import exact
+
+    exact.check_k(dw.k)
+    result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
     d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
+    d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
+    m = d_a2.shape[0]
+    if m == 0:
+        return result
+    with _WORKSPACE_LOCK:
+        ops = exact_workspace(m, dw.k, st)
+        launches = exact.q2_launches(ops, dw, d_out2)  # validates before the first launch
+        # exact.prepare_device into the kept buffers (it would allocate new ones per call)
+        exact._prepare_kernel()[m, exact.prepare_threads(dw.k), st](*ops.prepare_args(d_a2))
+        for kernel, grid, args in launches:  # exact.launch_q2, with the launches checked above
+            kernel[grid, exact.THREADS, st](*args)
+    return result
+
+
+def _output(kind, a, d_a, dw, out_shape, out, st):
+    """``(result to return, its uint16 device view)``: a new array, or ``out`` checked."""
     if out is None:
         if kind == "torch":
             import torch
@@ -120,18 +189,25 @@ def _launch_all(mod, launches, d_a, kind, a, dw, out_shape, out, st):
             d_out, _ = as_bits(result, "out")
         else:
             result = d_out = cuda.device_array(out_shape, dtype=np.uint16, stream=st)
-    else:
-        result = out
-        d_out, out_kind = as_bits(out, "out")
-        if (out_kind == "torch") != (kind == "torch"):
-            raise TypeError("out: expected the same kind of device array as a")
-        if tuple(d_out.shape) != tuple(out_shape):
-            raise ValueError(f"out: expected shape {tuple(out_shape)}, got {tuple(d_out.shape)}")
-        if _same_memory(d_out, d_a):
-            raise ValueError("out: must not alias the activations a")
-        for name, part in _device_parts(dw).items():
-            if _same_memory(d_out, part):
-                raise ValueError(f"out: must not overlap the weight's device buffer ({name})")
+        return result, d_out
+    d_out, out_kind = as_bits(out, "out")
+    if (out_kind == "torch") != (kind == "torch"):
+        raise TypeError("out: expected the same kind of device array as a")
+    if tuple(d_out.shape) != tuple(out_shape):
+        raise ValueError(f"out: expected shape {tuple(out_shape)}, got {tuple(d_out.shape)}")
+    if _same_memory(d_out, d_a):
+        raise ValueError("out: must not alias the activations a")
+    for name, part in _device_parts(dw).items():
+        if _same_memory(d_out, part):
+            raise ValueError(f"out: must not overlap the weight's device buffer ({name})")
+    return out, d_out
+
+
+def _launch_all(mod, launches, d_a, kind, a, dw, out_shape, out, st):
+    """Check ``out`` and every launch of the plan, then launch them all (none if one is bad)."""
+    n = dw.n
+    d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
+    result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
     d_out2 = d_out.reshape(1, n) if d_out.ndim == 1 else d_out
     views = [
         (name, d_a2[r0 : r0 + rows], d_out2[r0 : r0 + rows], rows) for r0, rows, name in launches

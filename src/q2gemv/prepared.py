@@ -1,0 +1,162 @@
+"""``q2gemv.prepare``: convert activations once for several exact GEMVs on the same input.
+
+Under the exact contract (:mod:`q2gemv.reference.exact`) every GEMV first
+turns each activation row into fixed point (``exact_prepare`` on the GPU:
+the row's exponent, three byte limbs per value, per-unit sums). Several
+projections of one input (q/k/v, gate/up) can share that work::
+
+    p = q2gemv.prepare(x)                 # x: bf16 [M, K] (host)
+    q, k, v = (q2gemv.gemv(p, w) for w in (wq, wk, wv))   # each == gemv(x, w), bit for bit
+
+On the cuda backend :func:`prepare` uploads the activations and runs
+``exact_prepare`` once; a :func:`q2gemv.gemv` call with the prepared object
+then launches only ``q2_0_gemv_exact`` (nothing new is uploaded for a
+device-resident weight, ``w.to_device()``; a host ``Q2Weight`` is uploaded
+per call, as with plain arrays). On the reference backend it keeps the bits
+(the reference is a value, not an order: there is nothing to precompute).
+
+Only Q2_0 weights under ``numerics="exact"`` accept a prepared input; any
+other use is a TypeError/ValueError naming ``a``. Activations already on the
+GPU go to :func:`q2gemv.gemv` directly (it prepares them on the caller's
+stream, :mod:`q2gemv.cuda.interop`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
+from .formats.bf16 import as_bf16_bits
+
+EXACT_K_MULTIPLE = 64  # the exact kernels' unit of codes (q2gemv.cuda.exact.UNIT)
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedActivations:
+    """Activations converted once by :func:`prepare`; pass it to :func:`q2gemv.gemv` as ``a``.
+
+    Attributes:
+        bits: uint16 bf16 bit patterns [M, K], a read-only private copy (so a
+            later change to the caller's array cannot desynchronise them from
+            the device operands).
+        was_1d: the input was [K]; ``gemv`` then returns [N].
+        backend: ``"reference"`` or ``"cuda"``: where the operands were made.
+        operands: on the cuda backend, the device
+            :class:`~q2gemv.cuda.exact.ExactOperands` of ``exact_prepare``
+            (None for M = 0 and on the reference backend).
+        device_bits: the uploaded bits the operands were made from (kept alive
+            with them; None where there are no operands).
+    """
+
+    bits: np.ndarray
+    was_1d: bool
+    backend: str
+    operands: object | None = None
+    device_bits: object | None = None
+
+    @property
+    def m(self) -> int:
+        """The number of activation rows, M."""
+        return int(self.bits.shape[0])
+
+    @property
+    def k(self) -> int:
+        """Columns K (the weights it serves must have this k)."""
+        return int(self.bits.shape[1])
+
+    def __repr__(self) -> str:
+        where = "device operands" if self.operands is not None else "host bits"
+        return f"PreparedActivations(m={self.m}, k={self.k}, backend={self.backend!r}, {where})"
+
+
+def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> PreparedActivations:
+    """Convert bf16 activations once for any number of exact Q2_0 GEMVs on them.
+
+    Args:
+        a: ``ml_dtypes.bfloat16`` host activations, [K] or [M, K], K a
+            multiple of 64 (every Q2_0 weight's K is).
+        backend: ``"reference"`` or ``"cuda"``; default as :func:`q2gemv.gemv`
+            (cuda where a GPU or the simulator serves, else reference). A
+            prepared object serves ``gemv`` calls on its own backend (and on
+            the reference backend, which needs only the bits).
+        stream: cuda only: a numba stream or a raw ``cudaStream_t`` for the
+            upload and ``exact_prepare``. :func:`prepare` waits for that
+            stream before returning, so later calls on any stream may use
+            the operands.
+
+    Returns a :class:`PreparedActivations`; ``q2gemv.gemv(prepared, w)`` equals
+    ``q2gemv.gemv(a, w)`` bit for bit for every Q2_0 weight ``w`` of ``k == K``.
+
+    Raises:
+        TypeError / ValueError naming ``a``, ``backend`` or ``stream``.
+    """
+    from .api import _host_stream, check_stream, is_device_array
+
+    if is_device_array(a):
+        raise TypeError(
+            "a: prepare takes host bf16 activations; pass activations already on the GPU to "
+            "q2gemv.gemv directly (it prepares them on the caller's stream)"
+        )
+    bits = as_bf16_bits(a, "a")
+    if bits.ndim not in (1, 2):
+        raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
+    was_1d = bits.ndim == 1
+    bits = np.array(bits.reshape(1, -1) if was_1d else bits, dtype=np.uint16, order="C")
+    bits.flags.writeable = False
+    if bits.shape[1] % EXACT_K_MULTIPLE:
+        raise ValueError(
+            f"a: the exact contract's kernels need K a multiple of {EXACT_K_MULTIPLE} (as every "
+            f"Q2_0 weight has), got K={bits.shape[1]}"
+        )
+    if backend is None:
+        backend = default_backend()
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    check_stream(stream)
+    if backend == "reference" or bits.shape[0] == 0:
+        if backend == "cuda":
+            require_cuda()
+        return PreparedActivations(bits, was_1d, backend)
+    require_cuda()
+    from numba import cuda
+
+    from .cuda import exact
+
+    st = _host_stream(stream)
+    with simulator_lock():
+        d_a = cuda.to_device(bits, stream=st)
+        ops = exact.prepare_device(d_a, st)
+        if st:
+            st.synchronize()
+        else:
+            cuda.synchronize()
+    return PreparedActivations(bits, was_1d, "cuda", ops, d_a)
+
+
+def run_prepared_cuda(p: PreparedActivations, weight, stream=0) -> np.ndarray:
+    """``q2_0_gemv_exact`` over the stored operands: uint16 [M, N] on the host.
+
+    ``weight`` a Q2Weight (uploaded for this call) or a DeviceQ2Weight (used
+    as it is); ``stream`` a numba stream or 0. Only the weight (if on the
+    host) is uploaded: the activations' operands are reused.
+    """
+    from numba import cuda
+
+    from .cuda import exact
+    from .cuda.q2_0 import as_device_weight
+
+    dw = as_device_weight(weight, stream)
+    out = np.empty((p.m, dw.n), np.uint16)
+    if p.m == 0:
+        return out
+    d_out = cuda.device_array((p.m, dw.n), np.uint16, stream=stream)
+    exact.launch_q2(p.operands, dw, d_out, stream)
+    d_out.copy_to_host(out, stream=stream)
+    if stream:
+        stream.synchronize()
+    return out
+
+
+__all__ = ["prepare", "PreparedActivations"]
