@@ -82,9 +82,11 @@ def test_suite_covers_every_kernel_shape_and_special(full_suite):
     cases = full_suite.gemv
     for kernel in gen.KERNELS:
         mine = [c for c in cases if kernel in c.kernels]
+        exact = kernel in gen.EXACT_KERNELS
         assert {c.spec.m for c in mine} >= set(gen.M_SWEEP), kernel
         assert {c.spec.n for c in mine} >= set(gen.N_SWEEP), kernel
-        assert {c.spec.act_kind for c in mine} == set(gen.ACT_KINDS), kernel
+        kinds = gen.EXACT_ACT_KINDS if exact else gen.ACT_KINDS
+        assert {c.spec.act_kind for c in mine} == set(kinds), kernel
         assert any(c.size_of(kernel) == "small" for c in mine), kernel
         assert any(c.spec.size == "large" and c.spec.n == 5120 for c in mine), kernel
     q2 = [c for c in cases if c.family == "q2_0"]
@@ -97,10 +99,59 @@ def test_suite_covers_every_kernel_shape_and_special(full_suite):
     assert {16, 48} <= {c.spec.k for c in w4}
 
 
+def test_exact_cases_cross_every_seam_of_the_exact_kernel(full_suite):
+    """q2_0_gemv_exact: 16 weight rows per CTA, 8 warps splitting the blocks, MAX_M rows a launch."""
+    from q2gemv.cuda import exact
+
+    mine = [c for c in full_suite.gemv if c.family == "q2_0_exact"]
+    assert {c.file for c in mine} <= {"gemv_q2_0_exact.npz", suite.MODEL_FILE}
+    assert all(c.kernels == gen.EXACT_KERNELS for c in mine)
+    for g in (64, 128):
+        cg = [c for c in mine if c.spec.group == g]
+        assert {1, 15, 16, 17, 33} <= {c.spec.n for c in cg}, g
+        assert {1, 2, 3, 5, 9, 16, 17, 33} <= {c.spec.m for c in cg}, g
+        assert max(c.spec.k // g for c in cg) > exact.WARPS, g  # more blocks than warps
+        assert set(gen.EXACT_WEIGHT_KINDS) == {c.spec.weight_kind for c in cg}, g
+        assert set(gen.EXACT_ACT_KINDS) == {c.spec.act_kind for c in cg}, g
+        small = [c for c in cg if c.size_of("q2_0_gemv_exact") == "small"]
+        assert {"boundary", "nan", "outlier_huge"} <= {c.spec.act_kind for c in small}, g
+    assert gen.MAX_M["q2_0_gemv_exact"] == exact.MAX_M
+    small_m = {c.spec.m for c in mine if c.size_of("q2_0_gemv_exact") == "small"}
+    assert {0, 1, 2, 3, 5, 9, 16, 17} <= small_m  # the 4-row groups and the row chunk seams
+    assert {m % exact.MAX_M for m in small_m} >= {0, 1}
+
+
+def test_exact_boundary_case_hits_ties_subnormals_and_overflow(full_suite):
+    """The boundary case's expected bits hold what it was built for (see gen.BOUNDARY_*)."""
+    case = next(
+        c for c in full_suite.gemv if c.spec.act_kind == "boundary" and c.spec.group == 128
+        and c.spec.m == len(gen.BOUNDARY_E)
+    )  # fmt: skip
+    y = case.want("q2_0_gemv_exact")
+    row0 = y[0, :12].tolist()  # e = 0, scale 1: the 12 subsets in order
+    assert row0 == [
+        0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x3F80, 0x3FFF, 0x4000, 0x3FFF, 0x3B80, 0, 0, 0x3F80
+    ]  # fmt: skip
+    assert (
+        y[0, 12:24] == np.array(row0, np.uint16) | np.where(np.array(row0) != 0, 0x8000, 0)
+    ).all()
+    top = gen.BOUNDARY_E.index(127)
+    assert y[top, 5] == 0x7F7F and y[top, 6] == 0x7F80 and y[top, 7] == 0x7F7F  # overflow tie
+    assert y[top, 18] == 0xFF80  # -Inf
+    half = gen.BOUNDARY_E.index(-110)  # with scale 2**-24: 2**-134, half the smallest subnormal
+    assert y[half, 24] == 0x0000 and y[half, 36] == 0x8000  # ties to +0 / -0, sign kept
+    assert y[half, 25] == 0x0001  # just above the tie: the smallest subnormal
+    assert (y[:, 9] == 0).all() and (y[:, 21] == 0).all()  # exact cancellation: +0
+
+
 def test_golden_kernel_table_matches_the_kernel_modules():
+    from q2gemv.cuda import exact
     from q2gemv.cuda import q2_0 as q2cuda
     from q2gemv.cuda import w4a16 as w4cuda
 
+    assert (
+        gen.EXACT_KERNELS == ("q2_0_gemv_exact",) and gen.MAX_M[gen.EXACT_KERNELS[0]] == exact.MAX_M
+    )
     assert gen.Q2_KERNELS == tuple(q2cuda.KERNELS)
     assert gen.W4A16_KERNELS == tuple(w4cuda.KERNEL_NAMES)
     for name in gen.Q2_KERNELS:

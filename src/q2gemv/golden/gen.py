@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import launch
 from ..formats import q2_0 as q2fmt
 from ..formats.bf16 import BF16_MAX
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
@@ -71,7 +72,11 @@ W4A16_KERNELS = (
     "w4a16_gemv_batch16",
     "w4a16_gemv_batch32",
 )
-FAMILY_KERNELS = {"q2_0": Q2_KERNELS, "w4a16": W4A16_KERNELS}
+# The exact contract (q2gemv.reference.exact): its own family, so its own file gemv_q2_0_exact.npz.
+EXACT_KERNELS = ("q2_0_gemv_exact",)
+FAMILY_KERNELS = {"q2_0": Q2_KERNELS, "w4a16": W4A16_KERNELS, "q2_0_exact": EXACT_KERNELS}
+# The weight format each family's cases are built in (inputs, ids, labels).
+FAMILY_FORMAT = {"q2_0": "q2_0", "w4a16": "w4a16", "q2_0_exact": "q2_0"}
 # Rows per launch: the M=1 Q2_0 kernels launch once per activation row.
 MAX_M = {
     "q2_0_gemv": 1,
@@ -87,14 +92,20 @@ MAX_M = {
     "w4a16_gemv_batch8_rt2": 8,
     "w4a16_gemv_batch16": 16,
     "w4a16_gemv_batch32": 32,
+    "q2_0_gemv_exact": launch.Q2_EXACT_MAX_M,  # launch_q2's chunks, after one exact_prepare
 }
-KERNELS = Q2_KERNELS + W4A16_KERNELS
+KERNELS = Q2_KERNELS + W4A16_KERNELS + EXACT_KERNELS
 # Activation codes staged per shared-memory tile (the K seams the shapes cross).
 Q2_TILE_M1 = 8192  # q2_0_gemv_vec, q2_0_gemv_vec_rt4
 Q2_TILE_BATCHM = 1024  # q2_0_gemv_vec_batchm, q2_0_gemv_vec_batchm_rt2 (at M = 6..8 since v4)
 W4A16_TILE = 512
 M_SWEEP = (0, 1, 2, 4, 5, 7, 8, 9, 16, 17, 32, 33)
 N_SWEEP = (1, 7, 8, 9, 33)
+
+
+def weight_format(family: str) -> str:
+    """``"q2_0"`` or ``"w4a16"``: the weight format of ``family``'s cases."""
+    return FAMILY_FORMAT[family]
 
 
 def family_of(kernel: str) -> str:
@@ -192,6 +203,37 @@ W4_GSCALE = {
 }
 Q2_WEIGHT_KINDS = ("uniform", "ternary", "special_d", "code3")
 W4_WEIGHT_KINDS = tuple(W4_GSCALE)
+EXACT_WEIGHT_KINDS = Q2_WEIGHT_KINDS + ("boundary",)
+
+# The "boundary" weight and activations (exact contract): activation row r holds the pieces
+# BOUNDARY_PIECES[j] * 2**e_r at positions 16 w_r + j of one 16-position window w_r, +0 elsewhere;
+# weight row n selects BOUNDARY_SUBSETS[n % 12] of the pieces in every window (code 2, or code 0
+# for the negated rows), so y[r, n] = +-d_n * 2**e_r * (sum of the subset) exactly, a value
+# chosen to sit on or next to a bf16 rounding boundary.
+BOUNDARY_PIECES = (0, -1, -2, -3, -4, -5, -6, -7, -8, -16, "-16", -9)  # 2**p; "-16": -2**-16
+BOUNDARY_SUBSETS = (
+    (0,),  # 1: exact
+    (0, 8),  # 1 + 2**-8: a tie, even below: rounds down
+    (0, 7, 8),  # 1 + 2**-7 + 2**-8: a tie, odd below: rounds up
+    (0, 8, 9),  # just above the tie: up
+    (0, 8, 10),  # just below the tie: down
+    (0, 1, 2, 3, 4, 5, 6, 7),  # 2 - 2**-7: the largest mantissa
+    (0, 1, 2, 3, 4, 5, 6, 7, 8),  # 2 - 2**-8: a tie into the next binade (+-Inf at the top)
+    (0, 1, 2, 3, 4, 5, 6, 7, 8, 10),  # just below that tie
+    (8,),  # a lone small piece
+    (9, 10),  # cancels exactly: +0 (also for the negated rows)
+    (),  # nothing: +0
+    (0, 11),  # a quarter ulp: down
+)
+# fp16 scales of the weight rows, per 24 rows (12 subsets x 2 signs): 1, 2**-24 (the smallest
+# subnormal: outputs in the bf16 subnormals and below), 2**15 (outputs beyond the bf16 range).
+BOUNDARY_D = (0x3C00, 0x0001, 0x7800)
+# e_r of the activation rows: with the scales above they reach normal ties (0, 9), fp16-scaled
+# normals (-100), bf16 subnormal outputs (-104, -109), half the smallest subnormal (-110: ties to
+# +-0), values below that (-117: +-0 with their sign), the largest finite bf16 and overflow
+# (112, 127). e >= -117 keeps every piece (down to 2**(e - 16)) an exact bf16.
+BOUNDARY_E = (0, -100, -104, -109, -110, 112, 127, -117, 9)
+BOUNDARY_WINDOW = 16
 
 
 def q2_weight(label: str, kind: str, n: int, k: int, group: int) -> np.ndarray:
@@ -215,9 +257,29 @@ def q2_weight(label: str, kind: str, n: int, k: int, group: int) -> np.ndarray:
     elif kind == "code3":
         codes = np.full(n * k, 3, np.uint8)
         d = fp16_bits(label + "/d", n * nb, signed=False)
+    elif kind == "boundary":
+        codes, d = _boundary_weight(n, k, nb)
     else:
-        raise ValueError(f"kind: expected one of {Q2_WEIGHT_KINDS}, got {kind!r}")
+        raise ValueError(f"kind: expected one of {EXACT_WEIGHT_KINDS}, got {kind!r}")
     return q2fmt.pack(codes.reshape(n, k), d.view(np.float16).reshape(n, nb), group)
+
+
+def _boundary_weight(n: int, k: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """Codes [n * k] and fp16 scale bits [n * nb] of the "boundary" weight (see BOUNDARY_*)."""
+    codes = np.ones((n, k), np.uint8)  # code 1: weight 0
+    pos = np.arange(k) % BOUNDARY_WINDOW
+    ns = len(BOUNDARY_SUBSETS)
+    for r in range(n):
+        sel = np.isin(pos, BOUNDARY_SUBSETS[r % ns])
+        codes[r, sel] = 0 if (r // ns) % 2 else 2
+    d = np.array([BOUNDARY_D[(r // (2 * ns)) % len(BOUNDARY_D)] for r in range(n)], np.uint16)
+    return codes.reshape(-1), np.repeat(d, nb)
+
+
+def _pow2_bf16(p: int, negative: bool = False) -> int:
+    """bf16 bits of +-2**p (p in -133..127: normal or subnormal, exact)."""
+    bits = (p + 127) << 7 if p >= -126 else 1 << (p + 133)
+    return bits | (0x8000 if negative else 0)
 
 
 def w4_weight(label: str, kind: str, n: int, k: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -242,6 +304,10 @@ def w4_weight(label: str, kind: str, n: int, k: int) -> tuple[np.ndarray, np.nda
 # -- activations ------------------------------------------------------------------------
 
 ACT_KINDS = ("normal", "zeros", "negzero", "inf", "nan", "subnormal", "max", "cancel")
+# The exact contract's cases add: rounding boundaries (with the "boundary" weight) and outliers
+# (3 elements of a normal row scaled by 2**10 ~ 1000x, or by 2**30, where the small elements
+# lose bits in the contract's fixed point: A_k rounds, ties included).
+EXACT_ACT_KINDS = ACT_KINDS + ("boundary", "outlier", "outlier_huge")
 BF16_POS_INF, BF16_NEG_INF = 0x7F80, 0xFF80
 
 
@@ -259,6 +325,10 @@ def activations(label: str, kind: str, m: int, k: int) -> np.ndarray:
     == 0, and element j + k/2 is -H_j, so the huge terms cancel exactly in
     the exact sum; the rest is normal (j % 3 == 1) or tiny (|a| ~ 2^-40,
     j % 3 == 2). The result keeps only what the fp32 addition order keeps.
+    boundary: pieces +-2^(e_r + p) in one window, +0 elsewhere (see
+    ``BOUNDARY_PIECES``; for the "boundary" weight).
+    outlier / outlier_huge: a normal row with up to 3 elements (positions
+    from the stream) scaled by 2^10 / 2^30 (exponent field raised).
     """
     out = np.empty((m, k), np.uint16)
     for r in range(m):
@@ -294,8 +364,19 @@ def activations(label: str, kind: str, m: int, k: int) -> np.ndarray:
             sel = j % 3 == 0
             row[:half][sel] = huge[sel]
             row[half : 2 * half][sel] = huge[sel] ^ np.uint16(0x8000)
+        elif kind == "boundary":
+            e = BOUNDARY_E[r % len(BOUNDARY_E)]
+            w0 = BOUNDARY_WINDOW * ((5 * r) % max(1, k // BOUNDARY_WINDOW))
+            row[:] = 0x0000
+            for j, p in enumerate(BOUNDARY_PIECES):
+                if w0 + j < k:
+                    row[w0 + j] = _pow2_bf16(e + int(p), negative=isinstance(p, str))
+        elif kind in ("outlier", "outlier_huge"):
+            shift = 10 if kind == "outlier" else 30
+            for p in sorted({int(x) % k for x in fields(lab + "/outliers", 3, 32)}):
+                row[p] += np.uint16(shift << 7)  # exponent field + shift: |a| * 2**shift
         else:
-            raise ValueError(f"kind: expected one of {ACT_KINDS}, got {kind!r}")
+            raise ValueError(f"kind: expected one of {EXACT_ACT_KINDS}, got {kind!r}")
         out[r] = row
     return out
 
@@ -325,7 +406,7 @@ class GemvSpec:
 
     @property
     def weight_label(self) -> str:
-        g = f"/g{self.group}" if self.family == "q2_0" else ""
+        g = f"/g{self.group}" if weight_format(self.family) == "q2_0" else ""
         return f"v{GENERATOR_VERSION}/{self.family}{g}/w/{self.weight_kind}/{self.n}x{self.k}"
 
     @property
@@ -336,8 +417,8 @@ class GemvSpec:
         return "small" if kernel in self.small else self.size
 
 
-def _q2_id(g, n, k, m, wk, ak):
-    return f"q2_0/g{g}/n{n}_k{k}_m{m}/{wk}/{ak}"
+def _q2_id(g, n, k, m, wk, ak, fam="q2_0"):
+    return f"{fam}/g{g}/n{n}_k{k}_m{m}/{wk}/{ak}"
 
 
 def _w4_id(n, k, m, wk, ak):
@@ -365,7 +446,10 @@ def gemv_specs() -> list[GemvSpec]:
     def add(fam, n, k, m, wk, ak, small, g=0):
         """Add a case; a case already added (same id) gains the new small kernels."""
         kernels = FAMILY_KERNELS[fam]
-        cid = _q2_id(g, n, k, m, wk, ak) if fam == "q2_0" else _w4_id(n, k, m, wk, ak)
+        if weight_format(fam) == "q2_0":
+            cid = _q2_id(g, n, k, m, wk, ak, fam)
+        else:
+            cid = _w4_id(n, k, m, wk, ak)
         if cid in specs:
             small = set(small) | set(specs[cid].small)
         small = tuple(x for x in kernels if x in small)
@@ -440,14 +524,54 @@ def gemv_specs() -> list[GemvSpec]:
         small = (b4, b8, rt2, b16, b32) if wk == "special_s" else (b4,)
         add("w4a16", 7, 3 * NVFP4_BLOCK, 1, wk, "normal", small)
     add("w4a16", 7, 3 * NVFP4_BLOCK, 2, "special_s", "max", (rt2,))
+    _exact_specs(add)
     return list(specs.values())
+
+
+# Shapes of the exact family: N across the 16-row CTA (1, 15, 16, 17, 33 and the seed sweep),
+# K from one block to 9 blocks (one more than the 8 warps that split K), M across the
+# 4-row groups and the launches of MAX_M rows (8 since the kernel's 8-row build; 16 and 32
+# before: all three seams are crossed). The simulator runs the "small" ones: one CTA of
+# 256 threads takes ~1-3 s there (2-core CI machine), so mostly N <= 17 and M <= 17.
+EXACT_N = (1, 7, 8, 9, 15, 16, 17, 33)
+EXACT_M = (0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 33)
+EXACT_BLOCKS = (1, 3, 9)
+
+
+def _exact_specs(add) -> None:
+    """The cases of family ``q2_0_exact`` (kernel ``q2_0_gemv_exact``), through ``add``."""
+    fam, ex = "q2_0_exact", EXACT_KERNELS
+    for g in q2fmt.GROUPS:
+        for blocks in EXACT_BLOCKS:
+            for n in EXACT_N:
+                small = n in (1, 15, 16, 17) and (blocks == 1 or (blocks == 9 and n == 16))
+                small = small and (g == 128 or n in (1, 16))
+                add(fam, n, blocks * g, 1, "uniform", "normal", ex if small else (), g)
+        for m in EXACT_M:  # M sweep: 4-row groups and the row chunks
+            sim = (0, 2, 3, 5, 16, 17) if g == 128 else (1, 9)
+            add(fam, 7, 3 * g, m, "uniform", "normal", ex if m in sim else (), g)
+        add(fam, 17, 9 * g, 33, "uniform", "normal", (), g)  # every seam at once
+        for ak in EXACT_ACT_KINDS[1:]:  # special activations
+            m = {"inf": 2, "nan": 2, "boundary": len(BOUNDARY_E), "outlier_huge": 3}.get(ak, 1)
+            wk = "boundary" if ak == "boundary" else "uniform"
+            n = 2 * len(BOUNDARY_SUBSETS) * len(BOUNDARY_D) if ak == "boundary" else 7
+            small = ex if g == 128 or ak in ("boundary", "outlier_huge", "nan") else ()
+            add(fam, n, 2 * g if ak == "boundary" else 3 * g, m, wk, ak, small, g)
+        for wk in EXACT_WEIGHT_KINDS[1:]:  # special weights (boundary: with its activations)
+            if wk != "boundary":
+                add(fam, 9, 2 * g, 1, wk, "normal", ex if g == 128 or wk == "special_d" else (), g)
+        add(fam, 9, 2 * g, 2, "special_d", "max", ex if g == 64 else (), g)
+        add(fam, 9, 2 * g, 3, "code3", "outlier", ex if g == 128 else (), g)
+        add(fam, 16, 2 * g, 17, "special_d", "outlier_huge", (), g)
+        add(fam, 33, 2 * g, 5, "boundary", "boundary", (), g)
 
 
 def model_specs() -> list[GemvSpec]:
     """Real-model shapes (5120 x 5120, a 5120-wide dense layer): inputs regenerated, not stored.
 
     M = 9 activation rows: one more than the batched kernels' width of 8, so
-    every kernel except batch16/batch32 runs a second, one-row launch.
+    every kernel except batch16/batch32 runs a second, one-row launch. The
+    exact family's cases take M = 17: one more than two launches of 8 (or one of 16).
     """
     n = k = 5120
     m = 9
@@ -483,6 +607,22 @@ def model_specs() -> list[GemvSpec]:
             "large",
         )  # fmt: skip
     )
+    for g in q2fmt.GROUPS:
+        out.append(
+            GemvSpec(
+                f"model/q2_0_exact/g{g}/{n}x{k}_m17",
+                "q2_0_exact",
+                n,
+                k,
+                17,
+                "ternary",
+                "normal",
+                g,
+                EXACT_KERNELS,
+                (),
+                "large",
+            )  # fmt: skip
+        )
     return out
 
 
@@ -493,7 +633,7 @@ def build_inputs(spec: GemvSpec) -> dict[str, np.ndarray]:
     ``w_g`` (uint32 [1], the fp32 bits of the global scale).
     """
     a = activations(spec.act_label, spec.act_kind, spec.m, spec.k)
-    if spec.family == "q2_0":
+    if weight_format(spec.family) == "q2_0":
         raw = q2_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k, spec.group)
         return {"a": a, "w_raw": raw}
     packed, scales, g = w4_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k)

@@ -58,6 +58,10 @@ def cuda_runs_on() -> str:
 
 def reference_function(case: GemvCase, kernel: str):
     """The NumPy reference of ``kernel`` (one function serves every NVFP4 tier)."""
+    if kernel in gen.EXACT_KERNELS:
+        from ..reference import exact as ref
+
+        return getattr(ref, kernel)
     if case.family == "q2_0":
         from ..reference import q2_0 as ref
 
@@ -68,7 +72,7 @@ def reference_function(case: GemvCase, kernel: str):
 
 
 def _cuda_module(family: str):
-    if family == "q2_0":
+    if gen.weight_format(family) == "q2_0":
         from ..cuda import q2_0 as mod
     else:
         from ..cuda import w4a16 as mod
@@ -107,7 +111,12 @@ class Runner:
         mod = _cuda_module(case.family)
         if "w" not in self._cache:
             self._cache["w"] = mod.as_device_weight(case.weight())
-        return mod.run(kernel, np.ascontiguousarray(case.a_bits()), self._cache["w"])
+        bits = np.ascontiguousarray(case.a_bits())
+        if kernel in gen.EXACT_KERNELS:  # exact_prepare, then q2_0_gemv_exact per chunk
+            from ..cuda import exact
+
+            return exact.run_q2(bits, self._cache["w"])
+        return mod.run(kernel, bits, self._cache["w"])
 
     def close(self) -> None:
         self._switch(None)  # type: ignore[arg-type]
@@ -213,7 +222,7 @@ def sim_cost(case: GemvCase, kernel: str) -> float:
     from ..launch import Q2_ROWS_PER_CTA
 
     width = gen.MAX_M[kernel]
-    cols = Q2_ROWS_PER_CTA.get(kernel, 16 if kernel.endswith("_rt2") else 8)
+    cols = Q2_ROWS_PER_CTA.get(kernel, 16 if kernel.endswith(("_rt2", "_exact")) else 8)
     launches = math.ceil(s.m / width)
     return launches * math.ceil(s.n / cols) * (0.5 + 0.3 * min(s.m, width)) * (1 + s.k / 2048)
 

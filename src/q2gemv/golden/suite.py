@@ -12,8 +12,10 @@ file                                set         what
 ``table_bf16.json``                tables      hand-written: bf16 RNE ties, -0, Inf, NaN, ...
 ``ggml_q2_0_reference_vectors.npz`` ggml        external: ggml's own C quantize/dequantize
 ``roundtrip.npz``                   roundtrip   codes + scales -> bytes -> dequant, both formats
-``gemv_q2_0.npz``                   q2_0        Q2_0 GEMV cases (inputs + expected bits)
+``gemv_q2_0.npz``                   q2_0        Q2_0 GEMV cases, seed contract (inputs + bits)
 ``gemv_w4a16.npz``                  w4a16       NVFP4 GEMV cases (inputs + expected bits)
+``gemv_q2_0_exact.npz``             q2_0_exact  Q2_0 GEMV cases, exact contract: specials,
+                                                rounding boundaries, outliers, every seam
 ``model_5120.npz``                  model       5120 x 5120 shapes: generator labels + input
                                                 sha256 + expected bits (inputs rebuilt)
 ==================================  ==========  ============================================
@@ -139,7 +141,7 @@ class GemvCase:
     def weight(self):
         """The host weight: a Q2Weight or an Nvfp4Weight."""
         x = self.inputs()
-        if self.family == "q2_0":
+        if gen.weight_format(self.family) == "q2_0":
             from ..formats.q2_0 import Q2Weight
 
             return Q2Weight.from_bytes(x["w_raw"], self.spec.n, self.spec.k, self.spec.group)
