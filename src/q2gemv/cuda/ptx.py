@@ -1,7 +1,8 @@
 """Compile every kernel to PTX (no GPU needed) and summarise what the compiler made of it.
 
-``python -m q2gemv.cuda.ptx [--cc 9.0] [--dump DIR]`` prints a JSON summary per
-kernel: whether it uses local memory (spills or a register array that did
+``python -m q2gemv.cuda.ptx [--cc 9.0] [--family NAME ...] [--dump DIR]`` prints
+a JSON summary per kernel (of the families named, default all of
+:data:`FAMILIES`): whether it uses local memory (spills or a register array that did
 not stay in registers), and instruction counts that matter for the inner
 loop. Must run with the real numba CUDA target (not the simulator); NVVM
 comes from pip (``numba-cuda[cu13]``).
@@ -10,23 +11,34 @@ comes from pip (``numba-cuda[cu13]``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
 from pathlib import Path
 
+FAMILIES = ("q2_0", "w4a16", "exact")  # modules of q2gemv.cuda with a ptx_specs()
 
-def kernel_specs() -> list[tuple[str, object, str]]:
-    """``(name, body, signature)`` of every kernel in the package."""
-    from . import q2_0
 
-    specs = list(q2_0.ptx_specs())
-    try:
-        from . import w4a16
-    except ImportError:  # the W4A16 family is optional while it is being built
-        return specs
-    if hasattr(w4a16, "ptx_specs"):
-        specs += list(w4a16.ptx_specs())
+def kernel_specs(families=FAMILIES) -> list[tuple[str, object, str]]:
+    """``(name, body, signature)`` of every kernel of ``families`` (default: the whole package).
+
+    The families compile independently (``exact`` alone takes about a minute
+    on one core), so callers may run them in separate processes.
+    """
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"families: unknown {unknown}, expected some of {list(FAMILIES)}")
+    specs = []
+    for fam in families:
+        try:
+            mod = importlib.import_module(f".{fam}", __package__)
+        except ImportError:  # a family may be optional while it is being built
+            if fam == "q2_0":
+                raise
+            continue
+        if hasattr(mod, "ptx_specs"):
+            specs += list(mod.ptx_specs())
     return specs
 
 
@@ -44,26 +56,34 @@ def summarise(ptx: str) -> dict:
         "mul.rn.f32": count("mul.rn.f32"),
         "add.rn.f32": count("add.rn.f32"),
         "shfl": count("shfl"),
+        "mma.sync.aligned.m16n8k32": count("mma.sync.aligned.m16n8k32"),
         "ld.global": count("ld.global"),
         "ld.shared": count("ld.shared"),
     }
 
 
-def compile_all(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
+def compile_all(cc: tuple[int, int] = (9, 0), families=FAMILIES) -> dict[str, str]:
     from numba import config, cuda
 
     if config.ENABLE_CUDASIM:
         raise RuntimeError("PTX needs the real CUDA target: unset NUMBA_ENABLE_CUDASIM")
-    return {name: cuda.compile_ptx(body, sig, cc=cc)[0] for name, body, sig in kernel_specs()}
+    specs = kernel_specs(families)
+    return {name: cuda.compile_ptx(body, sig, cc=cc)[0] for name, body, sig in specs}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--cc", default="9.0")
+    p.add_argument(
+        "--family",
+        action="append",
+        choices=FAMILIES,
+        help="compile only this family (repeatable; default: all)",
+    )
     p.add_argument("--dump", type=Path, help="write NAME.ptx files here")
     args = p.parse_args(argv)
     cc = tuple(int(x) for x in args.cc.split("."))
-    ptxs = compile_all(cc)  # type: ignore[arg-type]
+    ptxs = compile_all(cc, tuple(args.family or FAMILIES))  # type: ignore[arg-type]
     if args.dump:
         args.dump.mkdir(parents=True, exist_ok=True)
         for name, ptx in ptxs.items():
