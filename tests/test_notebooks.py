@@ -29,6 +29,7 @@ EXPECTED = {
     "02_bit_exact_kernels.ipynb",
     "03_w4a16_tiers.ipynb",
     "04_performance.ipynb",
+    "05_exact_contract.ipynb",
 }
 
 
@@ -130,3 +131,34 @@ def test_performance_notebook_plots_when_results_exist(tmp_path):
     text = "".join(o.get("text", "") for o in outputs)
     assert "12 timed rows from 1 file(s)" in text, text
     assert any("image/png" in o.get("data", {}) for o in outputs), "no figure drawn"
+
+
+def _synthetic_exact_csv(path: Path) -> None:
+    """A tiny CSV in bench_exact.py's schema; SYNTHETIC numbers, only to exercise the plot."""
+    cols = ["n", "k", "group", "m", "weight_bytes", "exact_us", "gemv_only_us", "seed_us"]
+    cols += ["bf16_us", "floor_us", "ceiling_pct", "vs_bf16"]
+    lines = [",".join(cols)]
+    for m in (1, 2, 8, 16):
+        seed = "" if m > 8 else f"{4.0 + m}"
+        lines.append(f"64,64,64,{m},1088,{3.0 + m},{2.0 + m},{seed},10.0,1.0,30.0,1.5")
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_exact_notebook_plots_the_speed_csv_when_it_exists(tmp_path):
+    nbclient = pytest.importorskip("nbclient", reason="nbclient is in the test extra")
+    pytest.importorskip("matplotlib", reason="matplotlib is in the test extra")
+    _synthetic_exact_csv(tmp_path / "benchmarks" / "results" / "h200_exact.csv")
+    nb = _read(NOTEBOOK_DIR / "05_exact_contract.ipynb")
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute(env=_kernel_env())
+    last = [c for c in nb.cells if c.cell_type == "code"][-1]
+    text = "".join(o.get("text", "") for o in last.outputs)
+    assert "4 rows from h200_exact.csv" in text, text
+    assert any("image/png" in o.get("data", {}) for o in last.outputs), "no figure drawn"
