@@ -537,10 +537,17 @@ def prepare_threads(k: int) -> int:
     return min(PREP_MAX_THREADS, launch.div_ceil(k // 16, 32) * 32)
 
 
-def prepare_device(d_a, stream=0) -> ExactOperands:
-    """Run ``exact_prepare`` on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands."""
+def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOperands:
+    """Run ``exact_prepare`` on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands.
+
+    ``ops``: operands of the same (M, K) to fill instead of allocating new ones
+    (a graph-captured or repeated call must not allocate).
+    """
     m, k = (int(x) for x in d_a.shape)
-    ops = ExactOperands.allocate(m, k, stream)
+    if ops is None:
+        ops = ExactOperands.allocate(m, k, stream)
+    elif (ops.m, ops.k) != (m, k):
+        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
     if m:
         _prepare_kernel()[m, prepare_threads(k), stream](*ops.prepare_args(d_a))
     return ops

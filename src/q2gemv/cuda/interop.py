@@ -172,8 +172,7 @@ def _launch_exact(d_a, kind, a, dw, out_shape, out, st):
     with _WORKSPACE_LOCK:
         ops = exact_workspace(m, dw.k, st)
         launches = exact.q2_launches(ops, dw, d_out2)  # validates before the first launch
-        # exact.prepare_device into the kept buffers (it would allocate new ones per call)
-        exact._prepare_kernel()[m, exact.prepare_threads(dw.k), st](*ops.prepare_args(d_a2))
+        exact.prepare_device(d_a2, st, ops)  # into the kept buffers: no allocation per call
         for kernel, grid, args in launches:  # exact.launch_q2, with the launches checked above
             kernel[grid, exact.THREADS, st](*args)
     return result
