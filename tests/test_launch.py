@@ -117,3 +117,15 @@ def test_default_q2_kernel_rule():
         (0, 8, "q2_0_gemv_vec_batchm_rt2"),
         (8, 1, "q2_0_gemv_vec_batchm_rt2"),
     ]
+
+
+def test_chunk_plan_is_a_lazy_sequence_equal_to_its_list():
+    plan = launch.ChunkPlan(17, 8, lambda rows: f"k{rows}")
+    want = [(0, 8, "k8"), (8, 8, "k8"), (16, 1, "k1")]
+    assert plan == want and list(plan) == want and len(plan) == 3
+    assert plan[-1] == want[-1] and plan[1:] == want[1:]
+    with pytest.raises(IndexError):
+        plan[3]
+    assert launch.ChunkPlan(0, 8, str) == []
+    huge = launch.ChunkPlan(2**31 - 1, 8, lambda rows: "k")  # described, never built
+    assert len(huge) == 2**28 and huge[-1] == (2**31 - 8, 7, "k")

@@ -19,7 +19,6 @@ Two numerics contracts (``numerics=``, resolved by :func:`resolve_numerics`):
 from __future__ import annotations
 
 import functools
-import itertools
 import sys
 
 import numpy as np
@@ -224,7 +223,7 @@ def check_m(m) -> int:
 
 def plan(
     weight, m: int, kernel: str | None = None, *, numerics: str | None = None
-) -> list[tuple[int, int, str]]:
+) -> launch.ChunkPlan:
     """The launches ``(row0, rows, kernel)`` that serve ``m`` activation rows.
 
     Args:
@@ -240,20 +239,23 @@ def plan(
     rows per launch (1 for the M=1 kernels: one launch per activation row).
     W4A16: the tier plan of :func:`q2gemv.tiers.plan_w4a16`, or one forced
     tier, which must cover ``m`` (a forced tier is never chunked silently).
-    Empty for m == 0. The list has one entry per launch, so at most ``m``
-    entries; :func:`explain` summarises long plans instead of listing them.
+    Empty for m == 0. Returned as a :class:`q2gemv.launch.ChunkPlan`: a
+    sequence of those tuples (equal to the list of them) that is computed
+    entry by entry, so even ``m = 2**31 - 1`` costs nothing to describe;
+    :func:`explain` summarises long plans instead of listing them.
 
     Raises:
         TypeError naming ``weight``; ValueError naming ``m``, ``kernel`` or ``numerics``.
     """
     family, _ = weight_family(weight)
+    check_call_args(kernel, None, None)
     m = check_m(m)
     mode = resolve_numerics(family, numerics, kernel)
-    return list(_plan_iter(weight, family, mode, m, kernel))
+    return _plan_iter(weight, family, mode, m, kernel)
 
 
 def _plan_iter(weight, family: str, mode: str, m: int, kernel: str | None):
-    """The entries of :func:`plan`, lazily (arguments already checked)."""
+    """The entries of :func:`plan` as a sequence that is never materialised (arguments checked)."""
     if family == "q2_0":
         if mode == "exact":
             name = EXACT_Q2_KERNEL if kernel is None else kernel
@@ -261,9 +263,13 @@ def _plan_iter(weight, family: str, mode: str, m: int, kernel: str | None):
         else:
             name = default_q2_kernel(m, weight.n) if kernel is None else kernel
             table = Q2_KERNELS
-        return ((r0, rows, name) for r0, rows in launch.batchm_row_chunks(m, table[name]))
+        return launch.ChunkPlan(m, table[name], lambda rows: name)
     if kernel is None:
-        return iter(tiers.plan_w4a16(m, default_w4a16_tiers()))
+        t = default_w4a16_tiers()
+        wide = tiers.WIDE_MAX_M  # plan_w4a16's chunk; its kernel depends only on the chunk's rows
+        full = tiers.plan_w4a16(wide, t)[0][2]
+        tail = tiers.plan_w4a16(m % wide, t)[0][2] if m % wide else full
+        return launch.ChunkPlan(m, wide, lambda rows: full if rows == wide else tail)
     if kernel not in W4A16_KERNELS:
         raise ValueError(f"kernel: expected one of {tuple(W4A16_KERNELS)}, got {kernel!r}")
     if m > W4A16_KERNELS[kernel]:
@@ -271,7 +277,7 @@ def _plan_iter(weight, family: str, mode: str, m: int, kernel: str | None):
             f"kernel: {kernel} serves at most {W4A16_KERNELS[kernel]} rows, got M={m} "
             "(leave kernel=None to let the tier plan chunk it)"
         )
-    return iter([(0, m, kernel)] if m else [])
+    return launch.ChunkPlan(m, max(m, 1), lambda rows: kernel)
 
 
 def _serialised_in_simulator(fn):
@@ -542,18 +548,15 @@ def _launches_line(launches, count: int, m: int) -> str:
     """``launches (count): rows a..b on K, ...`` for the ``count`` launches serving ``m`` rows.
 
     Beyond :data:`EXPLAIN_MAX_LAUNCHES` launches: the first ones, how many are
-    left out, and the last; ``launches`` (one kernel, chunks of one width
-    from row 0) is consumed lazily, so a long plan is never built.
+    left out, and the last (``launches`` is a :class:`~q2gemv.launch.ChunkPlan`:
+    indexing it builds nothing else).
     """
     if count == 0:
         return "launches: none (m = 0)"
     if count <= EXPLAIN_MAX_LAUNCHES:
         shown = list(launches)
     else:
-        shown = list(itertools.islice(launches, EXPLAIN_MAX_LAUNCHES - 1))
-        _, width, name = shown[0]
-        last0 = width * (count - 1)
-        shown.append((last0, m - last0, name))
+        shown = [*launches[: EXPLAIN_MAX_LAUNCHES - 1], launches[-1]]
     parts = [f"rows {r0}..{r0 + rows - 1} on {name}" for r0, rows, name in shown]
     if count > EXPLAIN_MAX_LAUNCHES:
         parts.insert(-1, f"... ({count - EXPLAIN_MAX_LAUNCHES} more like these)")
@@ -577,6 +580,7 @@ def explain(weight, m: int, kernel: str | None = None, *, numerics: str | None =
     never built in full. Raises the same errors as :func:`plan`.
     """
     family, on_device = weight_family(weight)
+    check_call_args(kernel, None, None)
     m = check_m(m)
     mode = resolve_numerics(family, numerics, kernel)
     head = f"{family} weight n={weight.n} k={weight.k}" + (
@@ -588,14 +592,12 @@ def explain(weight, m: int, kernel: str | None = None, *, numerics: str | None =
         lines.append(tiers.explain_tier(m, default_w4a16_tiers()))
         return "\n".join(lines)  # explain_tier lists (or summarises) its own plan
     launches = _plan_iter(weight, family, mode, m, kernel)
+    count = len(launches)
     if family == "w4a16":
-        count = 1 if m else 0
         lines.append(f"m = {m}; kernel forced: {kernel}")
     else:
         name = EXACT_Q2_KERNEL if mode == "exact" else default_q2_kernel(m, weight.n)
         name = kernel or name
-        rows = {**Q2_KERNELS, **Q2_EXACT_KERNELS}[name]
-        count = -(-m // rows)
         if kernel:
             why = "forced by kernel="
         elif mode == "exact":

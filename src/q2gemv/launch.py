@@ -16,7 +16,7 @@ kernel's, so chunking is numerically inert.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -67,6 +67,48 @@ def batchm_row_chunks(m: int, max_m: int = Q2_BATCHM_MAX_M) -> Iterator[tuple[in
         raise ValueError(f"max_m: expected >= 1, got {max_m}")
     for r0 in range(0, m, max_m):
         yield r0, min(max_m, m - r0)
+
+
+class ChunkPlan(Sequence):
+    """Launches ``(row0, rows, kernel)`` of ``m`` rows in chunks of ``step``, never materialised.
+
+    ``kernel_of(rows)`` names the kernel of a chunk of ``rows`` rows (only the
+    last chunk can be shorter). Indexing, ``len`` and iteration cost O(1) per
+    entry, so a plan for 2**31 rows costs nothing until it is walked; it
+    compares equal to the list of its entries.
+    """
+
+    def __init__(self, m: int, step: int, kernel_of: Callable[[int], str]):
+        if m < 0 or step < 1:
+            raise ValueError(f"m, step: expected m >= 0 and step >= 1, got {m}, {step}")
+        self.m, self.step, self._kernel_of = int(m), int(step), kernel_of
+
+    def __len__(self) -> int:
+        return div_ceil(self.m, self.step)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"plan index {i} out of range for {n} launches")
+        r0 = j * self.step
+        rows = min(self.step, self.m - r0)
+        return (r0, rows, self._kernel_of(rows))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (list, tuple, ChunkPlan)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        n = len(self)
+        if n <= 4:
+            return repr(list(self))
+        return f"ChunkPlan({n} launches: {self[0]}, {self[1]}, ..., {self[-1]})"
 
 
 def batchm_launch_chunks(
