@@ -437,3 +437,13 @@ def test_ml_dtypes_rounds_float64_directly():
     """The oracle's assumption: float64 -> bfloat16 rounds once (no float32 double rounding)."""
     x = 1.0 + 2.0**-8 + 2.0**-40  # above the tie; via float32 it would become the tie -> 1.0
     assert _ml_nearest(x) == 0x3F81
+
+
+def test_docs_state_the_contract_word_for_word():
+    """docs/numerics.md quotes the reference's contract text; the two must not drift apart."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "numerics.md").read_text()
+    text = rex.__doc__
+    contract = text[text.index("1. **Special rows.**") : text.index("Nothing here")].strip()
+    assert contract in doc
