@@ -79,8 +79,9 @@ def test_run_q2_matches_the_reference(m, n, k, group):
 def _special_case(group):
     """Rows: NaN, normal, zeros (+-0), huge +, huge -, -Inf, subnormals, cancelling.
 
-    Columns (N = 17: a tail CTA): Inf scale, NaN scale, the largest fp16 with
-    code 3, zero scales, random, duplicated halves for the cancelling row.
+    Columns (N = 17: a tail CTA): Inf / NaN scales (columns 1-3, 9, 16), the
+    largest fp16 with code 3, zero scales, duplicated halves for the
+    cancelling row, random.
     """
     rng = np.random.default_rng(group)
     k, n = 2 * group, 17
@@ -89,6 +90,8 @@ def _special_case(group):
     scales[1, 1] = np.inf
     scales[2, 0] = np.nan
     scales[3, 0] = -np.inf
+    scales[9, 1] = np.inf  # rows g + 8 of the m16 tile (the odd lanes' flag)
+    scales[16, 0] = np.nan  # the tail CTA's only row
     codes[4] = 3
     scales[4] = 65504.0
     scales[5] = [0.0, -0.0]
@@ -118,8 +121,8 @@ def test_run_q2_special_values(group):
     a, w = _special_case(group)
     y = _check(a, w, f"special g{group}")
     assert (y[0] == NAN).all() and (y[5] == NAN).all()  # NaN, -Inf rows
-    assert (y[:, 1:4] == NAN).all()  # Inf, NaN, -Inf scale columns
-    assert (y[2, 4:] == 0).all()  # a zero row gives +0
+    assert (y[:, [1, 2, 3, 9, 16]] == NAN).all()  # Inf, NaN, -Inf scale columns
+    assert (y[2, 4:9] == 0).all() and (y[2, 10:16] == 0).all()  # a zero row gives +0
     assert (y[[1, 2, 3, 4, 6, 7], 5] == 0).all()  # zero scales give +0
     assert y[3, 4] == INF and y[4, 4] == NEG_INF  # overflow
     assert y[7, 7] == 0  # exact cancellation: +0
