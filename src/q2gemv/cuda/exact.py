@@ -7,30 +7,30 @@ the same bits, so the kernels may split K and chunk M freely.
 Two kernels:
 
 * ``exact_prepare`` — one CTA per activation row m (one thread per 16-code
-  word, up to :data:`PREP_MAX_THREADS`): ``E_m`` (or :data:`SPECIAL_ROW` for a row holding NaN/Inf), the
-  fixed-point ``A_k`` as three unsigned byte limbs of the offset value
-  ``A_k + 2**23`` (in ``[0, 2**24)``), and the sum of ``A_k`` over each unit of
+  word, up to :data:`PREP_MAX_THREADS`): ``E_m`` (or :data:`SPECIAL_ROW` for a
+  row holding NaN/Inf), the fixed-point ``A_k`` as three unsigned byte limbs
+  of the offset value ``A_k + 2**23`` (in ``[0, 2**24)``; three signed limbs
+  cannot hold +255 * 2**15), and the sum of ``A_k`` over each unit of
   :data:`UNIT` codes. Computed once per activation batch and shareable by
   every GEMV on that input (:class:`ExactOperands`).
 * ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps; the
-  warps split the row's blocks (warp w takes blocks w, w + 8, ...). Per block
-  and unit of 64 codes, lane (g, t) (g = lane / 4, t = lane % 4) holds word t
-  of rows g and g + 8; ``(word >> 2j) & 0x03030303`` puts 4 codes in the 4
-  bytes of a register, which is the A operand of ``mma.m16n8k32`` (u8 x u8 ->
-  s32) as is. Within a block the order of k is free (integer sums), so the
-  prepared activation limbs are stored in that same permuted order: byte
-  ``4i + b`` of word w holds code ``16w + 4b + i``.
+  warps split the row's blocks (warp w takes blocks w, w + 8, ...), one
+  block at a time. Per block and unit of 64 codes, lane (g, t) (g = lane / 4,
+  t = lane % 4) holds word t of rows g and g + 8; ``(word >> 2j) & 0x03030303``
+  puts 4 codes in the 4 bytes of a register, which is the A operand of
+  ``mma.m16n8k32`` (u8 x u8 -> s32) as is. Within a block the order of k is
+  free (integer sums), so the prepared activation limbs are stored in that
+  same permuted order: byte ``4i + b`` of word w holds code ``16w + 4b + i``.
 
-  The 8 columns of the B operand are (activation row, limb) pairs, in
-  tiles of 4 activation rows: tile 2q holds limbs 0 and 1 of rows 4q + c/2
-  (c = column), tile 2q + 1 limb 2 in its even columns and, for q = 0, a
-  column of ones in its odd columns (the block's code sum). So lane (g, t)
-  ends a block with everything for activation row 4q + t and weight rows g,
-  g + 8 in its own registers::
+  The 8 columns of B tile j are activation rows 2j (columns 0-3) and 2j + 1
+  (columns 4-7): limbs 0, 1, 2 and a column of ones (the block's code sum).
+  Lane (g, t) ends a block with columns 2t, 2t + 1 of weight rows g and g + 8;
+  one exchange with lane t ^ 1 gives it all four numbers of activation row
+  2j + t // 2 for weight row g + 8 * (t % 2)::
 
       S = C0 + 2**8 C1 + 2**16 C2 - 2**23 * sum(codes) - sum(A)   # sum_k (code - 1) A_k
 
-  exact in int64 (``|S| < 2**31``). ``S * mantissa(d_b)`` is shifted by the
+  exact in 32 bits (``|S| < 2**31``). ``S * mantissa(d_b)`` is shifted by the
   scale's exponent into a split accumulator (``hi * 2**32 + lo``, exact for
   any K); the warps' accumulators are summed in shared memory and rounded
   once to bf16 (:func:`round_fixed_bf16`).

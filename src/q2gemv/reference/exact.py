@@ -15,8 +15,10 @@ The contract (also in ``docs/numerics.md``; every backend computes exactly this)
    nonzero value that rounds to zero keeps its sign; beyond the bf16 range
    gives +-Inf by the same rule.
 
-Only step 2 (activations smaller than ``2**(E_m - 23)`` relative to the row's
-largest lose bits) and step 4 round. Error bound, per output:
+Only step 2 and step 4 round. Step 2 is exact for activations of at least
+``2**(E_m - 15)`` (their 8 significant bits fit above the fixed point); smaller
+ones lose low bits, and those of at most ``2**(E_m - 23)`` become 0. Error bound,
+per output:
 ``|y - x.w| <= 2**(E_m - 23) * sum_k |w_k| + half an ulp of bf16(y)``, where
 ``x.w`` is the exact dot product of the original bf16 activations with
 ``dequantize()``; the first term is at most ``2**-23`` relative to
