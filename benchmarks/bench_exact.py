@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--groups", default="128,64")
+    p.add_argument("--ms", help="comma-separated M values (default: the full list)")
     args = p.parse_args(argv)
     import torch
     from numba import cuda
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"read ceiling {ceil / 1e9:.0f} GB/s", flush=True)
     shapes = SHAPES[:2] if args.quick else SHAPES
     ms = QUICK_MS if args.quick else MS
+    if args.ms:
+        ms = tuple(int(x) for x in args.ms.split(","))
     groups = tuple(int(g) for g in args.groups.split(","))
     rng = np.random.default_rng(0)
     rows = []
