@@ -1,5 +1,10 @@
-"""Bit-exact NumPy references: one function per kernel, same signature, same fp32 order."""
+"""Bit-exact NumPy references: one function per kernel, same signature.
 
+Seed contract (``q2_0``, ``w4a16``): each reproduces its kernel's fp32 order.
+Exact contract (``exact``): the value every exact kernel computes, in exact integers.
+"""
+
+from .exact import q2_0_gemv_exact
 from .q2_0 import (
     q2_0_gemv,
     q2_0_gemv_vec,
@@ -21,6 +26,7 @@ from .w4a16 import (
 )
 
 __all__ = [
+    "q2_0_gemv_exact",
     "q2_0_gemv",
     "q2_0_gemv_vec",
     "q2_0_gemv_vec_batchm",
