@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from q2gemv import Q2Weight
+from q2gemv import Q2Weight, quantize_q2_0
 from q2gemv.formats.bf16 import BF16
 from q2gemv.reference import exact as rex
 
@@ -447,3 +447,23 @@ def test_docs_state_the_contract_word_for_word():
     text = rex.__doc__
     contract = text[text.index("1. **Special rows.**") : text.index("Nothing here")].strip()
     assert contract in doc
+
+
+def test_exact_reference_memory_does_not_grow_with_m(monkeypatch):
+    """Activation rows are taken in chunks: the peak is the same for 256 and 2048 rows."""
+    import tracemalloc
+
+    monkeypatch.setattr(rex, "_ROW_ELEMS", 1 << 14)  # 128 activation rows of K=128 at once
+    rng = np.random.default_rng(16)
+    w = quantize_q2_0(rng.standard_normal((8, 128)).astype(np.float32), group=64)
+    peaks = []
+    for m in (256, 2048):
+        a = rng.standard_normal((m, 128)).astype(BF16)
+        tracemalloc.start()
+        try:
+            y = rex.q2_0_gemv_exact(a, w)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        peaks.append(peak - a.nbytes - y.nbytes)  # the inputs and the result are inherent
+    assert peaks[1] < 1.5 * peaks[0], peaks

@@ -40,7 +40,7 @@ FRAC_BITS = 22  # A_k = a_k * 2**(FRAC_BITS - E_m), rounded half to even
 BF16_NAN = 0x7FC0
 BF16_INF = 0x7F80
 BF16_MIN_QUANTUM = -133  # the bf16 subnormal step is 2**-133
-_ROW_ELEMS = 1 << 22  # activation rows x weight elements processed at once (bounds memory)
+_ROW_ELEMS = 1 << 20  # elements of a chunk (activation or weight rows x K): bounds memory
 
 
 def fixed_point(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -124,14 +124,28 @@ def exact_gemv(
 
     Returns uint16 bf16 bits [M, N].
     """
-    A, E, special = fixed_point(bits)
-    m, k = A.shape
-    nb = k // group
+    bits = np.asarray(bits, np.uint16)
+    m, k = bits.shape
     out = np.empty((m, n), np.uint16)
     if m == 0 or n == 0:
         return out
     emin = int(scale_exp.min()) if scale_exp.size else 0
-    rows_per = max(1, _ROW_ELEMS // max(1, k * max(1, m)))
+    m_per = max(1, _ROW_ELEMS // max(1, k))  # activation rows at once: memory does not grow with M
+    for a0 in range(0, m, m_per):
+        a1 = min(m, a0 + m_per)
+        out[a0:a1] = _exact_rows(
+            bits[a0:a1], wint_rows, n, group, scale_mant, scale_exp, bad_col, emin
+        )
+    return out
+
+
+def _exact_rows(bits, wint_rows, n, group, scale_mant, scale_exp, bad_col, emin) -> np.ndarray:
+    """:func:`exact_gemv` for one chunk of activation rows (``emin``: the weight's smallest exponent)."""
+    A, E, special = fixed_point(bits)
+    m, k = A.shape
+    nb = k // group
+    out = np.empty((m, n), np.uint16)
+    rows_per = max(1, _ROW_ELEMS // max(1, k * m))
     a_blocks = A.reshape(m, nb, group).transpose(1, 0, 2).astype(np.float64)  # [nb, M, g]
     nearest = np.frompyfunc(bf16_nearest, 2, 1)
     for r0 in range(0, n, rows_per):
