@@ -148,13 +148,19 @@ def test_docstring_mentions_arguments(qual, fn):
 # -- the README, which CI runs from its first code block ---------------------------------
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-FIRST_COMMANDS = 'pip install -e ".[test]" && q2gemv verify\npython -m pytest -q\n'
+TEST_COMMAND = "python -m pytest -q -n auto --dist worksteal --durations=15"
+FIRST_COMMANDS = f'pip install -e ".[test]" && q2gemv verify\n{TEST_COMMAND}\n'
 
 
 def test_readme_starts_with_the_two_commands():
     text = README.read_text()
     first = re.search(r"```(?:bash|sh)?\n(.*?)```", text, re.S)
     assert first is not None and first.group(1) == FIRST_COMMANDS
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (README.parent / ".ci" / "run").read_text().splitlines()
+    assert TEST_COMMAND in [line.split("#")[0].strip() for line in ci]
 
 
 def test_readme_names_every_kernel_switch_and_placeholder():
