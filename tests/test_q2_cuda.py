@@ -26,10 +26,22 @@ def _check(kernel, a, w, label):
     return got
 
 
+# Output rows per 256-thread CTA (warps per row or rows per warp in the module docstring).
+ROWS_PER_CTA = {"q2_0_gemv": 4, "q2_0_gemv_vec": 8, "q2_0_gemv_vec_rt4": 32}
+
+
 @pytest.mark.parametrize("group", [64, 128])
 @pytest.mark.parametrize("kernel", M1_KERNELS)
-@pytest.mark.parametrize("n,blocks", [(1, 1), (7, 2), (9, 4), (33, 1)])
+@pytest.mark.parametrize("n,blocks", [(1, 1), (7, 2), (9, 4), ("cta+1", 1)])
 def test_m1_kernels(kernel, group, n, blocks):
+    """N=1; tails (7, 9: a partial first or second CTA at 4 or 8 rows a CTA); several blocks.
+
+    ``cta+1``: one row past a whole CTA, so the second CTA holds only a tail:
+    N=33 for rt4 (32 rows a CTA), the same 4+1 and 8+1 rows for the others
+    (N=33 there added only simulated CTAs: 9 for the baseline, 5 for vec).
+    """
+    if n == "cta+1":
+        n = ROWS_PER_CTA[kernel] + 1
     rng = np.random.default_rng(n * 10 + blocks)
     k = group * blocks
     w = random_weight(rng, n, k, group)
@@ -43,24 +55,58 @@ def test_m1_kernels_two_rows_each_one_launch(kernel):
     _check(kernel, random_acts(rng, 2, 256), w, kernel)
 
 
-@pytest.mark.parametrize("group", [64, 128])
-@pytest.mark.parametrize("m", [0, 1, 2, 7, 8, 9, 17])
-def test_batchm_every_chunk_boundary(group, m):
+def _batchm_case(group, m):
+    """N=7 (a tail inside the one 8-row CTA), K = 2 blocks."""
     rng = np.random.default_rng(100 + m)
-    n, k = (7, 2 * group) if m <= 8 else (5, group)
-    w = random_weight(rng, n, k, group)
-    a = random_acts(rng, m, k)
+    k = 2 * group
+    return random_acts(rng, m, k), random_weight(rng, 7, k, group)
+
+
+@pytest.fixture(scope="module", params=[64, 128], ids=lambda g: f"g{g}")
+def batchm_m17(request):
+    """M=17 through batchm once per group: launches of 8, 8 and 1 rows (shared by two tests)."""
+    a, w = _batchm_case(request.param, 17)
+    got = q2gemv.gemv(a, w, kernel="q2_0_gemv_vec_batchm", backend="cuda")
+    return a, w, got
+
+
+def test_batchm_m17_crosses_both_chunk_boundaries(batchm_m17):
+    """M=17 is launched as rows 0-7, 8-15 and 16 (:func:`q2gemv.launch.batchm_row_chunks`).
+
+    One run crosses what M = 8, 9 and 1 crossed one launch sequence each: the
+    M=8 build on a whole chunk, the 8|9 boundary (and 16|17) at a row offset,
+    and the M=1 (direct-load) build on the last row.
+    """
+    a, w, got = batchm_m17
+    assert q2gemv.plan(w, 17, "q2_0_gemv_vec_batchm") == [
+        (0, 8, "q2_0_gemv_vec_batchm"),
+        (8, 8, "q2_0_gemv_vec_batchm"),
+        (16, 1, "q2_0_gemv_vec_batchm"),
+    ]
+    want = reference.q2_0_gemv_vec_batchm(a, w)
+    assert_bits_equal(got.view(np.uint16), want.view(np.uint16), f"batchm g{w.group} m=17")
+    assert got.shape == (17, 7)
+
+
+@pytest.mark.parametrize("group", [64, 128])
+@pytest.mark.parametrize("m", [0, 2, 7])
+def test_batchm_every_chunk_boundary(group, m):
+    """M = 0 (no launch) and the builds M=1 and 17 do not reach (2: 4096-code tiles, 7).
+
+    M = 1, 8, 9 and 17 run in :func:`test_batchm_m17_crosses_both_chunk_boundaries`.
+    """
+    a, w = _batchm_case(group, m)
     got = _check("q2_0_gemv_vec_batchm", a, w, f"batchm g{group} m={m}")
-    assert got.shape == (m, n)
+    assert got.shape == (m, 7)
 
 
-def test_batchm_rows_equal_the_m1_kernel_rows():
-    """Batch invariance on the device itself, not only through the references."""
-    rng = np.random.default_rng(6)
-    w = random_weight(rng, 5, 256, 64)
-    a = random_acts(rng, 9, 256)
-    batched = q2gemv.gemv(a, w, kernel="q2_0_gemv_vec_batchm", backend="cuda")
-    for r in (0, 8):
+def test_batchm_rows_equal_the_m1_kernel_rows(batchm_m17):
+    """Batch invariance on the device itself, not only through the references.
+
+    Rows 0 and 8 of the M=8 launches and row 16 of the M=1 launch against q2_0_gemv_vec.
+    """
+    a, w, batched = batchm_m17
+    for r in (0, 8, 16):
         single = q2gemv.gemv(a[r], w, kernel="q2_0_gemv_vec", backend="cuda")
         assert_bits_equal(batched[r].view(np.uint16), single.view(np.uint16), f"row {r}")
 
@@ -115,8 +161,10 @@ def test_device_weight_reuse_and_out_argument():
     assert_bits_equal(out.view(np.uint16), want.view(np.uint16))
 
 
-@pytest.mark.parametrize("m", [1, 5, 8, 9])
+@pytest.mark.parametrize("m", [5, 9])
 def test_batchm_register_tiled_candidate(m):
+    """M=9 is launched as 8 + 1 rows: the M=8 and M=1 builds (m = 8 and 1 on their own
+    crossed nothing more, at 2 simulated 16-row CTAs a launch); M=5 a build in between."""
     rng = np.random.default_rng(200 + m)
     w = random_weight(rng, 17, 128, 64)  # 17 rows: a tail inside the second 16-row CTA
     _check("q2_0_gemv_vec_batchm_rt2", random_acts(rng, m, 128), w, f"batchm_rt2 m={m}")
