@@ -8,6 +8,7 @@ to override (``=0`` on a GPU machine forces the real device).
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -17,6 +18,14 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not gpu_present():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+if SIMULATED:
+    # The simulator's BlockManager busy-polls its 256 threads from the launching thread
+    # and never blocks, so a released thread may wait a whole switch interval for the GIL:
+    # up to 256 x 5 ms per barrier at CPython's default. Measured on the 2-core machine
+    # (tests/test_w4a16_cuda.py + tests/test_edge_values.py, one process): 889 s at 5 ms,
+    # one launch alone 445 s (5 s in other runs); 265 s at 0.2 ms, no launch over 21 s.
+    sys.setswitchinterval(2e-4)
 
 
 def pytest_collection_modifyitems(config, items):
