@@ -12,7 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-
 # numba's CUDA simulator runs one OS thread per CUDA thread and its launching
 # thread busy-polls them; at Python's default 5 ms switch interval a released
 # thread can wait its turn that long, and single launches took minutes instead
