@@ -215,6 +215,29 @@ else:
     def shfl_xor(v, offset):
         return cuda.shfl_xor_sync(FULL_MASK, v, offset)
 
+    def _element_pointer(context, builder, sig, args):
+        """Address of ``arr[indices]`` for an intrinsic called as ``(arr, *indices)`` (no wraparound)."""
+        from numba.core import cgutils
+
+        arrty = sig.args[0]
+        ary = context.make_array(arrty)(context, builder, value=args[0])
+        inds = [
+            context.cast(builder, v, t, types.intp)
+            for v, t in zip(args[1:], sig.args[1:], strict=True)
+        ]
+        return cgutils.get_item_pointer(context, builder, arrty, ary, inds, wraparound=False)
+
+    def _ld_nc_v4_u32(context, builder, sig, ptr):
+        """One ``ld.global.nc.v4.u32`` at ``ptr``, as the intrinsic's tuple of 4 uint32."""
+        from llvmlite import ir
+
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
+        asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
+        r = builder.call(asm, [ptr])
+        vals = [builder.extract_value(r, j) for j in range(4)]
+        return context.make_tuple(builder, sig.return_type, vals)
+
     def _ld_bf16x8(typingctx, arr, m, c):
         """``arr[m, c .. c+7]`` (uint16, C-contiguous) as 4 uint32 words by one 16-byte load.
 
@@ -224,22 +247,9 @@ else:
         sig = types.UniTuple(types.uint32, 4)(arr, m, c)
 
         def codegen(context, builder, sig, args):
-            from llvmlite import ir
-            from numba.core import cgutils
-
-            arrty, mty, cty = sig.args
-            ary = context.make_array(arrty)(context, builder, value=args[0])
-            inds = [
-                context.cast(builder, v, t, types.intp)
-                for v, t in zip(args[1:], (mty, cty), strict=True)
-            ]
-            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, inds, wraparound=False)
-            i32 = ir.IntType(32)
-            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
-            asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
-            r = builder.call(asm, [ptr])
-            vals = [builder.extract_value(r, j) for j in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
+            return _ld_nc_v4_u32(
+                context, builder, sig, _element_pointer(context, builder, sig, args)
+            )
 
         return sig, codegen
 
@@ -257,12 +267,8 @@ else:
 
         def codegen(context, builder, sig, args):
             from llvmlite import ir
-            from numba.core import cgutils
 
-            arrty, ity = sig.args
-            ary = context.make_array(arrty)(context, builder, value=args[0])
-            idx = context.cast(builder, args[1], ity, types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [idx], wraparound=False)
+            ptr = _element_pointer(context, builder, sig, args)
             vty = ir.VectorType(ir.FloatType(), 4)
             vptr = builder.bitcast(ptr, vty.as_pointer(ptr.type.addrspace))
             v = builder.load(vptr, align=16)
@@ -282,19 +288,9 @@ else:
         sig = types.UniTuple(types.uint32, 4)(arr, i)
 
         def codegen(context, builder, sig, args):
-            from llvmlite import ir
-            from numba.core import cgutils
-
-            arrty, ity = sig.args
-            ary = context.make_array(arrty)(context, builder, value=args[0])
-            idx = context.cast(builder, args[1], ity, types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [idx], wraparound=False)
-            i32 = ir.IntType(32)
-            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
-            asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
-            r = builder.call(asm, [ptr])
-            vals = [builder.extract_value(r, j) for j in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
+            return _ld_nc_v4_u32(
+                context, builder, sig, _element_pointer(context, builder, sig, args)
+            )
 
         return sig, codegen
 
