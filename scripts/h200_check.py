@@ -31,15 +31,38 @@ SHAPES = ((5120, 5120), (17408, 5120), (5120, 17408))
 MS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17)
 
 
+def random_q2_weight(rng, n: int, k: int, g: int):
+    """Random codes (code 3 included) and fp32-rounded scales; the host weight and its upload."""
+    codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    scales = (rng.standard_normal((n, k // g)) * 0.02).astype(np.float32)
+    w = Q2Weight.from_codes(codes, scales, group=g)
+    return w, q2cuda.DeviceQ2Weight.upload(w)
+
+
+def check_row(kernel: str, n: int, k: int, g: int, m: int, got, want, ref_s: float) -> dict:
+    """One result row (and the mismatch report on stderr when the bits differ)."""
+    rep = compare_bits(got, want)
+    if not rep.ok:
+        print(rep.format(f"{kernel} {n}x{k} g{g} m={m}"), file=sys.stderr)
+    return dict(
+        family="q2_0",
+        kernel=kernel,
+        n=n,
+        k=k,
+        group=g,
+        m=m,
+        elements=got.size,
+        mismatches=rep.mismatches,
+        ref_s=round(ref_s, 2),
+    )
+
+
 def q2_rows(rng, quick: bool) -> list[dict]:
     rows = []
     shapes = SHAPES[:1] if quick else SHAPES
     for n, k in shapes:
         for g in (64, 128):
-            codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
-            scales = (rng.standard_normal((n, k // g)) * 0.02).astype(np.float32)
-            w = Q2Weight.from_codes(codes, scales, group=g)
-            dw = q2cuda.DeviceQ2Weight.upload(w)
+            w, dw = random_q2_weight(rng, n, k, g)
             a = rng.standard_normal((max(MS), k)).astype(BF16)
             t0 = time.perf_counter()
             want = {
@@ -51,22 +74,7 @@ def q2_rows(rng, quick: bool) -> list[dict]:
                 exp = want["q2_0_gemv" if name == "q2_0_gemv" else "vec"]
                 for m in MS:
                     got = q2cuda.run(name, a[:m].view(np.uint16), dw)
-                    rep = compare_bits(got, exp[:m])
-                    rows.append(
-                        dict(
-                            family="q2_0",
-                            kernel=name,
-                            n=n,
-                            k=k,
-                            group=g,
-                            m=m,
-                            elements=got.size,
-                            mismatches=rep.mismatches,
-                            ref_s=round(t_ref, 2),
-                        )
-                    )
-                    if not rep.ok:
-                        print(rep.format(f"{name} {n}x{k} g{g} m={m}"), file=sys.stderr)
+                    rows.append(check_row(name, n, k, g, m, got, exp[:m], t_ref))
             print(f"q2_0 {n}x{k} g{g}: done", file=sys.stderr, flush=True)
     return rows
 
@@ -79,10 +87,7 @@ def exact_rows(rng, quick: bool) -> list[dict]:
     ms = (*MS, 33)
     for n, k in SHAPES[:1] if quick else SHAPES:
         for g in (64, 128):
-            codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
-            scales = (rng.standard_normal((n, k // g)) * 0.02).astype(np.float32)
-            w = Q2Weight.from_codes(codes, scales, group=g)
-            dw = q2cuda.DeviceQ2Weight.upload(w)
+            w, dw = random_q2_weight(rng, n, k, g)
             a32 = rng.standard_normal((max(ms), k)).astype(np.float32)
             a32[:, rng.integers(0, k, 4)] *= 1000.0  # "massive activations"
             a = a32.astype(BF16)
@@ -91,22 +96,7 @@ def exact_rows(rng, quick: bool) -> list[dict]:
             t_ref = time.perf_counter() - t0
             for m in ms:
                 got = excuda.run_q2(a[:m].view(np.uint16), dw)
-                rep = compare_bits(got, want[:m])
-                rows.append(
-                    dict(
-                        family="q2_0",
-                        kernel="q2_0_gemv_exact",
-                        n=n,
-                        k=k,
-                        group=g,
-                        m=m,
-                        elements=got.size,
-                        mismatches=rep.mismatches,
-                        ref_s=round(t_ref, 2),
-                    )
-                )
-                if not rep.ok:
-                    print(rep.format(f"q2_0_gemv_exact {n}x{k} g{g} m={m}"), file=sys.stderr)
+                rows.append(check_row("q2_0_gemv_exact", n, k, g, m, got, want[:m], t_ref))
             print(f"q2_0 exact {n}x{k} g{g}: done", file=sys.stderr, flush=True)
     return rows
 
