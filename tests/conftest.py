@@ -8,7 +8,6 @@ to override (``=0`` on a GPU machine forces the real device).
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -19,13 +18,12 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not gpu_present():
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
-if SIMULATED:
-    # The simulator's BlockManager busy-polls its 256 threads from the launching thread
-    # and never blocks, so a released thread may wait a whole switch interval for the GIL:
-    # up to 256 x 5 ms per barrier at CPython's default. Measured on the 2-core machine
-    # (tests/test_w4a16_cuda.py + tests/test_edge_values.py, one process): 889 s at 5 ms,
-    # one launch alone 445 s (5 s in other runs); 265 s at 0.2 ms, no launch over 21 s.
-    sys.setswitchinterval(2e-4)
+# Not set here: sys.setswitchinterval(2e-4). It made simulated launches much faster
+# (the simulator's BlockManager busy-polls its 256 threads, so a released thread can
+# wait a whole 5 ms switch interval: test_w4a16_cuda + test_edge_values 889 s -> 265 s),
+# but with it the W4A16 simulator tests failed intermittently with wrong bits (one
+# clean-clone CI run; one of two parallel runs of tests/test_w4a16_cuda.py), and not
+# in two runs at the default interval. Restore it once that race is understood.
 
 
 def pytest_collection_modifyitems(config, items):

@@ -12,15 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-# numba's CUDA simulator runs one OS thread per CUDA thread and its launching
-# thread busy-polls them; at Python's default 5 ms switch interval a released
-# thread can wait its turn that long, and single launches took minutes instead
-# of seconds (tests/conftest.py sets the same for the test processes).
-SIMULATOR_SWITCH_INTERVAL_S = 2e-4
-
 
 def main() -> int:
-    sys.setswitchinterval(SIMULATOR_SWITCH_INTERVAL_S)  # this process only runs the simulator
     from .harness import RESULT_PREFIX, Runner, run_gemv_checks
     from .suite import load_gemv_file
 
