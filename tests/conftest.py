@@ -38,3 +38,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Any kernel lookup fails the test: a refusal must come before the launch."""
+    from q2gemv.cuda import q2_0 as q2cuda
+    from q2gemv.cuda import w4a16 as w4cuda
+
+    def boom(name, *_):
+        raise AssertionError(f"kernel {name} was reached: the bad call was not refused")
+
+    monkeypatch.setattr(q2cuda, "compiled", boom)
+    monkeypatch.setattr(w4cuda, "compiled", boom)

@@ -114,19 +114,24 @@ def _synthetic_gemv_csv(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _execute_in(nbclient, nb, cwd: Path) -> None:
+    """Run notebook ``nb`` with ``cwd`` as its working directory (where it looks for results)."""
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    client.execute(env=_kernel_env())
+
+
 @pytest.mark.slow
 def test_performance_notebook_plots_when_results_exist(tmp_path):
     nbclient = pytest.importorskip("nbclient", reason="nbclient is in the test extra")
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra")
     _synthetic_gemv_csv(tmp_path / "benchmarks" / "results" / "h200_gemv.csv")
     nb = _read(NOTEBOOK_DIR / "04_performance.ipynb")
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT_S,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-    )
-    client.execute(env=_kernel_env())
+    _execute_in(nbclient, nb, tmp_path)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     assert "12 timed rows from 1 file(s)" in text, text
@@ -151,13 +156,7 @@ def test_exact_notebook_plots_the_speed_csv_when_it_exists(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra")
     _synthetic_exact_csv(tmp_path / "benchmarks" / "results" / "h200_exact.csv")
     nb = _read(NOTEBOOK_DIR / "05_exact_contract.ipynb")
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT_S,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-    )
-    client.execute(env=_kernel_env())
+    _execute_in(nbclient, nb, tmp_path)
     last = [c for c in nb.cells if c.cell_type == "code"][-1]
     text = "".join(o.get("text", "") for o in last.outputs)
     assert "4 rows from h200_exact.csv" in text, text
