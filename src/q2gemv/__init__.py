@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .api import explain, gemv, plan
 from .check import assert_bits_equal, compare_bits
+from .device import DeviceWeight, to_device
 from .formats.bf16 import BF16
 from .formats.nvfp4 import Nvfp4Weight, global_scale_from_divisor
 from .formats.q2_0 import Q2Weight, quantize_q2_0
@@ -34,6 +35,8 @@ __all__ = [
     "explain",
     "plan",
     "prepare",
+    "to_device",
+    "DeviceWeight",
     "PreparedActivations",
     "Nvfp4Weight",
     "global_scale_from_divisor",

@@ -2,7 +2,8 @@
 
 Importing this subpackage imports numba; ``import q2gemv`` alone does not.
 ``DeviceQ2Weight`` / ``DeviceNvfp4Weight`` hold a weight uploaded once for reuse
-(also reachable as ``Q2Weight.to_device()`` / ``DeviceNvfp4Weight.upload(w)``).
+(``q2gemv.to_device(w)`` = ``w.to_device()`` for either family), or wrap bytes already
+on the GPU without a copy (``DeviceQ2Weight.from_buffers`` / ``DeviceNvfp4Weight.from_buffers``).
 """
 
 from .q2_0 import DeviceQ2Weight

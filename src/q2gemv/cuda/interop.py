@@ -62,6 +62,25 @@ def as_bits(x, name: str):
     return d, kind
 
 
+def as_device_buffer(x, name: str):
+    """``x`` as a numba device array over the same memory (no copy), for ``from_buffers``.
+
+    Takes a numba device array as it is, or anything with
+    ``__cuda_array_interface__`` (a CUDA torch tensor, a CuPy array), which
+    stays alive as long as the view. Raises TypeError naming ``name`` for
+    host arrays (and, under the CUDA simulator, which has no foreign device
+    memory, for anything but its own device arrays).
+    """
+    if getattr(x, "__cuda_ndarray__", False):
+        return x
+    if hasattr(x, "__cuda_array_interface__") and hasattr(cuda, "as_cuda_array"):
+        return cuda.as_cuda_array(x)
+    raise TypeError(
+        f"{name}: expected a device array (a numba device array, or a CUDA torch tensor / CuPy "
+        f"array: anything with __cuda_array_interface__), got {type(x).__name__}"
+    )
+
+
 def check_device_array(x, name: str, dtype, shape: tuple[int, ...]) -> None:
     """``x`` must be a C-contiguous numba device array of ``dtype`` and ``shape``.
 

@@ -32,7 +32,8 @@ inline scale ``d`` of block i is half ``i * (1 + group / 8)`` of a row).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from numba import cuda, float32, uint32
@@ -520,6 +521,9 @@ class DeviceQ2Weight:
     n: int
     k: int
     group: int
+    # bound launches of q2gemv.launcher, per call signature; lives and dies with the weight
+    launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    family: ClassVar[str] = "q2_0"
 
     def __post_init__(self) -> None:
         from .interop import check_device_array
@@ -551,6 +555,49 @@ class DeviceQ2Weight:
         with simulator_lock():
             d = cuda.to_device(w.raw.view(np.uint16), stream=stream)
         return cls(d, d.view(np.float16), w.n, w.k, w.group)
+
+    @classmethod
+    def from_buffers(cls, raw, n: int, k: int, group: int) -> DeviceQ2Weight:
+        """Wrap GGUF ``block_q2_0`` bytes already on the GPU: no host copy, no device copy.
+
+        Args:
+            raw: the weight's bytes on the device, uint8 (or int8), C-contiguous,
+                [n * row_bytes] or [n, row_bytes] (``row_bytes(k, group)`` bytes a
+                row, the GGUF layout of :mod:`q2gemv.formats.q2_0`): a numba
+                device array, or anything with ``__cuda_array_interface__`` (a
+                CUDA ``torch.uint8`` tensor, a CuPy array), which the weight keeps
+                alive. Its bytes must not change while the weight is used.
+            n, k, group: the shape and block size (64 or 128), as for ``Q2Weight``.
+
+        Raises:
+            TypeError / ValueError naming ``raw`` (not a device array, wrong
+            dtype, not contiguous, not 2-byte aligned, wrong size) or
+            ``n``/``k``/``group``.
+        """
+        from .interop import as_device_buffer
+
+        group = fmt.check_group(group)
+        fmt._check_nk(n, k, group)
+        d = as_device_buffer(raw, "raw")
+        if np.dtype(d.dtype).itemsize != 1 or np.dtype(d.dtype).kind not in "ui":
+            raise TypeError(f"raw: expected uint8 bytes, got {d.dtype}")
+        if not d.is_c_contiguous() or d.ndim not in (1, 2):
+            raise ValueError(
+                f"raw: expected a C-contiguous 1-D or 2-D byte array, got shape {d.shape}"
+            )
+        want = int(n) * fmt.row_bytes(int(k), group)
+        if d.size != want:
+            raise ValueError(
+                f"raw: expected {want} bytes for n={n} k={k} group={group}, got {d.size}"
+            )
+        addr = launch.device_address(d)
+        if addr is not None and addr % 2:
+            raise ValueError(f"raw: expected a 2-byte aligned device buffer, got address {addr:#x}")
+        flat = d.reshape(d.size)
+        if np.dtype(flat.dtype) != np.uint8:
+            flat = flat.view(np.uint8)
+        b16 = flat.view(np.uint16)
+        return cls(b16, b16.view(np.float16), int(n), int(k), group)
 
     @staticmethod
     def _same_buffer(x, y) -> bool:

@@ -56,7 +56,8 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
@@ -393,6 +394,9 @@ class DeviceNvfp4Weight:
     global_scale: np.float32
     n: int
     k: int
+    # bound launches of q2gemv.launcher, per call signature; lives and dies with the weight
+    launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    family: ClassVar[str] = "w4a16"
 
     def __post_init__(self) -> None:
         for name in ("n", "k"):
@@ -421,6 +425,55 @@ class DeviceNvfp4Weight:
             wp = cuda.to_device(w.packed.view(np.uint32), stream=stream)
             sc = cuda.to_device(w.scales, stream=stream)
         return cls(wp, sc, np.float32(w.global_scale), w.n, w.k)
+
+    @classmethod
+    def from_buffers(cls, packed, scales, global_scale: float = 1.0) -> DeviceNvfp4Weight:
+        """Wrap an NVFP4 weight already on the GPU: no host copy, no device copy.
+
+        Args:
+            packed: the E2M1 codes on the device, uint8 [n, k/2] (two codes a
+                byte, even k in the low nibble: :mod:`q2gemv.formats.nvfp4`) or
+                the same bytes as uint32 [n, k/8]; C-contiguous, 4-byte aligned.
+            scales: the E4M3 block scales' bits, uint8 [n, k/16], C-contiguous
+                (a ``torch.float8_e4m3fn`` tensor: pass ``.view(torch.uint8)``).
+            global_scale: the per-tensor multiplier (a real number, kept as fp32).
+
+        Each buffer is a numba device array or anything with
+        ``__cuda_array_interface__`` (CUDA torch tensor, CuPy array), kept alive
+        by the weight; its bytes must not change while the weight is used.
+        ``n`` and ``k`` come from ``packed``'s shape.
+
+        Raises:
+            TypeError / ValueError naming ``packed``, ``scales`` or ``global_scale``.
+        """
+        from .. import launch
+        from .interop import as_device_buffer
+
+        d = as_device_buffer(packed, "packed")
+        sc = as_device_buffer(scales, "scales")
+        if d.ndim != 2 or not d.is_c_contiguous():
+            raise ValueError(
+                f"packed: expected a C-contiguous 2-D device array, got shape {d.shape}"
+            )
+        dt = np.dtype(d.dtype)
+        if dt.kind not in "ui" or dt.itemsize not in (1, 4):
+            raise TypeError(f"packed: expected uint8 [n, k/2] or uint32 [n, k/8], got {dt}")
+        addr = launch.device_address(d)
+        if addr is not None and addr % 4:
+            raise ValueError(
+                f"packed: expected a 4-byte aligned device buffer, got address {addr:#x}"
+            )
+        n = int(d.shape[0])
+        k = int(d.shape[1]) * (2 if dt.itemsize == 1 else 8)
+        if k < BLOCK or k % BLOCK:
+            raise ValueError(
+                f"packed: expected k a multiple of {BLOCK} (>= {BLOCK}), got shape {d.shape} (k={k})"
+            )
+        if dt != np.uint32:
+            d = d.view(np.uint32) if dt.itemsize == 4 else d.view(np.uint8).view(np.uint32)
+        if np.dtype(sc.dtype).itemsize == 1 and np.dtype(sc.dtype) != np.uint8:
+            sc = sc.view(np.uint8)
+        return cls(d, sc, global_scale, n, k)
 
 
 def as_device_weight(weight, stream=0) -> DeviceNvfp4Weight:

@@ -321,6 +321,16 @@ class Nvfp4Weight:
         """Bytes a GEMV streams for this weight: codes + scales (+ 4 for the global scale)."""
         return self.packed.size + self.scales.size + 4
 
+    def to_device(self, stream=0):
+        """Upload ``packed`` and ``scales`` once; returns a :class:`q2gemv.cuda.DeviceNvfp4Weight`.
+
+        The same as :func:`q2gemv.to_device` (``self``); ``stream``: the numba
+        stream of the copies (0: the default stream). Imports numba on first use.
+        """
+        from ._upload import upload
+
+        return upload(self, stream)
+
     # -- constructors -----------------------------------------------------------
     @classmethod
     def from_parts(cls, packed: np.ndarray, scales: np.ndarray, global_scale) -> Nvfp4Weight:

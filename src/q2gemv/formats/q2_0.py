@@ -341,12 +341,13 @@ class Q2Weight:
             stream: the numba CUDA stream the copy is issued on; 0 (the
                 default) means the default stream.
 
-        Imports :mod:`q2gemv.cuda` (numba) on first use; needs a CUDA device,
-        and numba's errors propagate without one.
+        The same as :func:`q2gemv.to_device` (``self``): imports numba on first
+        use; needs a CUDA device (or the simulator), and numba's errors
+        propagate without one.
         """
-        from .. import cuda as _cuda
+        from ._upload import upload
 
-        return _cuda.DeviceQ2Weight.upload(self, stream=stream)
+        return upload(self, stream)
 
 
 # -- quantizers ---------------------------------------------------------------

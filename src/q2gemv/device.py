@@ -1,0 +1,83 @@
+"""Device-resident weights of both families: the :class:`DeviceWeight` protocol and :func:`to_device`.
+
+Two ways to get a weight onto the GPU, for either family:
+
+* upload a host weight once: ``q2gemv.to_device(w)`` (the same as
+  ``w.to_device()`` for a :class:`~q2gemv.Q2Weight` or
+  :class:`~q2gemv.Nvfp4Weight`);
+* wrap bytes that already live on the GPU, without a host copy:
+  ``DeviceQ2Weight.from_buffers(raw, n, k, group)`` and
+  ``DeviceNvfp4Weight.from_buffers(packed, scales, global_scale)``
+  (:mod:`q2gemv.cuda`), taking numba device arrays or anything with
+  ``__cuda_array_interface__`` (torch CUDA tensors, CuPy arrays).
+
+Either result is immutable and carries its own cache of bound launches
+(:mod:`q2gemv.launcher`), so reuse one object across calls. This module
+imports no numba until an upload is asked for; it is the one place that
+knows both the host weight classes (:mod:`q2gemv.formats`) and their device
+forms (:mod:`q2gemv.cuda`): the formats reach it only through the hook of
+:mod:`q2gemv.formats._upload`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol, runtime_checkable
+
+from .formats._upload import register_uploader
+from .formats.nvfp4 import Nvfp4Weight
+from .formats.q2_0 import Q2Weight
+
+
+@runtime_checkable
+class DeviceWeight(Protocol):
+    """What :func:`q2gemv.gemv` needs of a device-resident weight, of either family.
+
+    Attributes:
+        family: ``"q2_0"`` or ``"w4a16"`` (the :mod:`q2gemv.kernels` family).
+        n: output features (rows). k: input features (columns).
+
+    Implementations: :class:`q2gemv.cuda.DeviceQ2Weight`,
+    :class:`q2gemv.cuda.DeviceNvfp4Weight`. Each has ``upload(host_weight,
+    stream=0)`` and ``from_buffers(...)`` (device buffers, no host copy).
+    """
+
+    family: ClassVar[str]
+    n: int
+    k: int
+
+    @classmethod
+    def from_buffers(cls, *buffers, **kwargs) -> DeviceWeight: ...
+
+
+def to_device(weight, stream=0) -> DeviceWeight:
+    """The device-resident form of ``weight``, uploaded once (a device weight is returned as is).
+
+    Args:
+        weight: a :class:`~q2gemv.Q2Weight` or :class:`~q2gemv.Nvfp4Weight`
+            (or an already device-resident weight).
+        stream: the numba stream of the copies, or 0 (the default stream).
+
+    Imports numba on first use; needs a GPU or the CUDA simulator.
+
+    Raises:
+        TypeError naming ``weight`` for anything else.
+    """
+    if isinstance(weight, Q2Weight):
+        from .cuda.q2_0 import DeviceQ2Weight
+
+        return DeviceQ2Weight.upload(weight, stream)
+    if isinstance(weight, Nvfp4Weight):
+        from .cuda.w4a16 import DeviceNvfp4Weight
+
+        return DeviceNvfp4Weight.upload(weight, stream)
+    if isinstance(weight, DeviceWeight) and getattr(weight, "family", None) in ("q2_0", "w4a16"):
+        return weight
+    raise TypeError(
+        f"weight: expected a Q2Weight, Nvfp4Weight or a device-resident weight, "
+        f"got {type(weight).__name__}"
+    )
+
+
+register_uploader(to_device)
+
+__all__ = ["DeviceWeight", "to_device"]

@@ -1,0 +1,102 @@
+"""Device-resident weights of both families: to_device, from_buffers, the DeviceWeight protocol.
+
+Simulator: numba device arrays; GPU: torch tensors (no host copy), marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import q2gemv
+from q2gemv.check import assert_bits_equal
+from q2gemv.cuda import DeviceNvfp4Weight, DeviceQ2Weight
+
+from .q2_cases import random_acts, random_weight
+
+
+def _nvfp4(rng, n, k):
+    return q2gemv.Nvfp4Weight.from_float(rng.standard_normal((n, k)).astype(np.float32))
+
+
+def test_to_device_both_families_and_protocol():
+    rng = np.random.default_rng(0)
+    q2 = random_weight(rng, 3, 64, 64)
+    nv = _nvfp4(rng, 3, 32)
+    for host, cls, fam in ((q2, DeviceQ2Weight, "q2_0"), (nv, DeviceNvfp4Weight, "w4a16")):
+        dw = host.to_device()
+        assert isinstance(dw, cls) and isinstance(dw, q2gemv.DeviceWeight)
+        assert (dw.family, dw.n, dw.k) == (fam, host.n, host.k)
+        assert q2gemv.to_device(dw) is dw
+        assert type(q2gemv.to_device(host)) is cls
+    with pytest.raises(TypeError, match="weight: expected a Q2Weight"):
+        q2gemv.to_device(np.zeros(4))
+
+
+def test_q2_from_buffers_equals_upload():
+    rng = np.random.default_rng(1)
+    w = random_weight(rng, 5, 128, 64)
+    raw = cuda.to_device(np.array(w.raw))
+    for buf in (raw, raw.reshape(5, w.raw.size // 5)):
+        dw = DeviceQ2Weight.from_buffers(buf, 5, 128, 64)
+        assert (dw.n, dw.k, dw.group) == (5, 128, 64)
+        a = random_acts(rng, 2, 128)
+        want = q2gemv.gemv(a, w, backend="reference")
+        assert_bits_equal(q2gemv.gemv(a, dw).view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize(
+    "args,exc,needle",
+    [
+        ((np.zeros(180, np.uint8), 5, 128, 64), TypeError, "raw: expected a device array"),
+        ((cuda.to_device(np.zeros(90, np.uint16)), 5, 128, 64), TypeError, "raw: expected uint8"),
+        ((cuda.to_device(np.zeros(178, np.uint8)), 5, 128, 64), ValueError, "raw: expected 180"),
+        ((cuda.to_device(np.zeros(180, np.uint8)), 5, 128, 128), ValueError, "raw: expected 170"),
+        ((cuda.to_device(np.zeros(180, np.uint8)), 5, 128, 32), ValueError, "group"),
+    ],
+)
+def test_q2_from_buffers_refusals(args, exc, needle):
+    with pytest.raises(exc, match=needle):
+        DeviceQ2Weight.from_buffers(*args)
+
+
+def test_nvfp4_from_buffers_equals_upload():
+    rng = np.random.default_rng(2)
+    w = _nvfp4(rng, 3, 32)
+    a = random_acts(rng, 1, 32)
+    want = q2gemv.gemv(a, w, backend="reference").view(np.uint16)
+    sc = cuda.to_device(np.array(w.scales))
+    for packed in (np.array(w.packed), np.array(w.packed).view(np.uint32)):
+        dw = DeviceNvfp4Weight.from_buffers(cuda.to_device(packed), sc, w.global_scale)
+        assert (dw.n, dw.k, dw.global_scale) == (3, 32, np.float32(w.global_scale))
+        assert_bits_equal(q2gemv.gemv(a, dw).view(np.uint16), want)
+    with pytest.raises(ValueError, match="scales: expected shape"):
+        DeviceNvfp4Weight.from_buffers(
+            cuda.to_device(np.array(w.packed)), cuda.to_device(np.zeros((3, 3), np.uint8))
+        )
+    with pytest.raises(TypeError, match="packed: expected uint8"):
+        DeviceNvfp4Weight.from_buffers(cuda.to_device(np.zeros((3, 16), np.uint16)), sc)
+    with pytest.raises(TypeError, match="scales: expected a device array"):
+        DeviceNvfp4Weight.from_buffers(cuda.to_device(np.array(w.packed)), np.array(w.scales))
+
+
+@pytest.mark.gpu
+def test_from_buffers_torch_tensors_no_copy():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    w = random_weight(rng, 256, 512, 128)
+    t_raw = torch.from_numpy(np.array(w.raw)).cuda()
+    dw = DeviceQ2Weight.from_buffers(t_raw, 256, 512, 128)
+    assert dw.b16.device_ctypes_pointer.value == t_raw.data_ptr()  # no copy
+    nv = _nvfp4(rng, 64, 512)
+    t_p = torch.from_numpy(np.array(nv.packed)).cuda()
+    t_s = torch.from_numpy(np.array(nv.scales)).cuda()
+    dnv = DeviceNvfp4Weight.from_buffers(t_p, t_s, nv.global_scale)
+    assert dnv.wp.device_ctypes_pointer.value == t_p.data_ptr()
+    a = random_acts(rng, 2, 512)
+    t_a = torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
+    for host, dev in ((w, dw), (nv, dnv)):
+        want = q2gemv.gemv(a, host, backend="reference").view(np.uint16)
+        got = q2gemv.gemv(t_a, dev).view(torch.int16).cpu().numpy().view(np.uint16)
+        assert_bits_equal(got, want, dev.family)
