@@ -9,7 +9,7 @@ prepare (``exact``), the GEMV alone on prepared operands (``gemv_only``), the
 seed contract's default Q2_0 kernel (``seed``, M <= 8) and torch bf16
 ``F.linear`` (``bf16``), all in one process. Timing: CUDA-graph replay of a
 sequence of calls that rotates through enough weight copies to exceed 2x L2
-(cold weights), median of 7 replays (:class:`q2gemv.cuda.timing.GraphTimer`).
+(cold weights), median of 7 replays (:class:`q2gemv.bench.timing.GraphTimer`).
 ``ceiling_pct`` is the weight bytes / time against the streaming-read ceiling
 measured in the same run. Bits: every case listed in ``CHECK`` is compared
 with ``q2gemv.reference.exact`` (uint16, all elements).
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from numba import cuda
 
     from q2gemv import bench
-    from q2gemv.cuda import exact, q2_0, timing
+    from q2gemv.bench import timing
+    from q2gemv.cuda import exact, q2_0
     from q2gemv.cuda.prebound import prebind_q2
     from q2gemv.reference.exact import q2_0_gemv_exact
 

@@ -1,5 +1,6 @@
 """The CPU-checkable parts of ``q2gemv bench``: byte formulas, floors, rotation, the case
-matrix, argument parsing, derived columns, CSV, markdown and the plot.
+matrix, argument parsing, derived columns, CSV, markdown, the plot, and the layering of
+the ``q2gemv.bench`` subpackage.
 
 Nothing here times anything (benchmarks are scripts, design.md §6).
 """
@@ -458,3 +459,58 @@ def test_plot_of_an_untimed_csv(tmp_path):
     csv_path = B.write_csv(rows, tmp_path / "d_gemv.csv")
     assert plot.plot(csv_path, tmp_path / "d.png").stat().st_size > 0
     assert plot.plot_tiers(csv_path, tmp_path / "d_tiers.png") is None
+
+
+# -- the subpackage's layering ------------------------------------------------------------
+
+SRC = ROOT / "src" / "q2gemv"
+# Each module of q2gemv.bench may import only those before it (lazily or not): no cycle.
+BENCH_LAYERS = ("formulas", "matrix", "results", "timing", "runner", "command")
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it, as absolute ``q2gemv...`` names."""
+    import ast
+
+    pkg = ["q2gemv", *path.relative_to(SRC).parent.parts]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = pkg[: len(pkg) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            out.add(mod)
+            out |= {f"{mod}.{a.name}" for a in node.names}
+    return out
+
+
+def test_bench_modules_import_only_the_layers_before_them():
+    found = {p.stem for p in (SRC / "bench").glob("*.py")} - {"__init__"}
+    assert found == set(BENCH_LAYERS)
+    for i, name in enumerate(BENCH_LAYERS):
+        bench_imports = {
+            m.split(".")[2]
+            for m in _imported(SRC / "bench" / f"{name}.py")
+            if m.startswith("q2gemv.bench.")
+        }
+        assert bench_imports <= set(BENCH_LAYERS[:i]), (name, bench_imports)
+
+
+def test_no_core_module_imports_the_bench():
+    # cli.py is the command line (``q2gemv bench``); everything else is the core.
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] == "bench" or rel == Path("cli.py"):
+            continue
+        bad = {m for m in _imported(path) if m == "q2gemv.bench" or m.startswith("q2gemv.bench.")}
+        assert not bad, (str(rel), bad)
+
+
+def test_importing_the_bench_loads_no_numba():
+    import subprocess
+    import sys
+
+    code = "import sys, q2gemv, q2gemv.bench; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

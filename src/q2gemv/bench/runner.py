@@ -5,7 +5,7 @@ and returns a :class:`~q2gemv.bench.Report`. Each (family, N, K, group)
 gets a :class:`_Pool` of C rotated copies (weight, activations [max M, K],
 output [max M, N]); every case on it is a sequence of calls, call i on copy
 i mod C, each call the pre-bound launches of its row chunks (or one torch
-``F.linear``), timed by the timer of :mod:`q2gemv.cuda.timing`.
+``F.linear``), timed by the timer of :mod:`q2gemv.bench.timing`.
 
 Runs on the GPU; under the CUDA simulator (or ``--dry-run``) every case is
 launched once and checked, nothing is timed, torch is not used.
@@ -23,11 +23,15 @@ import warnings
 import numpy as np
 from numba import config, cuda
 
-from .. import bench as B
+from ..cuda import prebound
+from ..cuda import q2_0 as q2cuda
 from ..formats.bf16 import BF16
+from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.q2_0 import Q2Weight, block_bytes
-from . import prebound, timing
-from . import q2_0 as q2cuda
+from . import timing
+from .formulas import H200_FALLBACK, NVFP4_GROUP, calls_per_graph, rotation_copies, weight_bytes
+from .matrix import Q2_BATCHM, W4A16_MAX_M, Case, Settings, q2_kernel_table
+from .results import PREBOUND_PATH, Report, _f, base_meta, case_row, derive, progress_line
 
 SIMULATED: bool = bool(config.ENABLE_CUDASIM)
 CEILING_CALLS = 8  # reads of the 2 GiB buffer per timed sequence
@@ -54,7 +58,7 @@ def _short(e: BaseException) -> str:
 class _Env:
     """Device facts, torch (optional) and the timer of this run."""
 
-    def __init__(self, st: B.Settings, notes: list[str]):
+    def __init__(self, st: Settings, notes: list[str]):
         self.notes = notes
         self.simulated = SIMULATED
         self.dry = st.dry_run or SIMULATED
@@ -75,12 +79,12 @@ class _Env:
             self.sms, self.sms_source = None, "simulator (no SMs)"
             self.clock_hz, self.clock_source = None, "simulator (no clock)"
         else:
-            self.sms, self.sms_source = _attr(dev, "MULTIPROCESSOR_COUNT", B.H200_FALLBACK["sms"])
-            clock_khz, self.clock_source = _attr(dev, "CLOCK_RATE", B.H200_FALLBACK["clock_khz"])
+            self.sms, self.sms_source = _attr(dev, "MULTIPROCESSOR_COUNT", H200_FALLBACK["sms"])
+            clock_khz, self.clock_source = _attr(dev, "CLOCK_RATE", H200_FALLBACK["clock_khz"])
             self.clock_hz = clock_khz * 1e3
         if st.clock_hz:
             self.clock_hz, self.clock_source = st.clock_hz, "--clock-mhz"
-        l2, self.l2_source = _attr(dev, "L2_CACHE_SIZE", B.H200_FALLBACK["l2_bytes"])
+        l2, self.l2_source = _attr(dev, "L2_CACHE_SIZE", H200_FALLBACK["l2_bytes"])
         if st.l2_bytes:
             l2, self.l2_source = st.l2_bytes, "--l2-mib"
         elif SIMULATED:
@@ -150,17 +154,17 @@ class _Pool:
 
     def __init__(self, n: int, k: int, group: int, max_m: int, l2_bytes: int):
         self.n, self.k, self.group, self.max_m = n, k, group, max_m
-        self.per_copy = B.weight_bytes(self.family, n, k, group) + max_m * k * 2 + max_m * n * 2
-        self.copies = B.rotation_copies(self.per_copy, l2_bytes)
+        self.per_copy = weight_bytes(self.family, n, k, group) + max_m * k * 2 + max_m * n * 2
+        self.copies = rotation_copies(self.per_copy, l2_bytes)
 
     @property
     def rotated_mib(self) -> float:
         return self.copies * self.per_copy / 2**20
 
-    def call(self, case: B.Case, j: int):
+    def call(self, case: Case, j: int):
         raise NotImplementedError
 
-    def check(self, case: B.Case, reference: bool) -> str:
+    def check(self, case: Case, reference: bool) -> str:
         return ""
 
 
@@ -176,7 +180,7 @@ class _KernelPool(_Pool):
         self.out = [cuda.device_array((max_m, n), dtype=np.uint16) for _ in range(self.copies)]
         cuda.synchronize()
 
-    def call(self, case: B.Case, j: int):
+    def call(self, case: Case, j: int):
         pbs = [
             self._launcher(
                 name, self.a[j][r0 : r0 + rows], self.dw[j], self.out[j][r0 : r0 + rows], rows
@@ -211,7 +215,7 @@ class _KernelPool(_Pool):
 
         return call
 
-    def check(self, case: B.Case, reference: bool) -> str:
+    def check(self, case: Case, reference: bool) -> str:
         """Copy 0's output (left by the timed calls) vs an eager ``launch_raw`` of the same chunks."""
         m = case.m
         got = self.out[0][:m].copy_to_host()
@@ -256,7 +260,7 @@ class _Q2Pool(_KernelPool):
     def _launch_raw(name, a, dw, out, rows, stream=0):
         q2cuda.launch_raw(name, a, dw, out, rows, stream)
 
-    def _reference(self, case: B.Case) -> np.ndarray:
+    def _reference(self, case: Case) -> np.ndarray:
         from .. import reference
 
         kernels = {r[2] for r in case.launches}
@@ -273,12 +277,12 @@ class _W4Pool(_KernelPool):
         n, k = self.n, self.k
         packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)  # every E2M1 code, -0 too
         # E4M3 exponent fields 4..11: scales 2^-3 .. 2^4 * 1.875, never NaN
-        scales = rng.integers(0x20, 0x60, (n, k // B.NVFP4_BLOCK), dtype=np.uint8)
+        scales = rng.integers(0x20, 0x60, (n, k // NVFP4_BLOCK), dtype=np.uint8)
         return Nvfp4Weight(packed, scales, 0.01)
 
     @staticmethod
     def _upload(w):
-        from . import w4a16
+        from ..cuda import w4a16
 
         return w4a16.DeviceNvfp4Weight.upload(w)
 
@@ -288,11 +292,11 @@ class _W4Pool(_KernelPool):
 
     @staticmethod
     def _launch_raw(name, a, dw, out, rows, stream=0):
-        from . import w4a16
+        from ..cuda import w4a16
 
         w4a16.launch_raw(name, a, dw, out, rows, stream)
 
-    def _reference(self, case: B.Case) -> np.ndarray:
+    def _reference(self, case: Case) -> np.ndarray:
         from ..reference.w4a16 import w4a16_gemv
 
         return w4a16_gemv(self.host_a[: case.m].view(BF16), self.host_weight)
@@ -313,7 +317,7 @@ class _TorchPool(_Pool):
         self.a = [a0] + [a0.clone() for _ in range(self.copies - 1)]
         torch.cuda.synchronize()
 
-    def call(self, case: B.Case, j: int):
+    def call(self, case: Case, j: int):
         linear = self.torch.nn.functional.linear
         a, w = self.a[j][: case.m], self.w[j]
 
@@ -323,16 +327,16 @@ class _TorchPool(_Pool):
         return call
 
 
-def _pool_key(case: B.Case) -> tuple:
+def _pool_key(case: Case) -> tuple:
     return (case.family, case.n, case.k, case.group)
 
 
 # -- one case -----------------------------------------------------------------------------
 
 
-def _run_case(env: _Env, st: B.Settings, pool: _Pool, case: B.Case) -> dict:
+def _run_case(env: _Env, st: Settings, pool: _Pool, case: Case) -> dict:
     c = pool.copies
-    n_calls = c if env.dry else B.calls_per_graph(c, st.min_calls)
+    n_calls = c if env.dry else calls_per_graph(c, st.min_calls)
     per_copy = [pool.call(case, j) for j in range(c)]
     seq = [per_copy[i % c] for i in range(n_calls)]
     try:
@@ -346,7 +350,7 @@ def _run_case(env: _Env, st: B.Settings, pool: _Pool, case: B.Case) -> dict:
     check = pool.check(case, reference=env.dry and case.n * case.k <= REFERENCE_MAX_NK)
     method = t.method + (f"; {t.starved} repeat(s) starved" if t.starved else "")
     ts = [x * 1e6 for x in t.per_call_s]
-    return B.case_row(
+    return case_row(
         case,
         time_us=t.median_s * 1e6 if ts else None,
         time_min_us=min(ts) if ts else None,
@@ -363,7 +367,7 @@ def _run_case(env: _Env, st: B.Settings, pool: _Pool, case: B.Case) -> dict:
 # -- read ceiling -------------------------------------------------------------------------------
 
 
-def measure_ceiling(env: _Env, st: B.Settings, phase: str) -> list[dict]:
+def measure_ceiling(env: _Env, st: Settings, phase: str) -> list[dict]:
     nbytes = SIM_CEILING_BYTES if env.dry and SIMULATED else st.ceiling_bytes
     nbytes -= nbytes % 16
     buf = cuda.device_array(nbytes // 4, dtype=np.uint32)
@@ -413,18 +417,18 @@ def _ceiling_row(phase, method, nbytes, t: timing.Timing, counted) -> dict:
 # -- host overhead and graph capture ------------------------------------------------------------
 
 
-def _overhead_kernels(cases: list[B.Case]) -> list[tuple[str, str, int]]:
+def _overhead_kernels(cases: list[Case]) -> list[tuple[str, str, int]]:
     """(family, kernel, m) pairs to measure: the Q2_0 M=1 and batch kernels, one W4A16 tier."""
     have = {(c.family, r[2]) for c in cases for r in c.launches if c.family != "bf16"}
     want = [
         ("q2_0", "q2_0_gemv_vec", 1),
-        ("q2_0", B.Q2_BATCHM, 1),
+        ("q2_0", Q2_BATCHM, 1),
         ("w4a16", "w4a16_gemv_batch4", 4),
     ]
     return [w for w in want if (w[0], w[1]) in have]
 
 
-def host_overhead(env: _Env, st: B.Settings, cases: list[B.Case], rng) -> list[dict]:
+def host_overhead(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
     """Host us per launch: numba dispatcher, the package's launch_raw, and the pre-bound path."""
     if env.dry:
         return []
@@ -433,7 +437,7 @@ def host_overhead(env: _Env, st: B.Settings, cases: list[B.Case], rng) -> list[d
     stream = cuda.stream()
     for family, name, m in _overhead_kernels(cases):
         pool_cls = _Q2Pool if family == "q2_0" else _W4Pool
-        group = st.groups[0] if family == "q2_0" else B.NVFP4_GROUP
+        group = st.groups[0] if family == "q2_0" else NVFP4_GROUP
         pool = pool_cls(n, k, group, m, 0, rng)  # l2 = 0: 2 copies, only copy 0 used
         a, dw, out = pool.a[0][:m], pool.dw[0], pool.out[0][:m]
         pb = pool._prebind(name, a, dw, out, m, stream)
@@ -445,7 +449,7 @@ def host_overhead(env: _Env, st: B.Settings, cases: list[B.Case], rng) -> list[d
             "q2gemv launch_raw": functools.partial(
                 _launch_raw_on, family, name, a, dw, out, m, stream
             ),
-            B.PREBOUND_PATH: pb,
+            PREBOUND_PATH: pb,
         }
         for path, fn in paths.items():
             med, lo = timing.host_us_per_call(
@@ -476,7 +480,7 @@ def _dispatch(disp, pb: prebound.PreboundLaunch, stream) -> None:
 def _dispatcher(family: str, name: str, m: int):
     if family == "q2_0":
         return q2cuda.compiled(name, m)
-    from . import w4a16
+    from ..cuda import w4a16
 
     return w4a16.compiled(name)
 
@@ -485,12 +489,12 @@ def _launch_raw_on(family, name, a, dw, out, m, stream):
     if family == "q2_0":
         q2cuda.launch_raw(name, a, dw, out, m, stream)
     else:
-        from . import w4a16
+        from ..cuda import w4a16
 
         w4a16.launch_raw(name, a, dw, out, m, stream)
 
 
-def graph_check(env: _Env, st: B.Settings, cases: list[B.Case], rng) -> list[dict]:
+def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
     """Each kernel of the run: a pre-bound launch enqueued on ``cuda.external_stream`` of the
     torch stream while torch captures it, replayed once, compared bit for bit with an eager
     ``launch_raw`` into another buffer."""
@@ -505,13 +509,13 @@ def graph_check(env: _Env, st: B.Settings, cases: list[B.Case], rng) -> list[dic
     pools: dict[str, _KernelPool] = {}
     rows = []
     for family, name in kernels:
-        max_m = B.W4A16_MAX_M.get(name) if family == "w4a16" else B.q2_kernel_table()[name]
+        max_m = W4A16_MAX_M.get(name) if family == "w4a16" else q2_kernel_table()[name]
         m = min(max_m, max(st.ms))
         row = dict(kernel=name, n=n, k=k, m=m, ok=False, mismatches=None, elements=m * n, detail="")
         try:
             if family not in pools:
                 pool_cls = _Q2Pool if family == "q2_0" else _W4Pool
-                group = st.groups[0] if family == "q2_0" else B.NVFP4_GROUP
+                group = st.groups[0] if family == "q2_0" else NVFP4_GROUP
                 pools[family] = pool_cls(n, k, group, 32, 0, rng)
             pool = pools[family]
             a, dw = pool.a[0][:m], pool.dw[0]
@@ -550,10 +554,10 @@ def graph_check(env: _Env, st: B.Settings, cases: list[B.Case], rng) -> list[dic
 # -- the run --------------------------------------------------------------------------------------
 
 
-def _families_available(cases: list[B.Case], notes: list[str]) -> list[B.Case]:
+def _families_available(cases: list[Case], notes: list[str]) -> list[Case]:
     if any(c.family == "w4a16" for c in cases):
         try:
-            from . import w4a16
+            from ..cuda import w4a16
 
             for name in ("DeviceNvfp4Weight", "launch_raw", "compiled", "spec_of"):
                 getattr(w4a16, name)
@@ -570,11 +574,11 @@ def _free(torch=None) -> None:
         torch.cuda.empty_cache()
 
 
-def execute(st: B.Settings, cases: list[B.Case]) -> B.Report:
+def execute(st: Settings, cases: list[Case]) -> Report:
     t_start = time.time()
     # grids under 128 CTAs (the spin kernel, tiny dry-run shapes) are intended here
     warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU")
-    meta = B.base_meta(st)
+    meta = base_meta(st)
     notes = meta["notes"]
     env = _Env(st, notes)
     if env.torch is None:
@@ -602,7 +606,7 @@ def execute(st: B.Settings, cases: list[B.Case]) -> B.Report:
         f"q2gemv bench: {len(cases)} cases on {env.device} ({facts}); "
         f"{'dry run' if env.dry else f'median of {st.repeats}, >= {st.min_calls} calls per graph'}"
     )
-    report = B.Report(rows=[], meta=meta)
+    report = Report(rows=[], meta=meta)
     if st.overhead:
         try:
             report.graph_check = graph_check(env, st, cases, rng)
@@ -616,7 +620,7 @@ def execute(st: B.Settings, cases: list[B.Case]) -> B.Report:
     ceiling, method = _best_ceiling(report.ceiling)
     meta.update(read_ceiling_gbps=ceiling, read_ceiling_method=method)
     for c in report.ceiling:
-        _log(f"read ceiling {c['method']:<28} {B._f(c['gbps'], '.0f'):>6} GB/s ({c['counted']})")
+        _log(f"read ceiling {c['method']:<28} {_f(c['gbps'], '.0f'):>6} GB/s ({c['counted']})")
     bf16_at: dict[tuple, float] = {}
     pool: _Pool | None = None
     for i, case in enumerate(cases, 1):
@@ -629,13 +633,13 @@ def execute(st: B.Settings, cases: list[B.Case]) -> B.Report:
                 pool.key = key
             row = _run_case(env, st, pool, case)
         except Exception as e:  # noqa: BLE001 - one broken case must not end the run
-            row = B.case_row(case, check=f"error: {_short(e)}", timing=env.timer.method)
+            row = case_row(case, check=f"error: {_short(e)}", timing=env.timer.method)
             traceback.print_exc()
         if case.family == "bf16" and row.get("time_us") is not None:
             bf16_at[(case.n, case.k, case.m)] = row["time_us"]
         row["bf16_us"] = bf16_at.get((case.n, case.k, case.m))
         row["read_ceiling_gbps"] = ceiling
-        _log(B.progress_line(i, len(cases), case, row))
+        _log(progress_line(i, len(cases), case, row))
         report.rows.append(row)
     pool = None
     _free(env.torch)
@@ -648,9 +652,7 @@ def execute(st: B.Settings, cases: list[B.Case]) -> B.Report:
     report.ceiling += end
     ceiling, method = _best_ceiling(report.ceiling)
     meta.update(read_ceiling_gbps=ceiling, read_ceiling_method=method, timing=env.timer.method)
-    B.derive(
-        report.rows, ceiling_gbps=ceiling, sms=env.sms, clock_hz=env.clock_hz, device=env.device
-    )
+    derive(report.rows, ceiling_gbps=ceiling, sms=env.sms, clock_hz=env.clock_hz, device=env.device)
     meta["wall_s"] = round(time.time() - t_start, 1)
     _log(f"q2gemv bench: done in {meta['wall_s']} s")
     return report
@@ -664,7 +666,7 @@ def _best_ceiling(rows: list[dict]) -> tuple[float | None, str]:
     return best["gbps"], f"{best['method']} ({best['phase']} of run), 16 B per thread"
 
 
-def _make_pool(env: _Env, case: B.Case, cases: list[B.Case], rng) -> _Pool:
+def _make_pool(env: _Env, case: Case, cases: list[Case], rng) -> _Pool:
     key = _pool_key(case)
     max_m = max(c.m for c in cases if _pool_key(c) == key)
     if case.family == "q2_0":
