@@ -24,6 +24,11 @@ ld_f32x4           one 16-byte vector load              four float32 reads
 ld_u32x4           one ld.global.nc.v4.u32 (16 bytes)   four uint32 reads
 mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
                    s32 (IMMA), warp-collective          product in NumPy
+mma_s8u8           the same with signed A (s8 x u8)    the same, A bytes signed
+prmt               prmt.b32 (byte permute, default     the PTX byte-select rule
+                   mode: 8-byte pool, sign replicate)
+dp4a               dp4a.s32.s32 (4 signed byte         the sum in Python ints
+                   products + c)
 bitlen64           64 - clz (64-bit)                    int.bit_length
 =================  ==================================  ===========================
 
@@ -149,10 +154,9 @@ if SIMULATED:
         x = int(x) & 0xFFFFFFFF
         return [(x >> (8 * i)) & 0xFF for i in range(4)]
 
-    @_device
-    def mma_u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    def _mma_k32(signed_a, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         # Every lane posts its fragments; each then forms the 16x32 @ 32x8 product
-        # from all 32 (PTX ISA fragment layout of mma.m16n8k32, .u8: g = lane / 4,
+        # from all 32 (PTX ISA fragment layout of mma.m16n8k32, 8-bit: g = lane / 4,
         # t = lane % 4; A regs: (row g, k 4t..), (g+8, 4t..), (g, 16+4t..), (g+8, 16+4t..);
         # B regs: (col g, k 4t..), (col g, k 16+4t..); C/D: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)).
         (vals, barrier), lane, thread = _warp_exchange()
@@ -167,7 +171,7 @@ if SIMULATED:
             for r, (row, k0) in enumerate(
                 ((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t))
             ):
-                am[row, k0 : k0 + 4] = _bytes4(f[r])
+                am[row, k0 : k0 + 4] = _sbytes4(f[r]) if signed_a else _bytes4(f[r])
             bm[4 * t : 4 * t + 4, g] = _bytes4(f[4])
             bm[16 + 4 * t : 20 + 4 * t, g] = _bytes4(f[5])
         d = am @ bm
@@ -181,6 +185,35 @@ if SIMULATED:
         )
         # s32 accumulators wrap modulo 2**32, as the tensor cores do
         return tuple(np.int32(((int(v) + 2**31) & 0xFFFFFFFF) - 2**31) for v in out)
+
+    def _sbytes4(x) -> list[int]:
+        return [b - 256 if b > 127 else b for b in _bytes4(x)]
+
+    @_device
+    def mma_u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return _mma_k32(False, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+
+    @_device
+    def mma_s8u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return _mma_k32(True, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+
+    @_device
+    def prmt(a, b, c):
+        pool = _bytes4(a) + _bytes4(b)
+        sel = int(c)
+        r = 0
+        for i in range(4):
+            nib = (sel >> (4 * i)) & 0xF
+            byte = pool[nib & 7]
+            if nib & 8:
+                byte = 0xFF if byte & 0x80 else 0
+            r |= byte << (8 * i)
+        return np.uint32(r)
+
+    @_device
+    def dp4a(a, b, c):
+        s = sum(x * y for x, y in zip(_sbytes4(a), _sbytes4(b), strict=True)) + int(c)
+        return np.int32(((s + 2**31) & 0xFFFFFFFF) - 2**31)
 
     @_device
     def bitlen64(x):
@@ -296,39 +329,88 @@ else:
 
     ld_u32x4 = intrinsic(_ld_u32x4)
 
-    def _mma_u8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    def _asm_intrinsic(asm_text: str, n_in: int, n_out: int, doc: str):
+        """A numba intrinsic: ``n_in`` 32-bit register inputs -> ``n_out`` int32 by inline PTX."""
+
+        def typer(typingctx, *args):
+            ret = types.UniTuple(types.int32, n_out) if n_out > 1 else types.int32
+
+            def codegen(context, builder, sig, llargs):
+                from llvmlite import ir
+
+                i32 = ir.IntType(32)
+                ins = [
+                    builder.trunc(context.cast(builder, v, t, types.int64), i32)
+                    for v, t in zip(llargs, sig.args, strict=True)
+                ]
+                outty = ir.LiteralStructType([i32] * n_out) if n_out > 1 else i32
+                cons = ",".join(["=r"] * n_out + ["r"] * n_in)
+                fnty = ir.FunctionType(outty, [i32] * n_in)
+                r = builder.call(ir.InlineAsm(fnty, asm_text, cons), ins)
+                if n_out == 1:
+                    return r
+                vals = [builder.extract_value(r, j) for j in range(n_out)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return ret(*args), codegen
+
+        # numba's @intrinsic needs the arity spelled out (no *args)
+        if n_in == 3:
+
+            def fixed(typingctx, a, b, c):
+                return typer(typingctx, a, b, c)
+
+        else:
+
+            def fixed(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+                return typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+
+        fixed.__doc__ = doc
+        return intrinsic(fixed)
+
+    _MMA_K32 = (
+        "mma.sync.aligned.m16n8k32.row.col.s32.{}.u8.s32 "
+        "{{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, {{$8, $9}}, {{$10, $11, $12, $13}};"
+    )
+    mma_u8 = _asm_intrinsic(
+        _MMA_K32.format("u8"),
+        10,
+        4,
         """``D = A @ B + C`` for one ``mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32``.
 
         Warp-collective: every lane of the warp must call it with the same
         control flow. ``a*``, ``b*`` are 32-bit registers of 4 unsigned bytes in
         the PTX fragment layout (see the simulator twin), ``c*`` the s32
         accumulators; returns the 4 s32 of D.
-        """
-        args = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
-        sig = types.UniTuple(types.int32, 4)(*args)
+        """,
+    )
+    mma_s8u8 = _asm_intrinsic(
+        _MMA_K32.format("s8"),
+        10,
+        4,
+        "``mma_u8`` with signed A bytes: ``mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32``.",
+    )
+    _prmt = _asm_intrinsic(
+        "prmt.b32 $0, $1, $2, $3;",
+        3,
+        1,
+        "``prmt.b32 d, a, b, c``: byte i of d is byte ``c[4i+2:4i]`` of the pool {b, a} "
+        "(a = bytes 0-3), or that byte's sign replicated when ``c[4i+3]`` is set.",
+    )
+    _dp4a = _asm_intrinsic(
+        "dp4a.s32.s32 $0, $1, $2, $3;",
+        3,
+        1,
+        "``dp4a.s32.s32 d, a, b, c``: c plus the four products of signed bytes of a and b.",
+    )
 
-        def codegen(context, builder, sig, llargs):
-            from llvmlite import ir
+    @_device
+    def prmt(a, b, c):
+        return uint32(_prmt(a, b, c))
 
-            i32 = ir.IntType(32)
-            ins = [
-                builder.trunc(context.cast(builder, v, t, types.int64), i32)
-                for v, t in zip(llargs, sig.args, strict=True)
-            ]
-            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [i32] * 10)
-            asm = ir.InlineAsm(
-                fnty,
-                "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 "
-                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
-                "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r",
-            )
-            r = builder.call(asm, ins)
-            vals = [builder.extract_value(r, j) for j in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
-
-        return sig, codegen
-
-    mma_u8 = intrinsic(_mma_u8)
+    @_device
+    def dp4a(a, b, c):
+        return _dp4a(a, b, c)
 
     @_device
     def bitlen64(x):

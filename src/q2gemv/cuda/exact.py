@@ -186,26 +186,20 @@ def _bf16_lg(h):
     return e - int64(127) if e > 0 else bitlen64(uint64(h & uint32(0x7F))) - int64(134)
 
 
-def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
-    """Activation row ``blockIdx.x``: E_m, then its limbs and unit sums (one CTA per row).
+@_device
+def row_exponent(A, s_lg, K):  # noqa: N803
+    """E_m of activation row ``blockIdx.x`` (or :data:`SPECIAL_ROW`), by the whole CTA.
 
-    Thread ``tid`` owns words ``tid, tid + blockDim, ...`` (16 codes each; the
-    launch gives up to 1024 threads, so K = 16384 is one word per thread): it
-    loads them once, the CTA reduces the largest exponent (warp butterflies,
-    then the warps' results in shared memory), and each thread converts its
-    words from the same registers: three limb rows of 4 uint32 (byte ``4i + b``
-    = code ``4b + i``) and, four words at a time, the sums of A over each unit
-    of 64 codes.
+    Thread ``tid`` reads words ``tid, tid + blockDim, ...`` (16 codes each);
+    the largest exponent goes through warp butterflies, then the warps'
+    results in ``s_lg`` (a shared int32[32]). Every thread returns E.
     """
-    s_lg = cuda.shared.array(32, int32)
-    s_sum = cuda.shared.array(PREP_MAX_THREADS, int32)
     m = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nth = cuda.blockDim.x
-    nwords = K // 16
     lg = int32(_NO_EXP)
-    hv = cuda.local.array(8, uint32)
-    for w in range(tid, nwords, nth):
+    hv = cuda.local.array(4, uint32)
+    for w in range(tid, K // 16, nth):
         for c8 in range(2):
             hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16 + c8 * 8)
             for j in range(8):
@@ -224,9 +218,28 @@ def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
     for i in range((nth + 31) // 32):
         v = s_lg[i]
         mx = int32(SPECIAL_ROW) if v == SPECIAL_ROW or mx == SPECIAL_ROW else max(mx, v)
-    E = int32(0) if mx == _NO_EXP else mx  # noqa: N806
+    return int32(0) if mx == _NO_EXP else mx
+
+
+def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
+    """Activation row ``blockIdx.x``: E_m, then its limbs and unit sums (one CTA per row).
+
+    Thread ``tid`` owns words ``tid, tid + blockDim, ...`` (16 codes each; the
+    launch gives up to 1024 threads, so K = 16384 is one word per thread):
+    :func:`row_exponent` finds E_m, then each thread converts its words:
+    three limb rows of 4 uint32 (byte ``4i + b`` = code ``4b + i``) and, four
+    words at a time, the sums of A over each unit of 64 codes.
+    """
+    s_lg = cuda.shared.array(32, int32)
+    s_sum = cuda.shared.array(PREP_MAX_THREADS, int32)
+    m = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    nth = cuda.blockDim.x
+    nwords = K // 16
+    E = row_exponent(A, s_lg, K)  # noqa: N806
     if tid == 0:
         EROW[m] = E
+    hv = cuda.local.array(8, uint32)
     limb = cuda.local.array(12, uint32)
     for w0 in range(0, nwords, nth):
         w = w0 + tid

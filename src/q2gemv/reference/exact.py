@@ -4,12 +4,16 @@ The contract (also in ``docs/numerics.md``; every backend computes exactly this)
 
 1. **Special rows.** If any activation a_k of row m is NaN or +-Inf, every
    output of row m is NaN (bf16 ``0x7FC0``). If any block scale of weight row n
-   is NaN or +-Inf, every output of column n is NaN.
+   is NaN or +-Inf (NVFP4: E4M3 ``0x7F``/``0xFF``), every output of column n
+   is NaN. NVFP4: a non-finite global scale makes every output NaN.
 2. **Fixed point.** ``E_m = max floor(log2 |a_k|)`` over the nonzero a_k of row
    m (subnormals by their value); ``A_k = round_half_even(a_k * 2**(22 - E_m))``,
    an integer with ``|A_k| < 2**23``. A row of zeros gives every ``A_k = 0``.
 3. **Weights as exact values.** Q2_0: ``w[n, k] = (code - 1) * d_b`` with
-   ``d_b`` the block's fp16 scale.
+   ``d_b`` the block's fp16 scale. NVFP4: ``w[n, k] = e2m1 * e4m3(s_b) * g``
+   with ``s_b`` the scale of its 16-element block and ``g`` the fp32 global
+   scale as ``Nvfp4Weight.global_scale`` holds it (a multiplier; a
+   compressed-tensors divisor is converted to it once, at load).
 4. **One rounding.** ``y[m, n]`` is the bf16 nearest (ties to even) to the
    exact ``sum_k w[n, k] * A_k * 2**(E_m - 22)``. Exact zero gives +0; a
    nonzero value that rounds to zero keeps its sign; beyond the bf16 range
@@ -27,6 +31,8 @@ per output:
 Nothing here follows a kernel's order: the sums are exact integers (block
 sums in float64, exact because every partial sum is an integer below
 2**53; the scaled total in Python integers), so any order gives these bits.
+NVFP4 in integers: ``2 * e2m1`` is an int in [-12, 12], ``e4m3 = mant *
+2**exp`` with ``mant <= 15``, and ``g = gm * 2**ge`` with ``|gm| < 2**24``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats.bf16 import as_bf16_rows, bits_to_bf16
+from ..formats.nvfp4 import Nvfp4Weight
 from ..formats.q2_0 import Q2Weight
 
 FRAC_BITS = 22  # A_k = a_k * 2**(FRAC_BITS - E_m), rounded half to even
@@ -110,8 +117,10 @@ def exact_gemv(
     scale_mant: np.ndarray,
     scale_exp: np.ndarray,
     bad_col: np.ndarray,
+    total_mant: int = 1,
+    total_exp: int = 0,
 ) -> np.ndarray:
-    """The contract for any weight family whose values are ``wint * mant_b * 2**exp_b``.
+    """The contract for any weight family whose values are ``wint * mant_b * 2**exp_b * t``.
 
     Args:
         bits: bf16 activation bits, uint16 [M, K].
@@ -121,6 +130,9 @@ def exact_gemv(
         scale_mant, scale_exp: int64 [N, K/group]: block b of row n scales
             by ``scale_mant * 2**scale_exp`` exactly (``scale_mant`` signed).
         bad_col: bool [N]: columns whose output is NaN.
+        total_mant, total_exp: a factor ``t = total_mant * 2**total_exp``
+            common to every weight (NVFP4's global scale), applied to the
+            exact total.
 
     Returns uint16 bf16 bits [M, N].
     """
@@ -134,13 +146,26 @@ def exact_gemv(
     for a0 in range(0, m, m_per):
         a1 = min(m, a0 + m_per)
         out[a0:a1] = _exact_rows(
-            bits[a0:a1], wint_rows, n, group, scale_mant, scale_exp, bad_col, emin
+            bits[a0:a1],
+            wint_rows,
+            n,
+            group,
+            scale_mant,
+            scale_exp,
+            bad_col,
+            emin,
+            (int(total_mant), int(total_exp)),
         )
     return out
 
 
-def _exact_rows(bits, wint_rows, n, group, scale_mant, scale_exp, bad_col, emin) -> np.ndarray:
-    """:func:`exact_gemv` for one chunk of activation rows (``emin``: the weight's smallest exponent)."""
+def _exact_rows(
+    bits, wint_rows, n, group, scale_mant, scale_exp, bad_col, emin, factor
+) -> np.ndarray:
+    """:func:`exact_gemv` for one chunk of activation rows.
+
+    ``emin``: the weight's smallest exponent; ``factor``: ``(total_mant, total_exp)``.
+    """
     A, E, special = fixed_point(bits)
     m, k = A.shape
     nb = k // group
@@ -159,7 +184,8 @@ def _exact_rows(bits, wint_rows, n, group, scale_mant, scale_exp, bad_col, emin)
         for e_ in np.unique(sh):
             part = np.where(sh[None] == e_, s, 0).sum(axis=2)  # int64: < 2**42 * nb
             total += part.astype(object) * (1 << int(e_))
-        p = (E - FRAC_BITS + emin)[:, None]
+        total *= factor[0]
+        p = (E - FRAC_BITS + emin + factor[1])[:, None]
         y = nearest(total, np.broadcast_to(p, total.shape)).astype(np.uint16)
         y[:, bad_col[r0:r1]] = BF16_NAN
         out[:, r0:r1] = y
@@ -197,5 +223,55 @@ def q2_0_gemv_exact(a, weight: Q2Weight) -> np.ndarray:
         return codes[r0:r1].astype(np.float64) - 1.0
 
     y = exact_gemv(bits, wint_rows, weight.n, weight.group, mant, exp, bad.any(axis=1))
+    out = bits_to_bf16(y)
+    return out[0] if squeeze else out
+
+
+E2M1_TWICE = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int64)
+E2M1_TWICE.flags.writeable = False  # 2 * e2m1(code), exact small ints, by code
+
+
+def e4m3_scale_parts(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """E4M3-fn bits -> ``(signed mantissa, exponent, NaN)``: value = mant * 2**exp exactly."""
+    b = np.asarray(b, np.uint8).astype(np.int64)
+    e = (b >> 3) & 15
+    f = b & 7
+    mant = np.where(e > 0, f | 8, f)
+    mant = np.where(b & 0x80, -mant, mant)
+    return mant, np.maximum(e, 1) - 10, (b & 0x7F) == 0x7F
+
+
+def f32_parts(g: float) -> tuple[int, int, bool]:
+    """fp32 ``g`` -> ``(mant, exp, finite)`` with ``g = mant * 2**exp`` exactly (``|mant| < 2**24``)."""
+    bits = int(np.float32(g).view(np.uint32))
+    e = (bits >> 23) & 0xFF
+    f = bits & 0x7FFFFF
+    mant = f | 0x800000 if e else f
+    return (-mant if bits >> 31 else mant), max(e, 1) - 150, e != 0xFF
+
+
+def w4a16_gemv_exact(a, weight: Nvfp4Weight) -> np.ndarray:
+    """``y = a @ dequantize(weight).T`` under the exact contract (module docstring).
+
+    Args:
+        a: bf16 activations [K] or [M, K] (``ml_dtypes.bfloat16``).
+        weight: an :class:`~q2gemv.Nvfp4Weight`.
+
+    Returns bf16 [M, N] ([N] for 1-D ``a``). Raises TypeError/ValueError naming the argument.
+    """
+    if not isinstance(weight, Nvfp4Weight):
+        raise TypeError(f"weight: expected an Nvfp4Weight, got {type(weight).__name__}")
+    bits, squeeze = as_bf16_rows(a, weight.k)
+    mant, exp, bad = e4m3_scale_parts(weight.scales)
+    gm, ge, finite = f32_parts(weight.global_scale)
+    codes = weight.codes()
+
+    def wint_rows(r0: int, r1: int) -> np.ndarray:
+        return E2M1_TWICE[codes[r0:r1]].astype(np.float64)
+
+    # the weight is (2 * e2m1) * mant * 2**exp * gm * 2**ge / 2
+    y = exact_gemv(bits, wint_rows, weight.n, 16, mant, exp, bad.any(axis=1), gm, ge - 1)
+    if not finite:
+        y[:] = BF16_NAN
     out = bits_to_bf16(y)
     return out[0] if squeeze else out
