@@ -1,0 +1,622 @@
+"""torch integration: ``Q2Linear`` / ``Nvfp4Linear`` modules over q2gemv's GEMV (needs torch).
+
+``import q2gemv`` never imports torch; ``import q2gemv.torch`` does (``pip
+install "q2gemv[torch]"``). Two ``torch.nn.Module`` classes replace a
+``torch.nn.Linear`` in inference:
+
+* :class:`Q2Linear` holds a GGUF ``block_q2_0`` weight (:class:`~q2gemv.Q2Weight`);
+* :class:`Nvfp4Linear` an NVFP4 W4A16 weight (:class:`~q2gemv.Nvfp4Weight`).
+
+``forward(x)`` takes ``torch.bfloat16`` activations of shape ``[..., K]`` and
+returns ``torch.bfloat16`` ``[..., N]``: ``y = x @ dequantize(W).T`` with the
+bits of :func:`q2gemv.gemv` (the library's default numerics contract unless
+``numerics=`` is given), then ``y = y + bias`` as one bf16 torch add when the
+module has a bias (the bias is stored in bf16).
+
+The packed weight lives in registered buffers (``raw`` for Q2_0, ``packed``
+and ``scales`` for NVFP4; uint8), so ``.to("cuda")`` / ``.cuda()`` moves it
+and ``state_dict()`` / ``load_state_dict()`` round-trip it; ``n``, ``k``,
+``group`` and ``global_scale`` are plain attributes, saved as the module's
+extra state.
+
+The GEMV is a ``torch.library`` custom op (``torch.ops.q2gemv.q2_linear``,
+``torch.ops.q2gemv.nvfp4_linear``) with a fake (meta) implementation, so
+modules using it trace under ``torch.compile`` (the op stays opaque: one
+call per layer in the graph) and can be captured in a CUDA graph:
+
+* CPU tensors run q2gemv's NumPy reference backend (``backend="reference"``),
+  bit-identical to the GPU kernels;
+* CUDA tensors run the numba kernels on torch's current stream, reading the
+  weight buffers in place (``DeviceQ2Weight.from_buffers`` /
+  ``DeviceNvfp4Weight.from_buffers``: no host copy, no device copy), writing
+  into a tensor from torch's caching allocator. The device-weight wrapper is
+  built once per buffer address and cached (:func:`clear_device_weight_cache`).
+
+CUDA graphs: run each layer once on the capturing stream before the capture
+(that compiles the kernels and, for the exact contract, allocates its
+per-stream workspace: nothing may be allocated with ``cudaMalloc`` while
+capturing). The op has no autograd formula: the modules are for inference.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .api import resolve_numerics
+from .formats.bf16 import BF16
+from .formats.nvfp4 import Nvfp4Weight
+from .formats.q2_0 import Q2Weight, quantize_q2_0, row_bytes
+
+__all__ = [
+    "Q2Linear",
+    "Nvfp4Linear",
+    "q2_linear",
+    "nvfp4_linear",
+    "replace_linears",
+    "clear_device_weight_cache",
+]
+
+
+# -- argument checks (shared by the modules, the real and the fake op) ---------------------
+
+
+def _check_x(x: torch.Tensor, k: int) -> None:
+    """``x`` must be a bfloat16 tensor [..., k]; TypeError/ValueError naming ``x``."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x: expected torch.bfloat16 activations, got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise ValueError(
+            f"x: expected shape [..., K] with K={k} (the layer's in_features), got {tuple(x.shape)}"
+        )
+
+
+def _check_buffer(t: torch.Tensor, name: str, x: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if t.dtype != torch.uint8:
+        raise TypeError(f"{name}: expected a torch.uint8 buffer, got {t.dtype}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
+    if t.device != x.device:
+        raise ValueError(
+            f"{name}: the weight is on {t.device} but x is on {x.device} (move the module "
+            "with .to(x.device))"
+        )
+
+
+def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
+    """``x`` as a contiguous [M, k] tensor, 16-byte aligned (some kernels load 16 bytes)."""
+    x2 = x.reshape(-1, k)
+    if not x2.is_contiguous() or x2.data_ptr() % 16:
+        x2 = x2.clone(memory_format=torch.contiguous_format)
+    return x2
+
+
+def _host_bf16(x2: torch.Tensor) -> np.ndarray:
+    return x2.detach().view(torch.int16).numpy().view(BF16)
+
+
+def _from_host_bf16(y: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(y).view(np.int16)).view(torch.bfloat16)
+
+
+# -- device weights over torch buffers ---------------------------------------------------
+
+
+class _CudaBuffer:
+    """A ``__cuda_array_interface__`` copied from a tensor, without a reference to the tensor.
+
+    The cached device weights are built over these, so the cache never keeps
+    a module's buffers alive; an entry whose tensor is gone is harmless (its
+    key is the address and size, and a live tensor there is what it reads).
+    """
+
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.__cuda_array_interface__ = dict(t.__cuda_array_interface__)
+
+
+_DEVICE_WEIGHTS: dict[tuple, object] = {}
+_DEVICE_WEIGHTS_LOCK = threading.Lock()
+_DEVICE_WEIGHTS_MAX = 4096  # stale entries (freed buffers) are tiny; cleared past this many
+
+
+def clear_device_weight_cache() -> None:
+    """Forget every cached device-weight wrapper (they hold no GPU memory; this only resets)."""
+    with _DEVICE_WEIGHTS_LOCK:
+        _DEVICE_WEIGHTS.clear()
+
+
+def _cached(key: tuple, build: Callable[[], object]) -> object:
+    dw = _DEVICE_WEIGHTS.get(key)
+    if dw is None:
+        with _DEVICE_WEIGHTS_LOCK:
+            dw = _DEVICE_WEIGHTS.get(key)
+            if dw is None:
+                if len(_DEVICE_WEIGHTS) >= _DEVICE_WEIGHTS_MAX:
+                    _DEVICE_WEIGHTS.clear()
+                dw = _DEVICE_WEIGHTS[key] = build()
+    return dw
+
+
+def _q2_device_weight(raw: torch.Tensor, n: int, k: int, group: int):
+    key = ("q2_0", raw.device.index, raw.data_ptr(), raw.numel(), n, k, group)
+
+    def build():
+        from .cuda.q2_0 import DeviceQ2Weight
+
+        return DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
+
+    return _cached(key, build)
+
+
+def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scale: float):
+    key = (
+        "w4a16",
+        packed.device.index,
+        packed.data_ptr(),
+        tuple(packed.shape),
+        scales.data_ptr(),
+        float(global_scale),
+    )
+
+    def build():
+        from .cuda.w4a16 import DeviceNvfp4Weight
+
+        return DeviceNvfp4Weight.from_buffers(
+            _CudaBuffer(packed), _CudaBuffer(scales), global_scale
+        )
+
+    return _cached(key, build)
+
+
+def _run_cuda(x2: torch.Tensor, device_weight: Callable[[], object], numerics: str | None):
+    """The GEMV of device activations [M, K] on torch's current stream, into a new tensor.
+
+    ``device_weight()`` returns the (cached) device weight; it is called in numba's
+    context of ``x2``'s device.
+    """
+    from . import api
+
+    index = x2.device.index or 0
+    if index == 0 or torch.cuda.device_count() == 1:
+        return _gemv_cuda(api, x2, device_weight(), numerics)
+    from numba import cuda
+
+    with cuda.gpus[index]:  # numba's context must be the tensor's device
+        return _gemv_cuda(api, x2, device_weight(), numerics)
+
+
+def _gemv_cuda(api, x2: torch.Tensor, dw, numerics: str | None) -> torch.Tensor:
+    out = torch.empty((x2.shape[0], dw.n), dtype=torch.bfloat16, device=x2.device)
+    if x2.shape[0]:
+        # stream=None: for torch tensors q2gemv.cuda.interop.resolve_stream launches on
+        # torch.cuda.current_stream(x2.device), so the launches order with the
+        # surrounding torch work and are captured by torch.cuda.graph.
+        api.gemv(x2, dw, out=out, numerics=numerics)
+    return out
+
+
+# -- the custom ops ----------------------------------------------------------------------
+
+
+# Schemas spelled out (no inference from annotations, which torch 2.4 cannot read under
+# ``from __future__ import annotations``).
+@torch.library.custom_op(
+    "q2gemv::q2_linear",
+    mutates_args=(),
+    schema="(Tensor x, Tensor raw, int n, int k, int group, str? numerics=None) -> Tensor",
+)
+def q2_linear(
+    x: torch.Tensor, raw: torch.Tensor, n: int, k: int, group: int, numerics: str | None = None
+) -> torch.Tensor:
+    """``x @ dequantize(Q2_0 weight).T`` in bf16: the op behind :class:`Q2Linear` (no bias).
+
+    Args:
+        x: ``torch.bfloat16`` activations [..., k], on the CPU or a CUDA device.
+        raw: the weight's GGUF ``block_q2_0`` bytes, ``torch.uint8`` [n, row_bytes(k, group)],
+            on x's device.
+        n: output features. k: input features (a multiple of group).
+        group: codes per block, 64 or 128.
+        numerics: ``"exact"``, ``"seed"`` or None (the library default), as for
+            :func:`q2gemv.gemv`.
+
+    Returns a new ``torch.bfloat16`` tensor [..., n]: CPU through the reference
+    backend, CUDA through the kernels on torch's current stream; the same bits.
+    """
+    _check_x(x, k)
+    _check_buffer(raw, "raw", x, (n, row_bytes(k, group)))
+    lead = tuple(x.shape[:-1])
+    x2 = _rows(x, k)
+    if x.device.type == "cuda":
+        y = _run_cuda(x2, lambda: _q2_device_weight(raw, n, k, group), numerics)
+    elif x.device.type == "cpu":
+        from . import api
+
+        w = Q2Weight.from_bytes(raw.detach().reshape(-1).numpy(), n, k, group)
+        y = _from_host_bf16(api.gemv(_host_bf16(x2), w, backend="reference", numerics=numerics))
+    else:
+        raise ValueError(f"x: expected a CPU or CUDA tensor, got one on {x.device}")
+    return y.reshape(*lead, n)
+
+
+@q2_linear.register_fake
+def _q2_linear_fake(x, raw, n, k, group, numerics=None):
+    _check_x(x, k)
+    return x.new_empty((*x.shape[:-1], n))
+
+
+@torch.library.custom_op(
+    "q2gemv::nvfp4_linear",
+    mutates_args=(),
+    schema="(Tensor x, Tensor packed, Tensor scales, float global_scale, str? numerics=None)"
+    " -> Tensor",
+)
+def nvfp4_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scales: torch.Tensor,
+    global_scale: float,
+    numerics: str | None = None,
+) -> torch.Tensor:
+    """``x @ dequantize(NVFP4 weight).T`` in bf16: the op behind :class:`Nvfp4Linear` (no bias).
+
+    Args:
+        x: ``torch.bfloat16`` activations [..., k], on the CPU or a CUDA device.
+        packed: E2M1 codes, ``torch.uint8`` [n, k // 2] (even k in the low nibble).
+        scales: E4M3 block-scale bits, ``torch.uint8`` [n, k // 16].
+        global_scale: the per-tensor multiplier (an fp32 value).
+        numerics: ``"seed"``, ``"exact"`` (once NVFP4 has it) or None (the
+            library default), as for :func:`q2gemv.gemv`.
+
+    Returns a new ``torch.bfloat16`` tensor [..., n] (CPU: reference backend;
+    CUDA: the W4A16 kernels on torch's current stream; the same bits).
+    """
+    if packed.dim() != 2:
+        raise ValueError(f"packed: expected shape [n, k/2], got {tuple(packed.shape)}")
+    n, k = int(packed.shape[0]), 2 * int(packed.shape[1])
+    _check_x(x, k)
+    _check_buffer(packed, "packed", x, (n, k // 2))
+    _check_buffer(scales, "scales", x, (n, k // 16))
+    lead = tuple(x.shape[:-1])
+    x2 = _rows(x, k)
+    if x.device.type == "cuda":
+        y = _run_cuda(x2, lambda: _nvfp4_device_weight(packed, scales, global_scale), numerics)
+    elif x.device.type == "cpu":
+        from . import api
+
+        w = Nvfp4Weight.from_parts(
+            packed.detach().numpy(), scales.detach().numpy(), np.float32(global_scale)
+        )
+        y = _from_host_bf16(api.gemv(_host_bf16(x2), w, backend="reference", numerics=numerics))
+    else:
+        raise ValueError(f"x: expected a CPU or CUDA tensor, got one on {x.device}")
+    return y.reshape(*lead, n)
+
+
+@nvfp4_linear.register_fake
+def _nvfp4_linear_fake(x, packed, scales, global_scale, numerics=None):
+    _check_x(x, 2 * packed.shape[1])
+    return x.new_empty((*x.shape[:-1], packed.shape[0]))
+
+
+# -- modules -----------------------------------------------------------------------------
+
+
+def _bias_buffer(bias, n: int, device) -> torch.Tensor | None:
+    if bias is None:
+        return None
+    if isinstance(bias, np.ndarray):
+        bias = torch.from_numpy(np.array(bias, dtype=np.float32))
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias: expected a torch.Tensor or None, got {type(bias).__name__}")
+    if not bias.is_floating_point():
+        raise TypeError(f"bias: expected a floating-point tensor, got {bias.dtype}")
+    if tuple(bias.shape) != (n,):
+        raise ValueError(f"bias: expected shape ({n},) (out_features), got {tuple(bias.shape)}")
+    return bias.detach().to(device=device, dtype=torch.bfloat16).clone()
+
+
+def _check_numerics(family: str, numerics: str | None) -> str | None:
+    resolve_numerics(family, numerics)  # ValueError naming numerics
+    return numerics
+
+
+def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if bias is None:
+        return y
+    return y + bias.to(torch.bfloat16)
+
+
+class Q2Linear(torch.nn.Module):
+    """A ``torch.nn.Linear`` replacement over a GGUF ``block_q2_0`` weight (inference only).
+
+    Args:
+        weight: the :class:`~q2gemv.Q2Weight` [n, k]; its bytes are copied into
+            the ``raw`` buffer (``torch.uint8`` [n, row_bytes(k, group)], on the CPU:
+            move the module with ``.to(device)``).
+        bias: optional floating-point tensor [n], stored in bf16 (buffer ``bias``).
+        numerics: ``"exact"``, ``"seed"`` or None (the library default: exact
+            for Q2_0), passed to :func:`q2gemv.gemv`.
+
+    Attributes: ``n``/``out_features``, ``k``/``in_features``, ``group``, ``numerics``.
+    ``forward(x)``: ``torch.bfloat16`` [..., k] -> ``torch.bfloat16`` [..., n], through
+    ``torch.ops.q2gemv.q2_linear``, then ``+ bias`` (one bf16 add).
+    """
+
+    raw: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(
+        self, weight: Q2Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
+    ) -> None:
+        super().__init__()
+        if not isinstance(weight, Q2Weight):
+            raise TypeError(f"weight: expected a Q2Weight, got {type(weight).__name__}")
+        self.n, self.k, self.group = weight.n, weight.k, weight.group
+        self.numerics = _check_numerics("q2_0", numerics)
+        raw = np.array(weight.raw).reshape(weight.n, row_bytes(weight.k, weight.group))
+        self.register_buffer("raw", torch.from_numpy(raw))
+        self.register_buffer("bias", _bias_buffer(bias, self.n, "cpu"))
+
+    @property
+    def in_features(self) -> int:
+        """Input features ``k`` (``torch.nn.Linear``'s name)."""
+        return self.k
+
+    @property
+    def out_features(self) -> int:
+        """Output features ``n`` (``torch.nn.Linear``'s name)."""
+        return self.n
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: torch.nn.Linear,
+        group: int = 128,
+        *,
+        method: str = "ggml",
+        numerics: str | None = None,
+    ) -> Q2Linear:
+        """Quantize a float ``torch.nn.Linear`` with :func:`q2gemv.quantize_q2_0`.
+
+        Args:
+            linear: the layer; its weight [out, in] is read as fp32 (``in`` a
+                multiple of ``group``), its bias (if any) kept in bf16.
+            group: codes per block, 64 or 128.
+            method: ``"ggml"`` or ``"absmean"`` (see :func:`q2gemv.quantize_q2_0`).
+            numerics: as for the constructor.
+
+        Returns a :class:`Q2Linear` on the linear's device.
+        """
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
+        w = linear.weight.detach().to(device="cpu", dtype=torch.float32).numpy()
+        mod = cls(quantize_q2_0(w, group=group, method=method), linear.bias, numerics=numerics)
+        return mod.to(linear.weight.device)
+
+    @classmethod
+    def from_gguf(
+        cls,
+        path: str | os.PathLike,
+        tensor_name: str,
+        bias: torch.Tensor | None = None,
+        *,
+        ambiguous_group: int | None = None,
+        numerics: str | None = None,
+    ) -> Q2Linear:
+        """One Q2_0 tensor of a GGUF file (:func:`q2gemv.io.load_q2_weights`).
+
+        Args:
+            path: the ``.gguf`` file.
+            tensor_name: the tensor (``"blk.0.ffn_down.weight"``); KeyError listing
+                the file's Q2_0 tensors when absent.
+            bias: optional bias [n] (GGUF Q2_0 files keep biases as separate tensors).
+            ambiguous_group: for a foreign type-42 tensor whose size fits both groups
+                (see the loader).
+            numerics: as for the constructor.
+        """
+        from .io import load_q2_weights
+
+        weights = load_q2_weights(path, ambiguous_group=ambiguous_group)
+        if tensor_name not in weights:
+            raise KeyError(
+                f"tensor_name: no Q2_0 tensor {tensor_name!r} in {os.fspath(path)} "
+                f"(Q2_0 tensors: {', '.join(weights) or 'none'})"
+            )
+        return cls(weights[tensor_name], bias, numerics=numerics)
+
+    def quantized_weight(self) -> Q2Weight:
+        """The module's weight as a host :class:`~q2gemv.Q2Weight` (a copy of ``raw``)."""
+        raw = self.raw.detach().to("cpu").reshape(-1).numpy()
+        return Q2Weight.from_bytes(raw, self.n, self.k, self.group)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
+        _check_x(x, self.k)
+        y = torch.ops.q2gemv.q2_linear(x, self.raw, self.n, self.k, self.group, self.numerics)
+        return _add_bias(y, self.bias)
+
+    def get_extra_state(self) -> dict:
+        """``{"format": "q2_0", "n", "k", "group"}``: saved with ``state_dict()``."""
+        return {"format": "q2_0", "n": self.n, "k": self.k, "group": self.group}
+
+    def set_extra_state(self, state: dict) -> None:
+        """Check a loaded ``state`` describes this layer's shape and group (ValueError if not)."""
+        want = self.get_extra_state()
+        got = {key: state.get(key) for key in want}
+        if got != want:
+            raise ValueError(f"state: expected a Q2Linear state with {want}, got {got}")
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.k}, out_features={self.n}, group={self.group}, "
+            f"bias={self.bias is not None}, numerics={self.numerics!r}"
+        )
+
+
+class Nvfp4Linear(torch.nn.Module):
+    """A ``torch.nn.Linear`` replacement over an NVFP4 W4A16 weight (inference only).
+
+    Args:
+        weight: the :class:`~q2gemv.Nvfp4Weight` [n, k]; ``packed`` and ``scales``
+            are copied into the buffers of the same names (``torch.uint8``, on
+            the CPU: move the module with ``.to(device)``); ``global_scale`` is
+            kept as an attribute (an fp32 value).
+        bias: optional floating-point tensor [n], stored in bf16 (buffer ``bias``).
+        numerics: ``"seed"``, ``"exact"`` (once NVFP4 has it) or None (the library
+            default), passed to :func:`q2gemv.gemv`.
+
+    ``forward(x)``: ``torch.bfloat16`` [..., k] -> ``torch.bfloat16`` [..., n], through
+    ``torch.ops.q2gemv.nvfp4_linear``, then ``+ bias`` (one bf16 add).
+    """
+
+    packed: torch.Tensor
+    scales: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(
+        self, weight: Nvfp4Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
+    ) -> None:
+        super().__init__()
+        if not isinstance(weight, Nvfp4Weight):
+            raise TypeError(f"weight: expected an Nvfp4Weight, got {type(weight).__name__}")
+        self.n, self.k = weight.n, weight.k
+        self.global_scale = float(weight.global_scale)
+        self.numerics = _check_numerics("w4a16", numerics)
+        self.register_buffer("packed", torch.from_numpy(np.array(weight.packed)))
+        self.register_buffer("scales", torch.from_numpy(np.array(weight.scales)))
+        self.register_buffer("bias", _bias_buffer(bias, self.n, "cpu"))
+
+    @property
+    def in_features(self) -> int:
+        """Input features ``k`` (``torch.nn.Linear``'s name)."""
+        return self.k
+
+    @property
+    def out_features(self) -> int:
+        """Output features ``n`` (``torch.nn.Linear``'s name)."""
+        return self.n
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, *, numerics: str | None = None) -> Nvfp4Linear:
+        """Quantize a float ``torch.nn.Linear`` with :meth:`Nvfp4Weight.from_float` (ModelOpt recipe).
+
+        Args:
+            linear: the layer; its weight [out, in] is read as fp32 (``in`` a
+                multiple of 16, finite), its bias (if any) kept in bf16.
+            numerics: as for the constructor.
+
+        Returns an :class:`Nvfp4Linear` on the linear's device.
+        """
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
+        w = linear.weight.detach().to(device="cpu", dtype=torch.float32).numpy()
+        mod = cls(Nvfp4Weight.from_float(w), linear.bias, numerics=numerics)
+        return mod.to(linear.weight.device)
+
+    @classmethod
+    def from_safetensors(
+        cls,
+        path: str | os.PathLike,
+        layer_prefix: str,
+        bias: torch.Tensor | None = None,
+        *,
+        numerics: str | None = None,
+    ) -> Nvfp4Linear:
+        """One NVFP4 layer of a safetensors checkpoint (:func:`q2gemv.io.load_nvfp4_weights`).
+
+        Args:
+            path: a ``.safetensors`` file or a directory of shards.
+            layer_prefix: the layer (``"model.layers.0.mlp.down_proj"``); ModelOpt
+                and compressed-tensors layouts are both recognised. KeyError listing
+                the checkpoint's NVFP4 layers when absent.
+            bias: optional bias [n].
+            numerics: as for the constructor.
+        """
+        from .io import load_nvfp4_weights
+
+        layers = load_nvfp4_weights(path)
+        if layer_prefix not in layers:
+            raise KeyError(
+                f"layer_prefix: no NVFP4 layer {layer_prefix!r} in {os.fspath(path)} "
+                f"(NVFP4 layers: {', '.join(layers) or 'none'})"
+            )
+        return cls(layers[layer_prefix], bias, numerics=numerics)
+
+    def quantized_weight(self) -> Nvfp4Weight:
+        """The module's weight as a host :class:`~q2gemv.Nvfp4Weight` (copies of the buffers)."""
+        return Nvfp4Weight.from_parts(
+            self.packed.detach().to("cpu").numpy(),
+            self.scales.detach().to("cpu").numpy(),
+            np.float32(self.global_scale),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
+        _check_x(x, self.k)
+        y = torch.ops.q2gemv.nvfp4_linear(
+            x, self.packed, self.scales, self.global_scale, self.numerics
+        )
+        return _add_bias(y, self.bias)
+
+    def get_extra_state(self) -> dict:
+        """``{"format": "nvfp4", "n", "k", "global_scale"}``: saved with ``state_dict()``."""
+        return {"format": "nvfp4", "n": self.n, "k": self.k, "global_scale": self.global_scale}
+
+    def set_extra_state(self, state: dict) -> None:
+        """Take the loaded ``state``'s global scale; its n and k must be this layer's."""
+        shape = {"format": "nvfp4", "n": self.n, "k": self.k}
+        got = {key: state.get(key) for key in shape}
+        if got != shape or not isinstance(state.get("global_scale"), float):
+            raise ValueError(
+                f"state: expected an Nvfp4Linear state with {shape} and a float global_scale, "
+                f"got {state!r}"
+            )
+        self.global_scale = float(np.float32(state["global_scale"]))
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.k}, out_features={self.n}, global_scale={self.global_scale!r}, "
+            f"bias={self.bias is not None}, numerics={self.numerics!r}"
+        )
+
+
+def replace_linears(
+    module: torch.nn.Module,
+    make: Callable[[torch.nn.Linear], torch.nn.Module] = Q2Linear.from_linear,
+    *,
+    where: Callable[[str, torch.nn.Linear], bool] | None = None,
+) -> dict[str, torch.nn.Module]:
+    """Replace ``module``'s ``torch.nn.Linear`` submodules in place by ``make(linear)``.
+
+    Args:
+        module: any torch module; its Linear children (at any depth) are swapped.
+        make: builds the replacement from a Linear (default :meth:`Q2Linear.from_linear`,
+            group 128); e.g. ``Nvfp4Linear.from_linear`` or
+            ``lambda lin: Q2Linear.from_linear(lin, group=64)``.
+        where: optional ``where(qualified_name, linear) -> bool``; only Linears it
+            accepts are replaced (default: all).
+
+    Returns ``{qualified name: new module}`` of what was replaced (``module`` itself
+    is never replaced, even when it is a Linear: build that one directly).
+    """
+    targets = [
+        (name, mod)
+        for name, mod in module.named_modules()
+        if name and isinstance(mod, torch.nn.Linear) and (where is None or where(name, mod))
+    ]
+    done: dict[str, torch.nn.Module] = {}
+    for name, linear in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = module.get_submodule(parent_name) if parent_name else module
+        new = make(linear)
+        setattr(parent, attr, new)
+        done[name] = new
+    return done

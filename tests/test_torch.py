@@ -1,0 +1,453 @@
+"""``q2gemv.torch``: Q2Linear / Nvfp4Linear modules and their torch.library ops.
+
+CPU: every forward is compared bit for bit (uint16, never allclose) with
+``q2gemv.gemv(..., backend="reference")``. GPU (marked ``gpu``): CUDA eager,
+``torch.compile`` (inductor), CUDA-graph capture and replay, a non-default stream.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import q2gemv  # noqa: E402
+from q2gemv.check import assert_bits_equal  # noqa: E402
+from q2gemv.torch import Nvfp4Linear, Q2Linear, replace_linears  # noqa: E402
+
+from .q2_cases import random_acts, random_weight  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def t_bf16(a: np.ndarray) -> torch.Tensor:
+    """A bf16 numpy array as a torch.bfloat16 tensor (same bits)."""
+    return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+
+
+def u16(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def reference(x: torch.Tensor, w, bias=None, numerics=None) -> torch.Tensor:
+    """``q2gemv.gemv`` on the reference backend for x [..., K], as bf16 [..., N] (+ bias)."""
+    a = u16(x).reshape(-1, w.k).view(q2gemv.BF16)
+    y = q2gemv.gemv(a, w, backend="reference", numerics=numerics)
+    y = t_bf16(y).reshape(*x.shape[:-1], w.n)
+    return y if bias is None else y + bias.cpu().to(torch.bfloat16)
+
+
+def nvfp4_weight(rng, n, k):
+    return q2gemv.Nvfp4Weight.from_float(rng.standard_normal((n, k)).astype(np.float32))
+
+
+def acts(rng, shape, specials=False) -> torch.Tensor:
+    k = shape[-1]
+    m = int(np.prod(shape[:-1], dtype=np.int64))
+    return t_bf16(random_acts(rng, m, k, specials=specials)).reshape(shape)
+
+
+# -- import ---------------------------------------------------------------------------
+
+
+def test_import_q2gemv_stays_light_and_q2gemv_torch_imports_torch():
+    code = (
+        "import sys, q2gemv; assert 'torch' not in sys.modules, 'q2gemv imported torch'; "
+        "import q2gemv.torch; assert 'torch' in sys.modules; "
+        "assert q2gemv.torch.Q2Linear.__module__ == 'q2gemv.torch'"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+# -- eager forward, CPU: bits equal to the reference ------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(128,), (5, 128), (2, 3, 128), (0, 128)])
+@pytest.mark.parametrize("group", [64, 128])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_q2linear_cpu_bits_equal_reference(shape, group, with_bias):
+    rng = np.random.default_rng(hash((shape, group, with_bias)) % 2**32)
+    w = random_weight(rng, 32, 128, group)
+    bias = torch.randn(32, generator=torch.Generator().manual_seed(3)) if with_bias else None
+    layer = Q2Linear(w, bias)
+    x = acts(rng, shape, specials=True)
+    y = layer(x)
+    assert y.dtype == torch.bfloat16 and tuple(y.shape) == (*shape[:-1], 32)
+    want = reference(x, w, None if bias is None else bias.to(torch.bfloat16))
+    assert_bits_equal(u16(y), u16(want), f"Q2Linear {shape} group={group}")
+
+
+@pytest.mark.parametrize("shape", [(64,), (4, 64), (2, 3, 64)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_nvfp4linear_cpu_bits_equal_reference(shape, with_bias):
+    rng = np.random.default_rng(len(shape) + 10 * with_bias)
+    w = nvfp4_weight(rng, 24, 64)
+    bias = torch.randn(24, dtype=torch.float64) if with_bias else None
+    layer = Nvfp4Linear(w, bias)
+    x = acts(rng, shape, specials=True)
+    y = layer(x)
+    assert y.dtype == torch.bfloat16 and tuple(y.shape) == (*shape[:-1], 24)
+    want = reference(x, w, None if bias is None else bias.to(torch.bfloat16))
+    assert_bits_equal(u16(y), u16(want), f"Nvfp4Linear {shape}")
+
+
+def test_numerics_is_forwarded_and_default_follows_the_library():
+    # +-2**16 at k = 0 and 64 (equal weights) cancel exactly: fp32 partial sums (seed) lose
+    # the small terms beside them, the exact contract keeps them (tests/test_api_exact.py)
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 4, (32, 128), dtype=np.uint8)
+    codes[:, 64] = codes[:, 0]
+    scales = (rng.standard_normal((32, 1)) * 0.05).astype(np.float16)
+    w = q2gemv.Q2Weight.from_codes(codes, scales, group=128)
+    a = rng.standard_normal((2, 128)).astype(np.float32)
+    a[:, 0], a[:, 64] = 2.0**16, -(2.0**16)
+    x = t_bf16(a.astype(q2gemv.BF16))
+    seed = Q2Linear(w, numerics="seed")(x)
+    assert_bits_equal(u16(seed), u16(reference(x, w, numerics="seed")), "seed")
+    default = Q2Linear(w)(x)
+    assert_bits_equal(u16(default), u16(reference(x, w, numerics="exact")), "default")
+    assert not np.array_equal(u16(seed), u16(default))  # so numerics= did reach gemv
+
+
+def test_non_contiguous_and_misaligned_activations():
+    rng = np.random.default_rng(5)
+    w = random_weight(rng, 16, 128, 64)
+    layer = Q2Linear(w)
+    base = acts(rng, (128, 6))
+    xt = base.t()  # [6, 128], not contiguous
+    assert not xt.is_contiguous()
+    assert_bits_equal(u16(layer(xt)), u16(reference(xt.contiguous(), w)), "transposed")
+    flat = acts(rng, (3 * 128 + 1,))
+    x_off = flat[1:].view(3, 128)  # starts 2 bytes into the buffer
+    assert_bits_equal(u16(layer(x_off)), u16(reference(x_off.clone(), w)), "offset view")
+
+
+def test_from_linear_quantizes_like_the_library():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(128, 16)
+    q = Q2Linear.from_linear(lin, group=64)
+    want = q2gemv.quantize_q2_0(lin.weight.detach().numpy(), group=64)
+    assert np.array_equal(q.quantized_weight().raw, want.raw)
+    assert torch.equal(q.bias, lin.bias.detach().to(torch.bfloat16))
+    assert (q.in_features, q.out_features, q.group) == (128, 16, 64)
+    f = Nvfp4Linear.from_linear(lin)
+    w4 = q2gemv.Nvfp4Weight.from_float(lin.weight.detach().numpy())
+    got = f.quantized_weight()
+    assert np.array_equal(got.packed, w4.packed) and np.array_equal(got.scales, w4.scales)
+    assert got.global_scale == w4.global_scale
+    x = torch.randn(2, 128).to(torch.bfloat16)
+    assert_bits_equal(u16(q(x)), u16(reference(x, want, q.bias)), "from_linear q2")
+    assert_bits_equal(u16(f(x)), u16(reference(x, w4, f.bias)), "from_linear nvfp4")
+
+
+def test_from_gguf(tmp_path):
+    from q2gemv.io import save_q2_weights
+
+    rng = np.random.default_rng(6)
+    w1, w2 = random_weight(rng, 16, 128, 64), random_weight(rng, 8, 256, 128)
+    path = tmp_path / "m.gguf"
+    save_q2_weights(path, {"blk.0.a": w1, "blk.0.b": w2})
+    layer = Q2Linear.from_gguf(path, "blk.0.b", bias=torch.ones(8))
+    assert (layer.n, layer.k, layer.group) == (8, 256, 128)
+    assert np.array_equal(layer.quantized_weight().raw, w2.raw)
+    x = acts(rng, (2, 256))
+    assert_bits_equal(u16(layer(x)), u16(reference(x, w2, torch.ones(8))), "from_gguf")
+    with pytest.raises(KeyError, match=r"tensor_name: no Q2_0 tensor 'nope'.*blk\.0\.a, blk\.0\.b"):
+        Q2Linear.from_gguf(path, "nope")
+
+
+def test_from_safetensors_modelopt(tmp_path):
+    stn = pytest.importorskip("safetensors.numpy")
+    rng = np.random.default_rng(7)
+    w = nvfp4_weight(rng, 8, 64)
+    path = tmp_path / "m.safetensors"
+    stn.save_file(
+        {
+            "model.l0.weight": np.array(w.packed),
+            "model.l0.weight_scale": np.array(w.scales),
+            "model.l0.weight_scale_2": np.array([w.global_scale], np.float32),
+        },
+        str(path),
+    )
+    layer = Nvfp4Linear.from_safetensors(path, "model.l0")
+    assert layer.global_scale == w.global_scale
+    x = acts(rng, (3, 64))
+    assert_bits_equal(u16(layer(x)), u16(reference(x, w)), "from_safetensors")
+    with pytest.raises(KeyError, match="layer_prefix: no NVFP4 layer 'model.l1'.*model.l0"):
+        Nvfp4Linear.from_safetensors(path, "model.l1")
+
+
+# -- state_dict -----------------------------------------------------------------------
+
+
+def test_q2linear_state_dict_round_trip():
+    rng = np.random.default_rng(8)
+    w_a, w_b = random_weight(rng, 16, 128, 128), random_weight(rng, 16, 128, 128)
+    a = Q2Linear(w_a, torch.randn(16))
+    b = Q2Linear(w_b, torch.zeros(16))
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    b.load_state_dict(torch.load(buf))
+    assert np.array_equal(b.quantized_weight().raw, w_a.raw)
+    x = acts(rng, (2, 128))
+    assert_bits_equal(u16(b(x)), u16(a(x)), "loaded Q2Linear")
+    assert set(a.state_dict()) == {"raw", "bias", "_extra_state"}
+    other = Q2Linear(random_weight(rng, 16, 256, 128))
+    with pytest.raises(ValueError, match="state: expected a Q2Linear state with .*'k': 256"):
+        other.load_state_dict(a.state_dict())
+    g64 = Q2Linear(random_weight(rng, 16, 128, 64))
+    with pytest.raises(ValueError, match="state: expected a Q2Linear state"):
+        g64.set_extra_state(a.get_extra_state())
+
+
+def test_nvfp4linear_state_dict_round_trip_keeps_the_global_scale():
+    rng = np.random.default_rng(9)
+    w_a = nvfp4_weight(rng, 8, 64)
+    w_b = q2gemv.Nvfp4Weight.from_float(10 * rng.standard_normal((8, 64)).astype(np.float32))
+    assert w_a.global_scale != w_b.global_scale
+    a, b = Nvfp4Linear(w_a), Nvfp4Linear(w_b)
+    b.load_state_dict(a.state_dict())
+    assert b.global_scale == w_a.global_scale
+    x = acts(rng, (2, 64))
+    assert_bits_equal(u16(b(x)), u16(reference(x, w_a)), "loaded Nvfp4Linear")
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+def test_bad_inputs_name_the_argument():
+    rng = np.random.default_rng(10)
+    w = random_weight(rng, 16, 128, 128)
+    layer = Q2Linear(w)
+    with pytest.raises(
+        TypeError, match="x: expected torch.bfloat16 activations, got torch.float32"
+    ):
+        layer(torch.zeros(2, 128))
+    with pytest.raises(ValueError, match=r"x: expected shape \[\.\.\., K\] with K=128"):
+        layer(torch.zeros(2, 64, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="x: expected shape"):
+        layer(torch.zeros((), dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="weight: expected a Q2Weight"):
+        Q2Linear(nvfp4_weight(rng, 8, 64))
+    with pytest.raises(TypeError, match="weight: expected an Nvfp4Weight"):
+        Nvfp4Linear(w)
+    with pytest.raises(ValueError, match=r"bias: expected shape \(16,\)"):
+        Q2Linear(w, torch.zeros(15))
+    with pytest.raises(TypeError, match="bias: expected a floating-point tensor"):
+        Q2Linear(w, torch.zeros(16, dtype=torch.int32))
+    with pytest.raises(ValueError, match="numerics"):
+        Q2Linear(w, numerics="fast")
+    with pytest.raises(TypeError, match="linear: expected a torch.nn.Linear"):
+        Q2Linear.from_linear(torch.nn.ReLU())
+    f = Nvfp4Linear(nvfp4_weight(rng, 8, 64))
+    with pytest.raises(TypeError, match="x: expected torch.bfloat16"):
+        f(torch.zeros(64, dtype=torch.float16))
+    # the op itself checks its buffers
+    with pytest.raises(ValueError, match=r"raw: expected shape \(16, 34\)"):
+        torch.ops.q2gemv.q2_linear(
+            torch.zeros(1, 128, dtype=torch.bfloat16), layer.raw[:8], 16, 128, 128
+        )
+
+
+# -- torch.compile and the op's registration --------------------------------------------
+
+
+def test_torch_compile_cpu_bits_equal_eager():
+    rng = np.random.default_rng(11)
+    model = torch.nn.Sequential(
+        Q2Linear(random_weight(rng, 64, 128, 128), torch.randn(64)),
+        torch.nn.ReLU(),
+        Nvfp4Linear(nvfp4_weight(rng, 32, 64)),
+    )
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=True)
+    for m in (1, 3):
+        x = acts(rng, (m, 128))
+        assert_bits_equal(u16(compiled(x)), u16(model(x)), f"compiled m={m}")
+    with pytest.raises(Exception, match="x: expected shape"):
+        compiled(torch.zeros(2, 64, dtype=torch.bfloat16))
+
+
+def test_opcheck_both_ops():
+    rng = np.random.default_rng(12)
+    q = Q2Linear(random_weight(rng, 16, 128, 64))
+    f = Nvfp4Linear(nvfp4_weight(rng, 16, 64))
+    x = acts(rng, (2, 3, 128))
+    torch.library.opcheck(torch.ops.q2gemv.q2_linear.default, (x, q.raw, 16, 128, 64, None))
+    torch.library.opcheck(
+        torch.ops.q2gemv.nvfp4_linear.default,
+        (x[..., :64].contiguous(), f.packed, f.scales, f.global_scale, None),
+    )
+
+
+def test_replace_linears():
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(128, 64),
+        torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(64, 64, bias=False)),
+        torch.nn.Linear(64, 16),
+    )
+    done = replace_linears(model, where=lambda name, lin: lin.in_features == 128)
+    assert list(done) == ["0"] and isinstance(model[0], Q2Linear)
+    assert isinstance(model[1][1], torch.nn.Linear)
+    done = replace_linears(model, lambda lin: Q2Linear.from_linear(lin, group=64))
+    assert list(done) == ["1.1", "2"]
+    assert model[1][1].group == 64 and model[1][1].bias is None
+    y = model(torch.randn(4, 128).to(torch.bfloat16))
+    assert y.dtype == torch.bfloat16 and tuple(y.shape) == (4, 16)
+
+
+# -- the README section, the example and the benchmark's dry run ----------------------
+
+
+def test_readme_torch_section_runs():
+    text = (ROOT / "README.md").read_text()
+    section = re.search(r"^## torch\n(.*?)(?=^## )", text, re.S | re.M)
+    assert section, "README.md has no '## torch' section"
+    blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
+    assert blocks, "the README's torch section has no python block"
+    exec(compile(blocks[0], "README.md#torch", "exec"), {})
+
+
+def test_example_torch_swap(capsys):
+    example = _load(ROOT / "examples" / "torch_swap.py", "torch_swap_example")
+    assert example.main("cpu") == 0
+    out = capsys.readouterr().out
+    assert out.count("bit-equal to the reference") == 3 and out.rstrip().endswith("OK")
+
+
+def test_bench_torch_decode_dry_run(tmp_path):
+    bench = _load(ROOT / "benchmarks" / "bench_torch_decode.py", "bench_torch_decode")
+    assert bench.main(["--dry-run", "--out", str(tmp_path), "--formats", "q2_0,nvfp4"]) == 0
+    with open(tmp_path / "cpu_dry_run_torch_decode.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["model"], r["mode"]) for r in rows] == [
+        ("bf16", "eager"),
+        ("q2_0", "eager"),
+        ("nvfp4", "eager"),
+    ]
+    assert all(r["dry_run"] == "1" and float(r["us_per_token_median"]) > 0 for r in rows)
+    assert [r["bits_vs_reference"] for r in rows[1:]] == ["equal", "equal"]
+
+
+# -- GPU --------------------------------------------------------------------------------
+
+
+def _gpu_layers(rng, n=256, k=512):
+    q_w = random_weight(rng, n, k, 128)
+    f_w = nvfp4_weight(rng, n, k)
+    bias = torch.randn(n)
+    return (Q2Linear(q_w, bias).cuda(), q_w, bias), (Nvfp4Linear(f_w, bias).cuda(), f_w, bias)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(512,), (1, 512), (5, 512), (2, 9, 512)])
+def test_cuda_eager_bits_equal_reference(shape):
+    import q2gemv.torch as qt
+
+    rng = np.random.default_rng(20)
+    for layer, w, bias in _gpu_layers(rng):
+        x = acts(rng, shape, specials=True)
+        y = layer(x.cuda())
+        assert y.is_cuda and y.dtype == torch.bfloat16 and tuple(y.shape) == (*shape[:-1], 256)
+        want = reference(x, w, bias.to(torch.bfloat16))
+        assert_bits_equal(u16(y), u16(want), f"{type(layer).__name__} cuda {shape}")
+        cached = len(qt._DEVICE_WEIGHTS)
+        layer(x.cuda())
+        assert len(qt._DEVICE_WEIGHTS) == cached  # the device weight is built once
+
+
+@pytest.mark.gpu
+def test_cuda_real_shape_and_seed_numerics():
+    rng = np.random.default_rng(21)
+    w = random_weight(rng, 5120, 5120, 128)
+    x = acts(rng, (3, 5120))
+    for numerics in (None, "seed"):
+        layer = Q2Linear(w, numerics=numerics).cuda()
+        want = reference(x, w, numerics=numerics)
+        assert_bits_equal(u16(layer(x.cuda())), u16(want), f"5120x5120 numerics={numerics}")
+
+
+@pytest.mark.gpu
+def test_cuda_torch_compile_inductor():
+    rng = np.random.default_rng(22)
+    (q, q_w, bias), (f, f_w, _) = _gpu_layers(rng, n=512, k=512)
+    model = torch.nn.Sequential(q, torch.nn.GELU(), f)
+    compiled = torch.compile(model, fullgraph=True)
+    for m in (1, 4):
+        x = acts(rng, (m, 512)).cuda()
+        with torch.no_grad():
+            assert_bits_equal(u16(compiled(x)), u16(model(x)), f"inductor m={m}")
+        y1 = q(x)
+        assert_bits_equal(u16(y1), u16(reference(x.cpu(), q_w, bias.to(torch.bfloat16))), "q2")
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_replay():
+    rng = np.random.default_rng(23)
+    (q, q_w, bias), (f, f_w, _) = _gpu_layers(rng)
+    x_static = acts(rng, (2, 512)).cuda()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for layer in (q, f):  # warm-up on the capture stream (kernels, workspaces)
+            layer(x_static)
+        s.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            y_q = q(x_static)
+            y_f = f(x_static)
+    torch.cuda.current_stream().wait_stream(s)
+    for trial in range(2):  # new inputs copied into the static buffer, then replay
+        x = acts(rng, (2, 512), specials=trial == 1)
+        x_static.copy_(x.cuda())
+        g.replay()
+        torch.cuda.synchronize()
+        assert_bits_equal(u16(y_q), u16(reference(x, q_w, bias.to(torch.bfloat16))), "graph q2")
+        assert_bits_equal(u16(y_f), u16(reference(x, f_w, bias.to(torch.bfloat16))), "graph nvfp4")
+
+
+@pytest.mark.gpu
+def test_cuda_non_default_stream():
+    rng = np.random.default_rng(24)
+    (q, q_w, _), (f, f_w, _) = _gpu_layers(rng)
+    x = acts(rng, (3, 512))
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        xd = x.to("cuda", non_blocking=True)
+        y_q, y_f = q(xd), f(xd)
+        z = y_q * 1  # ordered after the GEMV on the same stream
+    s.synchronize()
+    bias = q.bias.cpu()
+    assert_bits_equal(u16(z), u16(reference(x, q_w, bias)), "side stream q2")
+    assert_bits_equal(u16(y_f), u16(reference(x, f_w, bias)), "side stream nvfp4")
+
+
+@pytest.mark.gpu
+def test_cuda_example_and_state_dict_after_move():
+    example = _load(ROOT / "examples" / "torch_swap.py", "torch_swap_example_gpu")
+    assert example.main("cuda") == 0
+    rng = np.random.default_rng(25)
+    w = random_weight(rng, 64, 128, 128)
+    layer = Q2Linear(w).cuda()
+    back = Q2Linear(random_weight(rng, 64, 128, 128))
+    back.load_state_dict(layer.state_dict())  # cuda buffers into cpu ones
+    x = acts(rng, (2, 128))
+    assert_bits_equal(u16(back(x)), u16(layer(x.cuda())), "cpu vs cuda after state_dict")
