@@ -5,8 +5,8 @@
 
 Each candidate is a :func:`q2gemv.cuda.q2_0._make_vec_body` setting (rows per
 warp, activation rows per launch, words in flight). This script registers
-them in ``q2_0.KERNELS`` and ``launch.Q2_ROWS_PER_CTA`` for this process
-only, then runs ``benchmarks/run_h200.py``, so torch bf16 and the read
+them in the kernel registry (:func:`q2gemv.kernels.register`, ``golden=False``)
+for this process only, then runs ``benchmarks/run_h200.py``, so torch bf16 and the read
 ceiling are timed in the same run (``bench``), or ``scripts/h200_check.py``,
 which compares every kernel, candidates included, bit for bit with the NumPy
 reference on model shapes (``check``). Every candidate keeps the per-row order
@@ -19,8 +19,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from q2gemv import launch
-from q2gemv.cuda import q2_0
+from q2gemv import kernels
 
 HERE = Path(__file__).resolve().parent
 # name -> (max_m, rows per warp, words in flight or None for the default, compiled per M)
@@ -33,15 +32,18 @@ CANDIDATES: dict[str, tuple[int, int, int | None, bool]] = {
 }
 
 
+def candidate_spec(name: str, max_m: int, t: int, words: int | None, per_m: bool):
+    """The registry spec of one candidate: the vec template, q2_0_gemv_vec's per-row order."""
+    return kernels.KernelSpec(
+        name, "q2_0", "seed", "q2gemv.reference.q2_0.q2_0_gemv_vec", "q2_0_vec",
+        rows_per_cta=8 * t, max_m=max_m, per_m=per_m, a_align=16, rows_per_warp=t,
+        words=words, golden=False,
+    )  # fmt: skip
+
+
 def register() -> None:
     for name, (max_m, t, words, per_m) in CANDIDATES.items():
-
-        def factory(m, mm=max_m, t=t, u=words, per_m=per_m):
-            return q2_0._make_vec_body(m if per_m else mm, t, u, exact_m=per_m)
-
-        q2_0.KERNELS[name] = (factory, max_m, per_m)
-        launch.Q2_ROWS_PER_CTA[name] = 8 * t
-    q2_0.ALIGNED_A_KERNELS |= set(CANDIDATES)
+        kernels.register(candidate_spec(name, max_m, t, words, per_m), replace=True)
 
 
 SCRIPTS = {"bench": HERE / "run_h200.py", "check": HERE.parent / "scripts" / "h200_check.py"}

@@ -51,8 +51,12 @@ def _exact_names() -> list[str]:
     return [name for name, _, _ in exact.ptx_specs()]
 
 
-def test_all_q2_kernels_compile(ptx_summary):
-    assert set(EXPECTED) <= set(ptx_summary)
+def test_every_registered_kernel_compiles(ptx_summary):
+    """Every spec of the registry (q2gemv.kernels) has at least one build in the summary."""
+    from q2gemv import kernels
+
+    built = {name.split("@")[0] for name in ptx_summary}
+    assert {s.name for s in kernels.specs()} <= built
 
 
 def test_no_local_memory(ptx_summary):

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from . import launch, tiers
+from . import kernels, launch, tiers
 from .backends import (
     BACKENDS,
     default_backend,
@@ -37,27 +37,16 @@ from .formats.nvfp4 import Nvfp4Weight
 from .formats.q2_0 import Q2Weight
 from .prepared import PreparedActivations
 
-Q2_KERNELS: dict[str, int] = {  # kernel -> activation rows per launch
-    "q2_0_gemv": 1,
-    "q2_0_gemv_vec": 1,
-    "q2_0_gemv_vec_batchm": launch.Q2_BATCHM_MAX_M,
-    "q2_0_gemv_vec_rt4": 1,
-    "q2_0_gemv_vec_batchm_rt2": launch.Q2_BATCHM_MAX_M,
-}
-# Kernels of the exact contract -> activation rows per launch (launch.Q2_EXACT_MAX_M; the
-# chunks are cut inside cuda.exact.launch_q2, after one exact_prepare over all rows).
-Q2_EXACT_KERNELS: dict[str, int] = {"q2_0_gemv_exact": launch.Q2_EXACT_MAX_M}
+# Live read-only views of the registry (q2gemv.kernels): kernel -> activation rows per launch.
+Q2_KERNELS = kernels.table("q2_0", "seed")
+# The exact contract's kernels (chunks cut by the launcher, after one exact_prepare over all rows).
+Q2_EXACT_KERNELS = kernels.table("q2_0", "exact")
+W4A16_KERNELS = kernels.table("w4a16", "seed")  # kernel -> max M per launch
 EXACT_Q2_KERNEL = "q2_0_gemv_exact"
 NUMERICS = ("exact", "seed")
 # The kernels take row counts and offsets as int32: no plan goes beyond this many rows.
 PLAN_MAX_M = 2**31 - 1
 EXPLAIN_MAX_LAUNCHES = 8  # explain lists this many launches, then summarises the rest
-W4A16_KERNELS: dict[str, int] = {  # kernel -> max M per launch
-    **{tiers.tier_kernel_name(w): w for w in tiers.W4A16_BATCHM_WIDTHS},
-    tiers.BATCH8_RT2: 8,
-    tiers.BATCH16: 16,
-    tiers.BATCH32: 32,
-}
 
 
 def _device_weight_family(weight) -> str | None:

@@ -46,7 +46,9 @@ class DeviceWeight(Protocol):
     k: int
 
     @classmethod
-    def from_buffers(cls, *buffers, **kwargs) -> DeviceWeight: ...
+    def from_buffers(cls, *buffers, **kwargs) -> DeviceWeight:
+        """Wrap the weight's bytes already on the GPU (no copy); arguments per family."""
+        ...
 
 
 def to_device(weight, stream=0) -> DeviceWeight:

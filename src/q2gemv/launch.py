@@ -20,22 +20,14 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-THREADS_PER_CTA = 256
-BF16_BYTES = 2
-Q2_BATCHM_MAX_M = 8
-# q2_0_gemv_exact: activation rows per launch. A 16-row build held about 180
-# registers (one CTA per SM); two 8-row launches measured faster on the H200
-# (16384x16384: 2 x 112.5 us against 253.6 us at M=16; 5120x5120: 2 x 17.8
-# against 37.5 us). Chunking is free under the exact contract.
-Q2_EXACT_MAX_M = 8
+from . import kernels
+from .kernels import Q2_BATCHM_MAX_M as Q2_BATCHM_MAX_M  # re-exported: the registry's numbers
+from .kernels import Q2_EXACT_MAX_M as Q2_EXACT_MAX_M
+from .kernels import THREADS_PER_CTA as THREADS_PER_CTA
 
-Q2_ROWS_PER_CTA = {
-    "q2_0_gemv": 4,  # 2 warps per row
-    "q2_0_gemv_vec": 8,  # 1 warp per row
-    "q2_0_gemv_vec_batchm": 8,
-    "q2_0_gemv_vec_rt4": 32,  # 1 warp per 4 rows (register-tiled candidate)
-    "q2_0_gemv_vec_batchm_rt2": 16,  # 1 warp per 2 rows
-}
+BF16_BYTES = 2
+# Live read-only view of the registry (q2gemv.kernels): kernel -> output rows per CTA.
+Q2_ROWS_PER_CTA = kernels.rows_per_cta_table("q2_0")
 
 
 def div_ceil(a: int, b: int) -> int:
@@ -150,9 +142,10 @@ def check_weight_halves(kernel: str, halves: int) -> None:
     """Refuse a weight of ``halves`` uint16 halves that ``kernel``'s 32-bit indices cannot reach.
 
     That is 8 GiB of Q2_0 bytes in one tensor (e.g. N=131072, K=262144 at
-    group 128), far beyond any GEMV weight; the baseline indexes in 64 bits.
+    group 128), far beyond any GEMV weight; kernels of ``index_bits == 64``
+    (the baseline) have no limit.
     """
-    if kernel != "q2_0_gemv" and halves >= MAX_WEIGHT_HALVES:
+    if kernels.get(kernel).index_bits == 32 and halves >= MAX_WEIGHT_HALVES:
         raise ValueError(
             f"weight: kernel {kernel} indexes the weight in 32 bits: expected fewer than "
             f"2**32 uint16 halves (8 GiB), got {halves} (use kernel='q2_0_gemv')"

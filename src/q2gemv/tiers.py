@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import kernels
+
 W4A16_BATCHM_WIDTHS: tuple[int, ...] = (4, 5, 6, 7, 8)
 
 # Indices of the exact-M widths (5, 6, 7): the only ones a kill switch hides.
@@ -71,12 +73,8 @@ def tier_kernel_name(width: int) -> str:
 
 # Every W4A16 kernel name and the rows one launch of it serves (its MAX_M); the kernel
 # module's SPECS must agree (tests/test_tiers.py checks it).
-W4A16_KERNEL_MAX_M: dict[str, int] = {
-    **{tier_kernel_name(w): w for w in W4A16_BATCHM_WIDTHS},
-    BATCH8_RT2: 8,
-    BATCH16: 16,
-    BATCH32: WIDE_MAX_M,
-}
+# Live read-only view of the registry (q2gemv.kernels): W4A16 seed kernel -> rows per launch.
+W4A16_KERNEL_MAX_M = kernels.table("w4a16", "seed")
 
 
 def _check_m(m) -> int:
@@ -195,10 +193,21 @@ def batch8_rt_enabled() -> bool:
 # -- the resolved table ------------------------------------------------------------------
 
 
-def _default_resolver(names: Sequence[str]) -> Iterable[str]:
-    from .cuda import w4a16  # lazy: imports numba
+# Which tier kernels build on this target: injected by the module that builds them
+# (q2gemv.cuda.w4a16 registers its buildable_kernels on import); tiers know nothing of cuda.
+_resolver: Callable[[Sequence[str]], Iterable[str]] | None = None
 
-    return w4a16.buildable_kernels(names)
+
+def set_default_resolver(fn: Callable[[Sequence[str]], Iterable[str]] | None) -> None:
+    """Install ``fn`` (names -> the ones that build; None: none) as the default of :meth:`W4a16BatchmTiers.resolve`."""
+    global _resolver
+    _resolver = fn
+
+
+def _default_resolver(names: Sequence[str]) -> Iterable[str]:
+    if _resolver is None:  # nothing that builds kernels is loaded: every registered one counts
+        return [n for n in names if n in W4A16_KERNEL_MAX_M]
+    return _resolver(names)
 
 
 def candidate_kernel_names() -> tuple[str, ...]:
@@ -250,9 +259,10 @@ class W4a16BatchmTiers:
 
         ``available``: kernel names to treat as present (tests pick subsets).
         When None, ``resolver(candidates)`` is asked which of
-        :func:`candidate_kernel_names` build; the default resolver is
-        :func:`q2gemv.cuda.w4a16.buildable_kernels`, where a tier that fails
-        to build is simply absent. Width 8 resolves to
+        :func:`candidate_kernel_names` build; the default resolver is the one
+        installed by :func:`set_default_resolver` (:mod:`q2gemv.cuda.w4a16`
+        installs its ``buildable_kernels`` when imported: a tier that fails to
+        build is simply absent; before that, every registered kernel counts). Width 8 resolves to
         ``w4a16_gemv_batch8_rt2`` when :func:`batch8_rt_enabled` and it is
         available (bit-exact with classic batch8), else to
         ``w4a16_gemv_batch8`` if available.

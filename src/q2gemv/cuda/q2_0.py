@@ -32,13 +32,14 @@ inline scale ``d`` of block i is half ``i * (1 + group / 8)`` of a row).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 from numba import cuda, float32, uint32
 
-from .. import launch
+from .. import kernels, launch
 from ..formats import q2_0 as fmt
 from ._dev import (
     bf16_hi_to_f32,
@@ -428,50 +429,74 @@ def _make_vec_body(
     return body_direct if max_m == 1 else body
 
 
-# name -> (body factory of the launch's M, max_m per launch, specialised per M).
-# The batched kernels are compiled once per M actually launched (1..8), with
-# that M as a compile-time constant: no run-time row guards in the inner loop
+# The batched kernels (spec.per_m) are compiled once per M actually launched (1..8),
+# with that M as a compile-time constant: no run-time row guards in the inner loop
 # (14% fewer instructions at M=8 in the sm_90 SASS) and activation tiles of
 # tile_k(M) codes (fewer barriers at small M). At M=1 that is the direct-load
-# body. The thread map and every row's order do not depend on M.
-KERNELS: dict[str, tuple] = {
-    "q2_0_gemv": (lambda m: _q2_0_gemv_body, 1, False),
-    "q2_0_gemv_vec": (lambda m: _make_vec_body(1), 1, False),
-    "q2_0_gemv_vec_batchm": (
-        lambda m: _make_vec_body(m, exact_m=True),
-        launch.Q2_BATCHM_MAX_M,
-        True,
-    ),
-    # register-tiled candidates: same per-row order as q2_0_gemv_vec (same reference)
-    "q2_0_gemv_vec_rt4": (lambda m: _make_vec_body(1, 4), 1, False),
-    "q2_0_gemv_vec_batchm_rt2": (
-        lambda m: _make_vec_body(m, 2, exact_m=True),
-        launch.Q2_BATCHM_MAX_M,
-        True,
-    ),
-}
-# The vec kernels read activations 16 bytes per load (directly at M=1, to stage
-# tiles otherwise): ``a`` must be 16-byte aligned. Only the baseline reads bf16 by bf16.
-ALIGNED_A_KERNELS = set(KERNELS) - {"q2_0_gemv"}
+# body. The thread map and every row's order do not depend on M. The kernels and
+# their knobs are the registry's Q2_0 seed specs (q2gemv.kernels); the vec kernels
+# read activations 16 bytes per load (spec.a_align == 16, checked before launch).
+TEMPLATES = ("q2_0_gemv", "q2_0_vec")
 SIGNATURE = (
     "void(uint16[:, ::1], uint16[::1], float16[::1], uint16[:, ::1], int32, int32, int32, int32)"
 )
 
 
+def _body(spec: kernels.KernelSpec, m: int):
+    """The kernel body of ``spec`` for launches of ``m`` rows (``m`` ignored unless per_m)."""
+    if spec.template == "q2_0_gemv":
+        return _q2_0_gemv_body
+    if spec.template != "q2_0_vec":
+        raise ValueError(
+            f"kernel: {spec.name} has template {spec.template!r}, not one of {TEMPLATES}"
+        )
+    return _make_vec_body(
+        m if spec.per_m else spec.max_m, spec.rows_per_warp, spec.words, exact_m=spec.per_m
+    )
+
+
+class _KernelTable(Mapping):
+    """Live read-only ``name -> (body factory of M, max_m, per_m)`` of the registry's Q2_0 seed kernels."""
+
+    _names = kernels.table("q2_0", "seed")
+
+    def __getitem__(self, name: str) -> tuple:
+        if name not in self._names:
+            raise KeyError(name)
+        spec = kernels.get(name)
+        return (functools.partial(_body, spec), spec.max_m, spec.per_m)
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+KERNELS = _KernelTable()
+
+
+def spec_of(name: str) -> kernels.KernelSpec:
+    """The registry spec of Q2_0 seed kernel ``name``; ValueError naming ``kernel`` otherwise."""
+    if name not in KERNELS:
+        raise ValueError(f"kernel: expected one of {sorted(KERNELS)}, got {name!r}")
+    return kernels.get(name)
+
+
 def _variant(name: str, m: int | None) -> int:
     """The M a launch of ``name`` with ``m`` rows is compiled for (0: one build for every M)."""
-    max_m = _max_m(name)
-    if not KERNELS[name][2]:
+    spec = spec_of(name)
+    if not spec.per_m:
         return 0
-    m = max_m if m is None else int(m)
-    if not 1 <= m <= max_m:
-        raise ValueError(f"m: kernel {name} serves 1..{max_m} rows per launch, got {m}")
+    m = spec.max_m if m is None else int(m)
+    if not 1 <= m <= spec.max_m:
+        raise ValueError(f"m: kernel {name} serves 1..{spec.max_m} rows per launch, got {m}")
     return m
 
 
 def kernel_body(name: str, m: int | None = None):
     """The plain Python body of kernel ``name`` for ``m`` rows (for ``cuda.compile_ptx``)."""
-    return KERNELS[name][0](_variant(name, m) or 1)
+    return _body(spec_of(name), _variant(name, m) or 1)
 
 
 def compiled(name: str, m: int | None = None):
@@ -480,12 +505,12 @@ def compiled(name: str, m: int | None = None):
     ``m`` matters only for the batched kernels (one build per M, default
     their maximum); every other kernel has one build for all launches.
     """
-    return _compiled(name, _variant(name, m))
+    return _compiled(spec_of(name), _variant(name, m))
 
 
 @functools.cache
-def _compiled(name: str, variant: int):
-    return cuda.jit(SIGNATURE)(KERNELS[name][0](variant or 1))
+def _compiled(spec: kernels.KernelSpec, variant: int):  # keyed by the spec: re-registered = rebuilt
+    return cuda.jit(SIGNATURE)(_body(spec, variant or 1))
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
@@ -495,7 +520,7 @@ def ptx_specs() -> list[tuple[str, object, str]]:
     tile whose staging does not divide evenly among the threads).
     """
     specs = [(name, kernel_body(name), SIGNATURE) for name in KERNELS]
-    specs += [(f"{n}@m3", kernel_body(n, 3), SIGNATURE) for n, s in KERNELS.items() if s[2]]
+    specs += [(f"{n}@m3", kernel_body(n, 3), SIGNATURE) for n in KERNELS if spec_of(n).per_m]
     return specs
 
 
@@ -620,9 +645,7 @@ def as_device_weight(weight, stream=0) -> DeviceQ2Weight:
 
 
 def _max_m(name: str) -> int:
-    if name not in KERNELS:
-        raise ValueError(f"kernel: expected one of {sorted(KERNELS)}, got {name!r}")
-    return KERNELS[name][1]
+    return spec_of(name).max_m
 
 
 def check_bits(a_bits, k: int) -> None:
@@ -640,12 +663,12 @@ def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tupl
     The one place that knows this family's kernel argument list (used by
     :func:`launch_raw` and by the pre-bound path in :mod:`q2gemv.cuda.prebound`).
     """
-    max_m = _max_m(name)
+    spec = spec_of(name)
     if not isinstance(dw, DeviceQ2Weight):
         raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
-    launch.check_launch_rows(name, d_a, d_out, m, max_m, dw.n, dw.k)
-    if name in ALIGNED_A_KERNELS:
-        launch.check_alignment(name, d_a, 16)
+    launch.check_launch_rows(name, d_a, d_out, m, spec.max_m, dw.n, dw.k)
+    if spec.a_align > 2:
+        launch.check_alignment(name, d_a, spec.a_align)
     launch.check_weight_halves(name, dw.n * fmt.row_bytes(dw.k, dw.group) // 2)
     args = (
         d_a,
@@ -657,7 +680,7 @@ def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tupl
         np.int32(dw.group),
         np.int32(m),
     )
-    return launch.q2_grid(name, dw.n), args
+    return spec.grid(dw.n), args
 
 
 def launch_raw(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int, stream=0) -> None:

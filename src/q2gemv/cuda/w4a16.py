@@ -55,13 +55,14 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
+from .. import kernels, tiers
 from ..backends import simulator_lock
 from ..formats.bf16 import as_bf16_rows, bits_to_bf16
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight
@@ -82,26 +83,27 @@ _E4M3_RESCALE = 2.0**120  # byte bits placed at fp32 bits 26..20 read as x * 2^-
 _F32_QNAN = 0x7FC00000
 
 
-@dataclass(frozen=True)
-class KernelSpec:
-    """Compile-time knobs of one kernel of the family."""
+class _SpecView(Mapping):
+    """Read-only live view of the registry's specs of one family and contract, by name."""
 
-    name: str
-    max_m: int  # activation rows per launch
-    cols: int = 1  # output columns per warp (2: register-tiled)
-    depth: int = 2  # groups of weights each lane holds in registers ahead of use
-    a_ahead: bool = False  # hold the next activation tile in registers while computing
-    unroll_words: bool = True  # decode with constant shifts (unrolled per 32-bit word)
+    def __init__(self, family: str, contract: str):
+        self._names = kernels.table(family, contract)
 
-    @property
-    def columns_per_cta(self) -> int:
-        return WARPS_PER_CTA * self.cols
+    def __getitem__(self, name: str) -> kernels.KernelSpec:
+        if name not in self._names:
+            raise KeyError(name)
+        return kernels.get(name)
 
-    def grid(self, n: int) -> tuple[int, int, int]:
-        """Grid for ``n`` output columns; the block is always (256, 1, 1)."""
-        if n < 1:
-            raise ValueError(f"n: expected >= 1, got {n}")
-        return (-(-n // self.columns_per_cta), 1, 1)
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+# A kernel's identity and compile-time knobs (max_m, cols = rows_per_warp, depth, a_ahead,
+# unroll_words, grid): the registry's spec, q2gemv.kernels.
+KernelSpec = kernels.KernelSpec
 
 
 def stage_f32(max_m: int) -> bool:
@@ -109,27 +111,8 @@ def stage_f32(max_m: int) -> bool:
     return max_m * BLOCK * (TILE_K // BLOCK + 1) * 4 <= SMEM_STATIC_LIMIT
 
 
-# Knobs that change no arithmetic, chosen on an H200 (2026-11-29): medians of
-# 5 x 100 cold-weight launches, N = K = 5120. Prefetch depth 1/2/4/8 x a_ahead
-# (rolled decode loop): depth 2 best or within noise for the narrow tiers,
-# depth 1 for batch8, rt2 and batch32, depth 4 + a_ahead for batch16 (170 us
-# against 218 us at depth 2). Unrolled words then took batch4 from 36 to 27 us
-# at M = 1 (38 us at M = 4), batch8 from 79 to 76 us, rt2 from 62 to 59 us,
-# but batch32 from 423 to 593 us (108 registers, 5 KB of PTX more), so
-# batch32 keeps the rolled loop.
-SPECS: dict[str, KernelSpec] = {
-    s.name: s
-    for s in (
-        KernelSpec("w4a16_gemv_batch4", 4),
-        KernelSpec("w4a16_gemv_batch5", 5),
-        KernelSpec("w4a16_gemv_batch6", 6),
-        KernelSpec("w4a16_gemv_batch7", 7),
-        KernelSpec("w4a16_gemv_batch8", 8, depth=1),
-        KernelSpec("w4a16_gemv_batch8_rt2", 8, cols=2, depth=1),
-        KernelSpec("w4a16_gemv_batch16", 16, depth=4, a_ahead=True),
-        KernelSpec("w4a16_gemv_batch32", 32, depth=1, unroll_words=False),
-    )
-}
+# Live read-only view: every W4A16 seed kernel of the registry (its knobs are set there).
+SPECS = _SpecView("w4a16", "seed")
 KERNEL_NAMES: tuple[str, ...] = tuple(SPECS)
 SIGNATURE = (
     "void(uint16[:, ::1], uint32[:, ::1], uint8[:, ::1], uint16[:, ::1], "
@@ -323,14 +306,18 @@ def _make_batchm_body(max_m: int, cols: int, depth: int, a_ahead: bool, unroll_w
     return body
 
 
-@functools.cache
 def kernel_body(name: str):
     """The plain Python body of kernel ``name`` (for ``cuda.jit`` / ``cuda.compile_ptx``)."""
-    spec = spec_of(name)
+    return _body_of(spec_of(name))
+
+
+@functools.cache
+def _body_of(spec: KernelSpec):
     return _make_batchm_body(spec.max_m, spec.cols, spec.depth, spec.a_ahead, spec.unroll_words)
 
 
 def spec_of(name: str) -> KernelSpec:
+    """The registry spec of W4A16 kernel ``name``; TypeError/ValueError naming ``kernel``."""
     if not isinstance(name, str):
         raise TypeError(f"kernel: expected a kernel name (str), got {type(name).__name__}")
     if name not in SPECS:
@@ -338,19 +325,20 @@ def spec_of(name: str) -> KernelSpec:
     return SPECS[name]
 
 
-MAX_M: dict[str, int] = {name: spec.max_m for name, spec in SPECS.items()}
+MAX_M = kernels.table("w4a16", "seed")  # live: name -> rows per launch
 _BUILD_LOCK = threading.Lock()  # threads asking for one kernel at once build it once
 
 
 def compiled(name: str):
     """The ``cuda.jit`` dispatcher of kernel ``name``, built (compiled) on first use."""
+    spec = spec_of(name)
     with _BUILD_LOCK:
-        return _compiled(name)
+        return _compiled(spec)
 
 
 @functools.cache
-def _compiled(name: str):
-    return cuda.jit(SIGNATURE)(kernel_body(name))
+def _compiled(spec: KernelSpec):  # keyed by the whole spec: a re-registered spec is rebuilt
+    return cuda.jit(SIGNATURE)(_body_of(spec))
 
 
 def buildable_kernels(names: Iterable[str] = KERNEL_NAMES) -> list[str]:
@@ -369,6 +357,9 @@ def buildable_kernels(names: Iterable[str] = KERNEL_NAMES) -> list[str]:
             continue
         ok.append(name)
     return ok
+
+
+tiers.set_default_resolver(buildable_kernels)  # which tiers exist = which build here
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import launch
+from .. import kernels
 from ..formats import q2_0 as q2fmt
 from ..formats.bf16 import BF16_MAX
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
@@ -54,46 +54,18 @@ _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
 
 # -- kernels the suite covers, with rows served per launch (launch wrappers chunk beyond) ----
-
-Q2_KERNELS = (
-    "q2_0_gemv",
-    "q2_0_gemv_vec",
-    "q2_0_gemv_vec_batchm",
-    "q2_0_gemv_vec_rt4",
-    "q2_0_gemv_vec_batchm_rt2",
-)
-W4A16_KERNELS = (
-    "w4a16_gemv_batch4",
-    "w4a16_gemv_batch5",
-    "w4a16_gemv_batch6",
-    "w4a16_gemv_batch7",
-    "w4a16_gemv_batch8",
-    "w4a16_gemv_batch8_rt2",
-    "w4a16_gemv_batch16",
-    "w4a16_gemv_batch32",
-)
+# All from the registry (q2gemv.kernels): one family per (format, contract) with golden=True;
+# a new family is a new expected file gemv_<family>.npz (golden.suite.expected_files).
+FAMILY_KERNELS: dict[str, tuple[str, ...]] = kernels.golden_families()
+Q2_KERNELS = FAMILY_KERNELS["q2_0"]
+W4A16_KERNELS = FAMILY_KERNELS["w4a16"]
 # The exact contract (q2gemv.reference.exact): its own family, so its own file gemv_q2_0_exact.npz.
-EXACT_KERNELS = ("q2_0_gemv_exact",)
-FAMILY_KERNELS = {"q2_0": Q2_KERNELS, "w4a16": W4A16_KERNELS, "q2_0_exact": EXACT_KERNELS}
+EXACT_KERNELS = FAMILY_KERNELS["q2_0_exact"]
 # The weight format each family's cases are built in (inputs, ids, labels).
-FAMILY_FORMAT = {"q2_0": "q2_0", "w4a16": "w4a16", "q2_0_exact": "q2_0"}
-# Rows per launch: the M=1 Q2_0 kernels launch once per activation row.
-MAX_M = {
-    "q2_0_gemv": 1,
-    "q2_0_gemv_vec": 1,
-    "q2_0_gemv_vec_batchm": 8,
-    "q2_0_gemv_vec_rt4": 1,
-    "q2_0_gemv_vec_batchm_rt2": 8,
-    "w4a16_gemv_batch4": 4,
-    "w4a16_gemv_batch5": 5,
-    "w4a16_gemv_batch6": 6,
-    "w4a16_gemv_batch7": 7,
-    "w4a16_gemv_batch8": 8,
-    "w4a16_gemv_batch8_rt2": 8,
-    "w4a16_gemv_batch16": 16,
-    "w4a16_gemv_batch32": 32,
-    "q2_0_gemv_exact": launch.Q2_EXACT_MAX_M,  # launch_q2's chunks, after one exact_prepare
-}
+FAMILY_FORMAT = {fam: kernels.get(names[0]).family for fam, names in FAMILY_KERNELS.items()}
+# Rows per launch: the M=1 Q2_0 kernels launch once per activation row; q2_0_gemv_exact:
+# the launcher's chunks, after one exact_prepare.
+MAX_M = {name: kernels.get(name).max_m for names in FAMILY_KERNELS.values() for name in names}
 KERNELS = Q2_KERNELS + W4A16_KERNELS + EXACT_KERNELS
 # Activation codes staged per shared-memory tile (the K seams the shapes cross).
 Q2_TILE_M1 = 8192  # q2_0_gemv_vec, q2_0_gemv_vec_rt4

@@ -1,0 +1,256 @@
+"""The kernel registry: one :class:`KernelSpec` per kernel, the one place a kernel's identity lives.
+
+Everything that used to restate a kernel (the API's kernel tables, the
+launch geometry, the builds in :mod:`q2gemv.cuda`, the golden generator's
+families, the tier table's rows per launch, the benchmark candidates)
+derives it from here. Pure data: no numba, no NumPy, no device.
+
+A spec says *what* a kernel is: its family (the weight format) and numerics
+contract, its thread map (output rows per 256-thread CTA), how many
+activation rows one launch serves, whether it is compiled once per M,
+the activation alignment it needs, the width of its weight indexing, the
+dotted name of its NumPy reference, the template knobs its build takes, and
+the golden family whose vectors cover it. *How* it is built and launched
+stays in the family's module (:mod:`q2gemv.cuda.q2_0`, ``.w4a16``,
+``.exact``), which reads the knobs from the spec.
+
+Adding a kernel: :func:`register` a spec (``docs/architecture.md``, "Where
+to add things"). Registering at run time (``benchmarks/candidates.py``) is
+the same call with ``golden=False``; nothing else is patched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+FAMILIES = ("q2_0", "w4a16")
+CONTRACTS = ("seed", "exact")
+THREADS_PER_CTA = 256
+
+# Activation rows per launch of the batched Q2_0 seed kernels (they stage at most this many).
+Q2_BATCHM_MAX_M = 8
+# q2_0_gemv_exact: activation rows per launch. A 16-row build held about 180
+# registers (one CTA per SM); two 8-row launches measured faster on the H200
+# (16384x16384: 2 x 112.5 us against 253.6 us at M=16; 5120x5120: 2 x 17.8
+# against 37.5 us). Chunking is free under the exact contract.
+Q2_EXACT_MAX_M = 8
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What one kernel is (its identity); the family module knows how to build and launch it.
+
+    Attributes:
+        name: the kernel's public name (``kernel=`` of :func:`q2gemv.gemv`).
+        family: ``"q2_0"`` or ``"w4a16"``: the weight format it reads.
+        contract: ``"seed"`` (a documented fp32 order) or ``"exact"`` (the value).
+        reference: dotted name of the NumPy function reproducing its bits
+            (``"q2gemv.reference.q2_0.q2_0_gemv_vec"``).
+        template: which body factory of the family module builds it
+            (``"q2_0_gemv"``, ``"q2_0_vec"``, ``"w4a16_batchm"``, ``"q2_0_exact"``, ...).
+        rows_per_cta: output rows (columns of y) one 256-thread CTA computes:
+            the grid is ``ceil(N / rows_per_cta)``.
+        max_m: activation rows one launch serves; more rows are chunked.
+        per_m: compiled once per M of a launch (1..max_m), M a compile-time constant.
+        a_align: bytes the kernel reads activations at a time (the buffer's
+            address must be a multiple; 2 = bf16 by bf16, no requirement).
+        index_bits: width of its weight indexing (32: at most 2**32 uint16
+            halves of weight; 64: no limit).
+        rows_per_warp: register tiling: output rows (columns) one warp computes.
+        words: Q2_0 vec template: 32-bit words in flight per lane (None: default).
+        depth, a_ahead, unroll_words: W4A16 template knobs (latency hiding
+            only; :mod:`q2gemv.cuda.w4a16`).
+        golden: covered by the shipped golden vectors (the generator's
+            :func:`golden_family`); False for run-time candidates.
+    """
+
+    name: str
+    family: str
+    contract: str
+    reference: str
+    template: str
+    rows_per_cta: int
+    max_m: int
+    per_m: bool = False
+    a_align: int = 2
+    index_bits: int = 32
+    rows_per_warp: int = 1
+    words: int | None = None
+    depth: int = 2
+    a_ahead: bool = False
+    unroll_words: bool = True
+    golden: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"name: expected an identifier, got {self.name!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"family: expected one of {FAMILIES}, got {self.family!r}")
+        if self.contract not in CONTRACTS:
+            raise ValueError(f"contract: expected one of {CONTRACTS}, got {self.contract!r}")
+        if not isinstance(self.reference, str) or "." not in self.reference:
+            raise ValueError(f"reference: expected a dotted name, got {self.reference!r}")
+        for f in ("rows_per_cta", "max_m", "rows_per_warp", "a_align"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{f}: expected an int >= 1, got {v!r}")
+        if self.index_bits not in (32, 64):
+            raise ValueError(f"index_bits: expected 32 or 64, got {self.index_bits!r}")
+
+    @property
+    def cols(self) -> int:
+        """W4A16 name for :attr:`rows_per_warp`: output columns per warp."""
+        return self.rows_per_warp
+
+    @property
+    def columns_per_cta(self) -> int:
+        """Output columns (rows of the weight) per CTA: :attr:`rows_per_cta`."""
+        return self.rows_per_cta
+
+    @property
+    def golden_family(self) -> str:
+        """The golden generator's family: ``family`` for seed kernels, ``family + "_exact"``."""
+        return self.family if self.contract == "seed" else f"{self.family}_exact"
+
+    def grid(self, n: int) -> tuple[int, int, int]:
+        """Grid for ``n`` output rows; the block is always (256, 1, 1)."""
+        if n < 1:
+            raise ValueError(f"n: expected >= 1, got {n}")
+        return (-(-n // self.rows_per_cta), 1, 1)
+
+
+_SPECS: dict[str, KernelSpec] = {}
+# name -> max_m per (family, contract): live views handed out by table()
+_TABLES: dict[tuple[str, str], dict[str, int]] = {(f, c): {} for f in FAMILIES for c in CONTRACTS}
+_ROWS_PER_CTA: dict[str, dict[str, int]] = {f: {} for f in FAMILIES}
+
+
+def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
+    """Add ``spec`` to the registry (every table derived from it sees it at once).
+
+    A second spec of one name is a ValueError unless ``replace`` (a candidate
+    re-registered with other knobs); the family module's build cache is keyed
+    by the spec, so a replaced spec is rebuilt.
+    """
+    if not isinstance(spec, KernelSpec):
+        raise TypeError(f"spec: expected a KernelSpec, got {type(spec).__name__}")
+    if spec.name in _SPECS and not replace:
+        raise ValueError(f"spec: a kernel named {spec.name!r} is already registered")
+    old = _SPECS.get(spec.name)
+    if old is not None:
+        _TABLES[(old.family, old.contract)].pop(old.name, None)
+        _ROWS_PER_CTA[old.family].pop(old.name, None)
+    _SPECS[spec.name] = spec
+    _TABLES[(spec.family, spec.contract)][spec.name] = spec.max_m
+    _ROWS_PER_CTA[spec.family][spec.name] = spec.rows_per_cta
+    return spec
+
+
+def _unregister(name: str) -> None:
+    """Drop kernel ``name`` (tests that register a throw-away spec clean up with this)."""
+    old = _SPECS.pop(name, None)
+    if old is not None:
+        _TABLES[(old.family, old.contract)].pop(name, None)
+        _ROWS_PER_CTA[old.family].pop(name, None)
+
+
+def get(name: str) -> KernelSpec:
+    """The spec of kernel ``name``; ValueError naming ``kernel`` for an unknown one."""
+    spec = _SPECS.get(name)
+    if spec is None:
+        if not isinstance(name, str):
+            raise TypeError(f"kernel: expected a kernel name (str), got {type(name).__name__}")
+        raise ValueError(f"kernel: expected one of {sorted(_SPECS)}, got {name!r}")
+    return spec
+
+
+def specs(family: str | None = None, contract: str | None = None) -> Iterator[KernelSpec]:
+    """Registered specs in registration order, optionally of one family and/or contract."""
+    for s in tuple(_SPECS.values()):
+        if (family is None or s.family == family) and (contract is None or s.contract == contract):
+            yield s
+
+
+def table(family: str, contract: str) -> Mapping[str, int]:
+    """Live read-only ``name -> max_m`` of one family and contract (registration order)."""
+    return MappingProxyType(_TABLES[(family, contract)])
+
+
+def rows_per_cta_table(family: str) -> Mapping[str, int]:
+    """Live read-only ``name -> rows_per_cta`` of one family."""
+    return MappingProxyType(_ROWS_PER_CTA[family])
+
+
+def golden_families() -> dict[str, tuple[str, ...]]:
+    """``golden family -> kernel names`` of every spec with ``golden=True`` (registration order)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for s in specs():
+        if s.golden:
+            out[s.golden_family] = (*out.get(s.golden_family, ()), s.name)
+    return out
+
+
+# -- the built-in kernels ---------------------------------------------------------------------
+
+_Q2REF = "q2gemv.reference.q2_0."
+_W4REF = "q2gemv.reference.w4a16."
+
+for _spec in (
+    # Q2_0, seed contract (thread maps: q2gemv.launch module docstring).
+    KernelSpec("q2_0_gemv", "q2_0", "seed", _Q2REF + "q2_0_gemv", "q2_0_gemv", 4, 1,
+               index_bits=64),  # 2 warps per row; activations bf16 by bf16
+    KernelSpec("q2_0_gemv_vec", "q2_0", "seed", _Q2REF + "q2_0_gemv_vec", "q2_0_vec", 8, 1,
+               a_align=16),
+    KernelSpec("q2_0_gemv_vec_batchm", "q2_0", "seed", _Q2REF + "q2_0_gemv_vec_batchm",
+               "q2_0_vec", 8, Q2_BATCHM_MAX_M, per_m=True, a_align=16),
+    # register-tiled: same per-row order as q2_0_gemv_vec (the references are aliases)
+    KernelSpec("q2_0_gemv_vec_rt4", "q2_0", "seed", _Q2REF + "q2_0_gemv_vec_rt4", "q2_0_vec",
+               32, 1, a_align=16, rows_per_warp=4),
+    KernelSpec("q2_0_gemv_vec_batchm_rt2", "q2_0", "seed", _Q2REF + "q2_0_gemv_vec_batchm_rt2",
+               "q2_0_vec", 16, Q2_BATCHM_MAX_M, per_m=True, a_align=16, rows_per_warp=2),
+    # W4A16, seed contract: the w4a16_gemv_batchm template (q2gemv.cuda.w4a16).
+    # Knobs that change no arithmetic, chosen on an H200 (2026-11-29): medians of
+    # 5 x 100 cold-weight launches, N = K = 5120. Prefetch depth 1/2/4/8 x a_ahead
+    # (rolled decode loop): depth 2 best or within noise for the narrow tiers,
+    # depth 1 for batch8, rt2 and batch32, depth 4 + a_ahead for batch16 (170 us
+    # against 218 us at depth 2). Unrolled words then took batch4 from 36 to 27 us
+    # at M = 1 (38 us at M = 4), batch8 from 79 to 76 us, rt2 from 62 to 59 us,
+    # but batch32 from 423 to 593 us (108 registers, 5 KB of PTX more), so
+    # batch32 keeps the rolled loop.
+    KernelSpec("w4a16_gemv_batch4", "w4a16", "seed", _W4REF + "w4a16_gemv_batch4",
+               "w4a16_batchm", 8, 4),
+    KernelSpec("w4a16_gemv_batch5", "w4a16", "seed", _W4REF + "w4a16_gemv_batch5",
+               "w4a16_batchm", 8, 5),
+    KernelSpec("w4a16_gemv_batch6", "w4a16", "seed", _W4REF + "w4a16_gemv_batch6",
+               "w4a16_batchm", 8, 6),
+    KernelSpec("w4a16_gemv_batch7", "w4a16", "seed", _W4REF + "w4a16_gemv_batch7",
+               "w4a16_batchm", 8, 7),
+    KernelSpec("w4a16_gemv_batch8", "w4a16", "seed", _W4REF + "w4a16_gemv_batch8",
+               "w4a16_batchm", 8, 8, depth=1),
+    KernelSpec("w4a16_gemv_batch8_rt2", "w4a16", "seed", _W4REF + "w4a16_gemv_batch8_rt2",
+               "w4a16_batchm", 16, 8, rows_per_warp=2, depth=1),
+    KernelSpec("w4a16_gemv_batch16", "w4a16", "seed", _W4REF + "w4a16_gemv_batch16",
+               "w4a16_batchm", 8, 16, depth=4, a_ahead=True),
+    KernelSpec("w4a16_gemv_batch32", "w4a16", "seed", _W4REF + "w4a16_gemv_batch32",
+               "w4a16_batchm", 8, 32, depth=1, unroll_words=False),
+    # Q2_0, exact contract: exact_prepare once, then this kernel per chunk of max_m rows
+    # (q2gemv.cuda.exact; 16 weight rows per CTA = one m16 tile; 16-byte operand loads).
+    KernelSpec("q2_0_gemv_exact", "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact",
+               "q2_0_exact", 16, Q2_EXACT_MAX_M, per_m=True, a_align=16),
+):  # fmt: skip
+    register(_spec)
+del _spec
+
+__all__ = [
+    "KernelSpec",
+    "register",
+    "get",
+    "specs",
+    "table",
+    "rows_per_cta_table",
+    "golden_families",
+    "Q2_BATCHM_MAX_M",
+    "Q2_EXACT_MAX_M",
+]
