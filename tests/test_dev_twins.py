@@ -280,3 +280,51 @@ def test_ld_u32x4_reads_four_consecutive_words():
     want = src.reshape(64, 4)[idx // 4]
     assert out.dtype == np.uint32
     assert np.array_equal(out, want)
+
+
+@cuda.jit
+def _shared_rotate_kernel(base, out):
+    s = cuda.shared.array(256, float32)
+    t = cuda.threadIdx.x
+    s[t] = base + float32(t)
+    cuda.syncthreads()
+    out[t] = s[(t + 1) % 256]
+
+
+@pytest.mark.skipif(not _dev.SIMULATED, reason="the CUDA simulator's own shared-array allocation")
+def test_every_thread_of_a_block_gets_the_same_simulated_shared_array(monkeypatch):
+    """Two threads that both miss in the simulator's shared-array table, forced to interleave
+    (the first waits up to 0.2 s for a second miss), still get one array: _dev's locked
+    allocation. numba-cuda 0.30.4's own check-then-set gave each its own array (the
+    intermittent W4A16 wrong bits at a 0.2 ms switch interval)."""
+    import threading
+
+    from numba.cuda.simulator import kernelapi
+
+    class PairedMiss(dict):
+        def __init__(self):
+            super().__init__()
+            self.pair = threading.Barrier(2)
+
+        def get(self, key, default=None):
+            res = super().get(key, default)
+            if res is None:
+                try:
+                    self.pair.wait(timeout=0.2)
+                except threading.BrokenBarrierError:
+                    pass
+            return res
+
+    init = kernelapi.FakeCUDAShared.__init__
+
+    def paired_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._allocations = PairedMiss()
+
+    monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", paired_init)
+    for launch in range(3):
+        base = np.float32(1000 * (launch + 1))  # differs per launch: no stale values pass
+        out = np.zeros(256, np.float32)
+        _shared_rotate_kernel[1, 256](base, out)
+        want = base + ((np.arange(256) + 1) % 256).astype(np.float32)
+        assert_bits_equal(out.view(np.uint32), want.view(np.uint32))

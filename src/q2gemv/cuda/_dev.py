@@ -32,6 +32,12 @@ dp4a               dp4a.s32.s32 (4 signed byte         the sum in Python ints
 bitlen64           64 - clz (64-bit)                    int.bit_length
 =================  ==================================  ===========================
 
+One fix to the simulator itself: its ``cuda.shared.array`` (``FakeCUDAShared.array``)
+creates a launch's shared array with an unlocked check-then-set, so two threads that
+interleave there each get an array of their own, and one thread's shared-memory writes
+are never seen by the others (it reads ``np.empty`` garbage). Below it is replaced, in
+the simulator only, by the same allocation under a lock.
+
 Derived helpers (bf16 conversions, ``warp_sum``) are written once
 on top of these, so they are identical in both worlds. Integer operands are
 cast to uint32 explicitly: under NumPy 2 the simulator keeps a uint16 scalar
@@ -40,6 +46,7 @@ cast to uint32 explicitly: under NumPy 2 the simulator keeps a uint16 scalar
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -85,6 +92,35 @@ if SIMULATED:
                         raise RuntimeError("abort flag set while waiting in a warp shuffle")
                     if time.monotonic() > deadline:
                         raise RuntimeError("warp shuffle: not every lane of the warp arrived")
+
+    # numba-cuda 0.30.4's FakeCUDAShared.array keys a launch's shared arrays by the calling
+    # line and creates one on a miss: get, miss, np.empty, store, with no lock. Every thread
+    # of the launch's first block calls it at once; two that interleave between the get and
+    # the store each keep their own array, so one thread's "shared" writes are lost to the
+    # others and it reads np.empty garbage (the intermittent wrong bits of the W4A16
+    # simulator tests at a 0.2 ms GIL switch interval). The same allocation, same key
+    # (file, line of the caller), under a lock; alignment and dynamic shared memory
+    # (shape 0) go to numba's own code.
+    from numba.cuda.simulator import kernelapi as _kernelapi
+
+    _shared_alloc_lock = threading.Lock()
+    _numba_shared_array = _kernelapi.FakeCUDAShared.array
+
+    def _shared_array(self, shape, dtype, alignment=None):
+        if alignment is not None or shape == 0:  # numba's own test, as numba makes it
+            return _numba_shared_array(self, shape, dtype, alignment)
+        if isinstance(dtype, _kernelapi.types.Type):
+            dtype = _kernelapi.numpy_support.as_dtype(dtype)
+        frame = sys._getframe(1)
+        caller = (frame.f_code.co_filename, frame.f_lineno)
+        with _shared_alloc_lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                res = np.empty(shape, dtype)
+                self._allocations[caller] = res
+        return res
+
+    _kernelapi.FakeCUDAShared.array = _shared_array
 
     def _warp_exchange():
         t = threading.current_thread()
