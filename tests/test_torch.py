@@ -400,6 +400,21 @@ def test_cuda_torch_compile_inductor():
 
 
 @pytest.mark.gpu
+def test_cuda_torch_compile_reduce_overhead():
+    """inductor's CUDA graphs (cudagraph trees): warm-up and recording run on one stream."""
+    rng = np.random.default_rng(26)
+    (q, q_w, bias), (f, f_w, _) = _gpu_layers(rng, n=512, k=512)
+    model = torch.nn.Sequential(q, torch.nn.GELU(), f)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    for trial in range(4):  # warm-up, recording, then replays
+        x = acts(rng, (2, 512)).cuda()
+        with torch.inference_mode():
+            got = compiled(x).clone()
+            want = model(x)
+        assert_bits_equal(u16(got), u16(want), f"reduce-overhead call {trial}")
+
+
+@pytest.mark.gpu
 def test_cuda_graph_capture_and_replay():
     rng = np.random.default_rng(23)
     (q, q_w, bias), (f, f_w, _) = _gpu_layers(rng)
