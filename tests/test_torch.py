@@ -270,6 +270,21 @@ def test_bad_inputs_name_the_argument():
 # -- torch.compile and the op's registration --------------------------------------------
 
 
+def test_eager_direct_only_for_plain_cuda_calls():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import q2gemv.torch as qt
+
+    assert not qt._eager_direct(torch.zeros(2, dtype=torch.bfloat16))  # CPU: the registered op
+    with FakeTensorMode():  # a fake CUDA tensor (no GPU needed) under a dispatch mode
+        fake = torch.empty(2, 128, device="cuda", dtype=torch.bfloat16)
+        assert fake.is_cuda and not qt._eager_direct(fake)
+        # the registered op answers there with its fake implementation
+        raw = torch.empty(16, 34, device="cuda", dtype=torch.uint8)
+        y = torch.ops.q2gemv.q2_linear(fake, raw, 16, 128, 128)
+        assert y.is_cuda and y.dtype == torch.bfloat16 and tuple(y.shape) == (2, 16)
+
+
 def test_torch_compile_cpu_bits_equal_eager():
     rng = np.random.default_rng(11)
     model = torch.nn.Sequential(
@@ -372,6 +387,15 @@ def test_cuda_eager_bits_equal_reference(shape):
         cached = len(qt._DEVICE_WEIGHTS)
         layer(x.cuda())
         assert len(qt._DEVICE_WEIGHTS) == cached  # the device weight is built once
+        # eager CUDA forward calls the op's function directly; through the dispatcher: same bits
+        assert qt._eager_direct(x.cuda())
+        if isinstance(layer, Q2Linear):
+            args = (layer.raw, layer.n, layer.k, layer.group, None)
+            via_op = torch.ops.q2gemv.q2_linear(x.cuda(), *args)
+        else:
+            args = (layer.packed, layer.scales, layer.global_scale, None)
+            via_op = torch.ops.q2gemv.nvfp4_linear(x.cuda(), *args)
+        assert_bits_equal(u16(via_op + layer.bias), u16(y), "through the dispatcher")
 
 
 @pytest.mark.gpu

@@ -31,6 +31,8 @@ call per layer in the graph) and can be captured in a CUDA graph:
   ``DeviceNvfp4Weight.from_buffers``: no host copy, no device copy), writing
   into a tensor from torch's caching allocator. The device-weight wrapper is
   built once per buffer address and cached (:func:`clear_device_weight_cache`).
+  An eager CUDA forward calls the op's function without the dispatcher (its
+  Python overhead is as long as a decode GEMV); traced and CPU calls use the op.
 
 CUDA graphs: run each layer once on the capturing stream before the capture
 (that compiles the kernels and, for the exact contract, allocates its
@@ -46,6 +48,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .api import resolve_numerics
 from .formats.bf16 import BF16
@@ -91,7 +94,7 @@ def _check_buffer(t: torch.Tensor, name: str, x: torch.Tensor, shape: tuple[int,
 
 def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
     """``x`` as a contiguous [M, k] tensor, 16-byte aligned (some kernels load 16 bytes)."""
-    x2 = x.reshape(-1, k)
+    x2 = x.detach().reshape(-1, k)
     if not x2.is_contiguous() or x2.data_ptr() % 16:
         x2 = x2.clone(memory_format=torch.contiguous_format)
     return x2
@@ -206,14 +209,7 @@ def _gemv_cuda(api, x2: torch.Tensor, dw, numerics: str | None) -> torch.Tensor:
 # -- the custom ops ----------------------------------------------------------------------
 
 
-# Schemas spelled out (no inference from annotations, which torch 2.4 cannot read under
-# ``from __future__ import annotations``).
-@torch.library.custom_op(
-    "q2gemv::q2_linear",
-    mutates_args=(),
-    schema="(Tensor x, Tensor raw, int n, int k, int group, str? numerics=None) -> Tensor",
-)
-def q2_linear(
+def _q2_linear_impl(
     x: torch.Tensor, raw: torch.Tensor, n: int, k: int, group: int, numerics: str | None = None
 ) -> torch.Tensor:
     """``x @ dequantize(Q2_0 weight).T`` in bf16: the op behind :class:`Q2Linear` (no bias).
@@ -246,19 +242,22 @@ def q2_linear(
     return y.reshape(*lead, n)
 
 
+# Schemas spelled out (no inference from annotations, which torch 2.4 cannot read under
+# ``from __future__ import annotations``).
+q2_linear = torch.library.custom_op(
+    "q2gemv::q2_linear",
+    mutates_args=(),
+    schema="(Tensor x, Tensor raw, int n, int k, int group, str? numerics=None) -> Tensor",
+)(_q2_linear_impl)
+
+
 @q2_linear.register_fake
 def _q2_linear_fake(x, raw, n, k, group, numerics=None):
     _check_x(x, k)
     return x.new_empty((*x.shape[:-1], n))
 
 
-@torch.library.custom_op(
-    "q2gemv::nvfp4_linear",
-    mutates_args=(),
-    schema="(Tensor x, Tensor packed, Tensor scales, float global_scale, str? numerics=None)"
-    " -> Tensor",
-)
-def nvfp4_linear(
+def _nvfp4_linear_impl(
     x: torch.Tensor,
     packed: torch.Tensor,
     scales: torch.Tensor,
@@ -300,10 +299,30 @@ def nvfp4_linear(
     return y.reshape(*lead, n)
 
 
+nvfp4_linear = torch.library.custom_op(
+    "q2gemv::nvfp4_linear",
+    mutates_args=(),
+    schema="(Tensor x, Tensor packed, Tensor scales, float global_scale, str? numerics=None)"
+    " -> Tensor",
+)(_nvfp4_linear_impl)
+
+
 @nvfp4_linear.register_fake
 def _nvfp4_linear_fake(x, packed, scales, global_scale, numerics=None):
     _check_x(x, 2 * packed.shape[1])
     return x.new_empty((*x.shape[:-1], packed.shape[0]))
+
+
+def _eager_direct(x: torch.Tensor) -> bool:
+    """Call an op's implementation directly, without torch's dispatcher: eager CUDA calls only.
+
+    A ``torch.library`` op defined in Python pays tens of microseconds of dispatch
+    per call, as much as a decode GEMV takes on the GPU. The modules skip it for
+    CUDA tensors when nothing traces or intercepts the call (not compiling, no
+    ``TorchDispatchMode`` active); ``torch.compile``, fake tensors, CPU tensors and
+    every other case go through the registered op. Both run the same function.
+    """
+    return x.is_cuda and not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
 
 
 # -- modules -----------------------------------------------------------------------------
@@ -440,7 +459,8 @@ class Q2Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
         _check_x(x, self.k)
-        y = torch.ops.q2gemv.q2_linear(x, self.raw, self.n, self.k, self.group, self.numerics)
+        op = _q2_linear_impl if _eager_direct(x) else torch.ops.q2gemv.q2_linear
+        y = op(x, self.raw, self.n, self.k, self.group, self.numerics)
         return _add_bias(y, self.bias)
 
     def get_extra_state(self) -> dict:
@@ -561,9 +581,8 @@ class Nvfp4Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
         _check_x(x, self.k)
-        y = torch.ops.q2gemv.nvfp4_linear(
-            x, self.packed, self.scales, self.global_scale, self.numerics
-        )
+        op = _nvfp4_linear_impl if _eager_direct(x) else torch.ops.q2gemv.nvfp4_linear
+        y = op(x, self.packed, self.scales, self.global_scale, self.numerics)
         return _add_bias(y, self.bias)
 
     def get_extra_state(self) -> dict:
