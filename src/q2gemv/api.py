@@ -377,18 +377,12 @@ def gemv(
 
         name = launches[0][2] if family == "q2_0" else "w4a16_gemv"
         y = getattr(reference, name)(bits_to_bf16(bits), weight).view(np.uint16)
-    elif mode == "exact":  # exact_prepare once, then q2_0_gemv_exact per chunk of rows
-        from .cuda import exact
+    else:  # the plan's launches (exact: exact_prepare once, then the chunks), one launcher
+        from .cuda import launcher
+        from .device import to_device
 
-        y = exact.run_q2(bits, weight, _host_stream(stream))
-    elif family == "q2_0":
-        from .cuda import q2_0 as q2cuda
-
-        y = q2cuda.run(launches[0][2], bits, weight, _host_stream(stream))
-    else:
-        from .cuda import w4a16 as w4cuda
-
-        y = w4cuda._run_plan(launches, bits, weight, _host_stream(stream))
+        st = _host_stream(stream)
+        y = launcher.run_host(family, mode, launches, bits, to_device(weight, st), st)
     result = bits_to_bf16(y.reshape(shape))
     if out is not None:
         out[...] = result

@@ -566,11 +566,13 @@ def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOper
     return ops
 
 
-def q2_launches(ops: ExactOperands, dw, d_out) -> list[tuple]:
+def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
     """``(kernel, grid, args)`` of each ``q2_0_gemv_exact`` launch: chunks of :data:`MAX_M` rows.
 
     Validates before anything is launched: ``dw`` a DeviceQ2Weight of ``ops.k``
-    columns, ``d_out`` uint16 [M, N].
+    columns, ``d_out`` uint16 [M, N]. ``chunks``: the ``(row0, rows)`` of each
+    launch (the plan's, from :mod:`q2gemv.cuda.launcher`); default chunks of
+    :data:`MAX_M` rows. They must cover the M rows once, in order.
     """
     from .q2_0 import DeviceQ2Weight
 
@@ -592,8 +594,24 @@ def q2_launches(ops: ExactOperands, dw, d_out) -> list[tuple]:
             (*flat, ops.exponents, dw.b16, d_out[r0 : r0 + rows])
             + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
         )
-        for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M)
+        for r0, rows in _check_chunks(chunks, ops.m)
     ]
+
+
+def _check_chunks(chunks, m: int) -> list[tuple[int, int]]:
+    if chunks is None:
+        return list(launch.batchm_row_chunks(m, MAX_M))
+    chunks = [(int(r0), int(rows)) for r0, rows in chunks]
+    nxt = 0
+    for r0, rows in chunks:
+        if r0 != nxt or not 1 <= rows <= MAX_M:
+            raise ValueError(
+                f"plan: expected chunks of 1..{MAX_M} rows from row {nxt}, got {chunks}"
+            )
+        nxt += rows
+    if nxt != m:
+        raise ValueError(f"plan: expected chunks covering {m} rows, got {chunks}")
+    return chunks
 
 
 def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
@@ -632,19 +650,15 @@ def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> li
 
 
 def run_q2(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Host bf16 bits [M, K] -> uint16 [M, N] through prepare + ``q2_0_gemv_exact``."""
+    """Host bf16 bits [M, K] -> uint16 [M, N] through prepare + ``q2_0_gemv_exact``.
+
+    The launches (``exact_prepare``, then chunks of :data:`MAX_M` rows) are
+    run by :func:`q2gemv.cuda.launcher.run_host`.
+    """
+    from .launcher import run_host
     from .q2_0 import as_device_weight, check_bits
 
     dw = as_device_weight(weight, stream)
     check_bits(a_bits, dw.k)
-    m = a_bits.shape[0]
-    out = np.empty((m, dw.n), np.uint16)
-    if m == 0:
-        return out
-    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
-    d_out = cuda.device_array((m, dw.n), np.uint16, stream=stream)
-    launch_q2(prepare_device(d_a, stream), dw, d_out, stream)
-    d_out.copy_to_host(out, stream=stream)
-    if stream:
-        stream.synchronize()
-    return out
+    plan = launch.ChunkPlan(a_bits.shape[0], MAX_M, lambda rows: "q2_0_gemv_exact")
+    return run_host("q2_0", "exact", plan, a_bits, dw, stream)

@@ -696,21 +696,14 @@ def launch_raw(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int, stream=0) -> N
 def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     """Run kernel ``name`` over every row of ``a_bits`` (uint16 [M, K]); returns uint16 [M, N].
 
-    The M=1 kernels take one launch per activation row; batchm takes one
-    launch per chunk of at most 8 rows (:func:`q2gemv.launch.batchm_row_chunks`).
+    The M=1 kernels take one launch per activation row; batchm one launch per
+    chunk of at most 8 rows (the plan :func:`q2gemv.launch.ChunkPlan` describes),
+    run by :func:`q2gemv.cuda.launcher.run_host`.
     """
+    from .launcher import run_host
+
     max_m = _max_m(name)
     dw = as_device_weight(weight, stream)
     check_bits(a_bits, dw.k)
-    m = a_bits.shape[0]
-    out = np.empty((m, dw.n), dtype=np.uint16)
-    if m == 0:
-        return out
-    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
-    d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
-    for r0, rows in launch.batchm_row_chunks(m, max_m):
-        launch_raw(name, d_a[r0 : r0 + rows], dw, d_out[r0 : r0 + rows], rows, stream)
-    d_out.copy_to_host(out, stream=stream)
-    if stream:
-        stream.synchronize()
-    return out
+    plan = launch.ChunkPlan(a_bits.shape[0], max_m, lambda rows: name)
+    return run_host("q2_0", "seed", plan, a_bits, dw, stream)

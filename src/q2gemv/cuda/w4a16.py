@@ -543,21 +543,15 @@ def _run_plan(plan, a_bits: np.ndarray, weight, stream) -> np.ndarray:
         raise TypeError(f"a_bits: expected uint16 bf16 bits (a numpy array), got {got}")
     if a_bits.ndim != 2 or a_bits.shape[1] != weight.k:
         raise ValueError(f"a_bits: expected shape [M, K] = [M, {weight.k}], got {a_bits.shape}")
+    from .launcher import run_host
+
     m = a_bits.shape[0]
     plan = check_plan(plan, m, MAX_M)
-    out = np.empty((m, weight.n), dtype=np.uint16)
     if m == 0:
-        return out
+        return np.empty((m, weight.n), dtype=np.uint16)
     with simulator_lock():
         dw = as_device_weight(weight, stream)
-        d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
-        d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
-        for r0, rows, name in plan:
-            launch_raw(name, d_a[r0 : r0 + rows], dw, d_out[r0 : r0 + rows], rows, stream)
-        d_out.copy_to_host(out, stream=stream)
-        if stream:
-            stream.synchronize()
-    return out
+        return run_host("w4a16", "seed", plan, a_bits, dw, stream)
 
 
 def w4a16_gemv(

@@ -1,0 +1,163 @@
+"""The one launcher: a plan of launches ``(row0, rows, kernel)`` on device arrays, run or bound.
+
+Every CUDA path of the package goes through here: :func:`q2gemv.gemv` on host
+arrays (:func:`run_host`) and on device arrays (:mod:`q2gemv.cuda.interop`),
+the golden harness and the scripts (through ``q2_0.run``, ``w4a16.run``,
+``exact.run_q2``, thin wrappers of :func:`run_host`), and the benchmark.
+The plan itself comes from :func:`q2gemv.api.plan`; nothing here re-chunks it
+(the exact contract's ``exact_prepare`` is the one launch that is not a plan
+entry: it runs once, before the chunks, over all rows).
+
+Two steps:
+
+* :func:`launches` validates the whole plan against the arrays (every
+  launch's rows, shapes, dtypes, alignment, weight size) and returns the
+  launches ``(dispatcher, grid, block, args, name)``; nothing is enqueued
+  until every one is valid.
+* :func:`launch_all` enqueues them through numba's dispatcher, or
+  :class:`BoundPlan` binds them once (:class:`~q2gemv.cuda.prebound.PreboundLaunch`:
+  one ``cuLaunchKernel`` each, the arguments packed at bind time) and
+  enqueues them on every call. On the simulator a bound launch goes through
+  the dispatcher (same code path, same bits).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .. import kernels, launch
+from ..backends import SIMULATOR_LOCK
+from .prebound import SIMULATED, PreboundLaunch
+
+
+def launches(family: str, numerics: str, plan, dw, d_a, d_out, stream=0, ops=None) -> list[tuple]:
+    """The validated launches of ``plan`` on ``d_a`` (uint16 [M, K]) into ``d_out`` (uint16 [M, N]).
+
+    Args:
+        family: ``"q2_0"`` or ``"w4a16"``; ``numerics``: ``"seed"`` or ``"exact"``.
+        plan: ``(row0, rows, kernel)`` entries covering rows ``0..M`` once, in order.
+        dw: the device weight of ``family``.
+        stream: the stream the exact contract's workspace belongs to (exact only).
+        ops: exact only: the :class:`~q2gemv.cuda.exact.ExactOperands` to fill
+            (None: new ones are allocated).
+
+    Returns ``(dispatcher, grid, block, args, name)`` per launch. Raises the
+    family's TypeError/ValueError (naming ``a``, ``out``, ``m``, ``weight``,
+    ``kernel``) before anything is enqueued.
+    """
+    if numerics == "exact":
+        return _exact_launches(plan, dw, d_a, d_out, stream, ops)
+    if family == "q2_0":
+        from . import q2_0 as mod
+    else:
+        from . import w4a16 as mod
+    block = kernels.THREADS_PER_CTA  # every kernel's CTA (the thread maps assume 256)
+    out = []
+    for r0, rows, name in plan:
+        va, vo = d_a[r0 : r0 + rows], d_out[r0 : r0 + rows]
+        grid, args = mod.launch_args(name, va, dw, vo, rows)
+        out.append((name, rows, grid, block, args))
+    compiled = mod.compiled  # looked up now: tests replace it to prove nothing launches
+    if family == "q2_0":
+        return [(compiled(name, rows), g, b, a, name) for name, rows, g, b, a in out]
+    return [(compiled(name), g, b, a, name) for name, rows, g, b, a in out]
+
+
+def _exact_launches(plan, dw, d_a, d_out, stream, ops) -> list[tuple]:
+    from . import exact
+
+    k = int(d_a.shape[1])
+    exact.check_k(k)
+    m = int(d_a.shape[0])
+    if ops is None:
+        ops = exact.ExactOperands.allocate(m, k, stream)
+    elif (ops.m, ops.k) != (m, k):
+        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
+    spec = kernels.get("q2_0_gemv_exact")
+    rows_of = []
+    for r0, rows, name in plan:
+        if name != spec.name or not 1 <= rows <= spec.max_m:
+            raise ValueError(
+                f"plan: launch at row {r0}: expected 1..{spec.max_m} rows of {spec.name}, got {rows} of {name!r}"
+            )
+        rows_of.append((r0, rows))
+    chunks = exact.q2_launches(ops, dw, d_out, rows_of)  # validates the weight, out and rows
+    launch.check_alignment(spec.name, d_a, spec.a_align)  # exact_prepare loads 16 bytes
+    first = (exact._prepare_kernel(), m, exact.prepare_threads(k), ops.prepare_args(d_a))
+    return [(*first, "exact_prepare")] + [
+        (kern, grid, exact.THREADS, args, spec.name) for kern, grid, args in chunks
+    ]
+
+
+def launch_all(launches_: list[tuple], stream=0) -> None:
+    """Enqueue ``launches_`` (from :func:`launches`) through numba's dispatcher on ``stream``."""
+    for dispatcher, grid, block, args, _ in launches_:
+        dispatcher[grid, block, stream](*args)
+
+
+class BoundPlan:
+    """The launches of one call, pre-bound: ``plan()`` enqueues them all on the bound stream.
+
+    Built from :func:`launches` (already validated). On a GPU each is a
+    :class:`~q2gemv.cuda.prebound.PreboundLaunch` (one ``cuLaunchKernel``);
+    the device addresses are packed at bind time, so a BoundPlan is valid for
+    exactly the buffers it was built from (the cache in
+    :mod:`q2gemv.cuda.interop` keys it on their addresses, shapes, dtypes
+    and the stream). ``keep`` holds Python objects (the caller's arrays) for
+    the plan's lifetime: the simulator has no addresses, so there the cache
+    keys on object identity and must keep those objects alive.
+
+    ``lock``: a lock held around the enqueueing (the exact contract's
+    workspace: the prepare and the chunks of one call must not interleave
+    with another thread's on the same stream). Under the simulator the
+    simulator lock is held instead (one call at a time there).
+    """
+
+    __slots__ = ("_calls", "_lock", "keep", "names")
+
+    def __init__(self, launches_: list[tuple], stream_handle: int = 0, *, lock=None, keep=()):
+        self._calls = tuple(
+            PreboundLaunch(d, g, b, a, stream=stream_handle, name=n) for d, g, b, a, n in launches_
+        )
+        self.names = tuple(n for *_, n in launches_)
+        self.keep = keep
+        self._lock = SIMULATOR_LOCK if SIMULATED else lock
+
+    def __call__(self) -> None:
+        if self._lock is None:
+            for call in self._calls:
+                call()
+            return
+        with self._lock:
+            for call in self._calls:
+                call()
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def __repr__(self) -> str:
+        return f"BoundPlan({', '.join(self.names)})"
+
+
+def run_host(family: str, numerics: str, plan, a_bits: np.ndarray, dw, stream=0) -> np.ndarray:
+    """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N].
+
+    Uploads the activations, validates every launch of ``plan`` (before any
+    is enqueued), runs them through the dispatcher on ``stream`` (0 or a
+    numba stream) and copies the result back.
+    """
+    m = a_bits.shape[0]
+    out = np.empty((m, dw.n), dtype=np.uint16)
+    if m == 0:
+        return out
+    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
+    d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
+    launch_all(launches(family, numerics, plan, dw, d_a, d_out, stream), stream)
+    d_out.copy_to_host(out, stream=stream)
+    if stream:
+        stream.synchronize()
+    return out
+
+
+__all__ = ["launches", "launch_all", "BoundPlan", "run_host"]
