@@ -286,7 +286,6 @@ def _serialised_in_simulator(fn):
     return wrapper
 
 
-@_serialised_in_simulator
 def gemv(
     a: np.ndarray,
     weight,
@@ -340,7 +339,83 @@ def gemv(
 
     Raises:
         TypeError / ValueError naming the argument, before anything is launched.
+
+    Repeated calls: with a device-resident weight, device ``a`` and ``out=``,
+    the first call validates everything and binds its launches (one driver
+    call each); a later call with the same buffers (addresses, shapes,
+    dtypes, strides), stream, ``kernel`` and ``numerics`` is a dictionary
+    lookup on the weight plus those launches (:func:`call_key`).
     """
+    cache = getattr(weight, "launch_cache", None)  # device-resident weights only
+    key = None
+    if cache is not None and out is not None and (backend is None or backend == "cuda"):
+        key = call_key(a, out, stream, kernel, numerics)
+        if key is not None:
+            bound = cache.get(key)
+            if bound is not None:
+                bound()
+                return out
+    return _gemv(
+        a, weight, kernel=kernel, backend=backend, out=out, stream=stream, numerics=numerics,
+        key=key,
+    )  # fmt: skip
+
+
+_TORCH_RAW_STREAM: list = []  # torch._C._cuda_getCurrentRawStream (or a fallback), found once
+
+
+def _torch_stream(torch, device: int) -> int:
+    if not _TORCH_RAW_STREAM:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _TORCH_RAW_STREAM.append(raw or (lambda d: torch.cuda.current_stream(d).cuda_stream))
+    return _TORCH_RAW_STREAM[0](device)
+
+
+def _buffer_key(x, tensor_type) -> tuple | None:
+    """What identifies device buffer ``x`` for the launch cache: address, shape, dtype, strides."""
+    if tensor_type is not None and isinstance(x, tensor_type):
+        return (x.data_ptr(), x.shape, x.dtype, x.stride(), x.get_device())
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:  # numba (GPU) and CuPy arrays
+        return (cai["data"][0], cai["shape"], cai["typestr"], cai.get("strides"), type(x))
+    if getattr(x, "__cuda_ndarray__", False):  # the simulator's: no address; kept alive, so
+        return (id(x), type(x))  # its identity cannot be reused while cached
+    return None
+
+
+def call_key(a, out, stream, kernel, numerics) -> tuple | None:
+    """The launch-cache key of a call on device ``a`` and ``out`` (None: not cacheable).
+
+    Everything the first call's validation depended on, besides the weight
+    (the cache lives on the immutable device weight): both buffers' device
+    address, shape, dtype, strides (and device for torch), the stream's raw
+    handle (torch's current stream for torch ``a`` without ``stream=``; the
+    simulator's streams by identity), ``kernel``, ``numerics`` and the W4A16
+    kill switches (:func:`q2gemv.tiers.env_switches`). A call whose key
+    differs in any of them is validated and bound afresh: a cached launch is
+    never used on other buffers.
+    """
+    tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
+    ka = _buffer_key(a, tensor_type)
+    ko = _buffer_key(out, tensor_type)
+    if ka is None or ko is None:
+        return None
+    if stream is None:
+        torch_a = tensor_type is not None and isinstance(a, tensor_type)
+        st = _torch_stream(sys.modules["torch"], ka[4]) if torch_a else 0
+    elif type(stream) is int:
+        st = stream
+    else:
+        try:
+            st = int(stream)  # numba streams: their handle
+        except TypeError:
+            st = id(stream)  # the simulator's streams have none (kept alive by the plan)
+    return (ka, ko, st, kernel, numerics, tiers.env_switches())
+
+
+@_serialised_in_simulator
+def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
+    """:func:`gemv` past its cache: every check, then the launches (bound and cached under ``key``)."""
     family, on_device = weight_family(weight)
     check_call_args(kernel, backend, stream, on_device)
     mode = resolve_numerics(family, numerics, kernel)
@@ -351,7 +426,7 @@ def gemv(
     if is_device_array(a):
         return _gemv_device(
             a, weight, family, kernel=kernel, backend=backend, out=out, stream=stream,
-            numerics=mode,
+            numerics=mode, key=key,
         )  # fmt: skip
     bits, was_1d = as_bf16_rows(a, weight.k)
     m, n = bits.shape[0], weight.n
@@ -445,7 +520,7 @@ def _host_stream(stream):
     return stream
 
 
-def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numerics: str):
+def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numerics: str, key=None):
     """Device-resident activations: validate here, launch in :mod:`q2gemv.cuda.interop`."""
     if backend not in (None, "cuda"):
         raise ValueError(f"backend: activations on the GPU need backend='cuda', got {backend!r}")
@@ -460,8 +535,9 @@ def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numeri
 
     out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
     return interop.gemv_device(
-        a, weight, launches, out_shape, family=family, out=out, stream=stream, numerics=numerics
-    )
+        a, weight, launches, out_shape, family=family, out=out, stream=stream,
+        numerics=numerics, key=key,
+    )  # fmt: skip
 
 
 def _gemv_prepared(p, weight, family: str, on_device: bool, mode: str, *, backend, out, stream):

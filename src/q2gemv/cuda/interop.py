@@ -111,20 +111,29 @@ def resolve_stream(stream, like):
 
 
 def gemv_device(
-    a, weight, launches, out_shape, *, family: str, out=None, stream=None, numerics="seed"
-):
+    a, weight, launches, out_shape, *, family: str, out=None, stream=None, numerics="seed",
+    key=None,
+):  # fmt: skip
     """Run ``launches`` (``(row0, rows, kernel)``) on device activations ``a``; see module doc.
 
     ``weight`` may be a host or device-resident weight (a host weight is
     uploaded for this call: upload it once with ``to_device()`` to reuse it).
     ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``. ``numerics``:
     ``"seed"`` runs ``launches`` as they are; ``"exact"`` (Q2_0 only) runs
-    ``exact_prepare`` then ``q2_0_gemv_exact`` per chunk of rows
-    (:func:`q2gemv.cuda.exact.launch_q2`), all on the caller's stream, with
-    the operands in a per-(stream, M, K) workspace (:func:`exact_workspace`).
+    ``exact_prepare`` then ``q2_0_gemv_exact`` per plan entry, all on the
+    caller's stream, with the operands in a per-(stream, M, K) workspace
+    (:func:`exact_workspace`). Everything is checked before the first launch
+    (:func:`q2gemv.cuda.launcher.launches`).
+
+    ``key``: the call's cache key (:func:`q2gemv.api.call_key`), or None.
+    When given (a device-resident weight and ``out=``), the validated
+    launches are bound (:class:`~q2gemv.cuda.launcher.BoundPlan`) and stored
+    in ``weight.launch_cache`` under it, so the next call with the same
+    buffers, shapes, dtypes, stream, kernel and contract is a dictionary
+    lookup and the launches (:func:`q2gemv.gemv`'s fast path).
     """
     from ..backends import simulator_lock
-    from . import q2_0, w4a16
+    from . import launcher, q2_0, w4a16
 
     mod = q2_0 if family == "q2_0" else w4a16
     d_a, kind = as_bits(a, "a")
@@ -132,8 +141,58 @@ def gemv_device(
     with simulator_lock():
         dw = mod.as_device_weight(weight, st)
         if numerics == "exact":
-            return _launch_exact(d_a, kind, a, dw, out_shape, out, st)
-        return _launch_all(mod, launches, d_a, kind, a, dw, out_shape, out, st)
+            from . import exact
+
+            exact.check_k(dw.k)
+        result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
+        d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
+        d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
+        m = d_a2.shape[0]
+        if m == 0:
+            return result
+        cache = getattr(weight, "launch_cache", None) if key is not None else None
+        bind = cache is not None and len(launches) <= BIND_MAX_LAUNCHES
+        if numerics != "exact":
+            ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st)
+            if not bind:
+                launcher.launch_all(ls, st)
+                return result
+            bound = launcher.BoundPlan(ls, key[2], keep=_keep(a, out, stream))
+        else:
+            with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
+                ops = exact_workspace(m, dw.k, st)
+                ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st, ops)
+                if not bind:
+                    launcher.launch_all(ls, st)
+                    return result
+            bound = launcher.BoundPlan(
+                ls, key[2], lock=_WORKSPACE_LOCK, keep=(ops, *_keep(a, out, stream))
+            )
+        _remember(cache, key, bound)
+        bound()
+    return result
+
+
+# A decode loop's calls differ only in their buffers: one bound plan per (buffers' addresses,
+# shapes, dtypes, strides, stream, kernel, contract), per weight, at most this many per weight
+# (the oldest is dropped first), and only for plans of at most BIND_MAX_LAUNCHES launches
+# (a long plan is kernel-bound: binding it would cost more than it saves).
+LAUNCH_CACHE_SIZE = 64
+BIND_MAX_LAUNCHES = 64
+
+
+def _keep(a, out, stream) -> tuple:
+    """What a bound plan must keep alive: nothing on a GPU (it holds addresses, keyed by
+    address), the caller's objects under the simulator (keyed by identity there)."""
+    from .prebound import SIMULATED
+
+    return (a, out, stream) if SIMULATED else ()
+
+
+def _remember(cache: dict, key, bound) -> None:
+    while len(cache) >= LAUNCH_CACHE_SIZE:
+        cache.pop(next(iter(cache)), None)
+    cache[key] = bound
 
 
 # Exact-contract operands per (device, stream, M, K), reused by every later call there: a call
@@ -177,26 +236,6 @@ def clear_workspaces() -> None:
         _WORKSPACES.clear()
 
 
-def _launch_exact(d_a, kind, a, dw, out_shape, out, st):
-    """exact_prepare + q2_0_gemv_exact on the caller's stream; everything checked first."""
-    from . import exact
-
-    exact.check_k(dw.k)
-    result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
-    d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
-    d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
-    m = d_a2.shape[0]
-    if m == 0:
-        return result
-    with _WORKSPACE_LOCK:
-        ops = exact_workspace(m, dw.k, st)
-        launches = exact.q2_launches(ops, dw, d_out2)  # validates before the first launch
-        exact.prepare_device(d_a2, st, ops)  # into the kept buffers: no allocation per call
-        for kernel, grid, args in launches:  # exact.launch_q2, with the launches checked above
-            kernel[grid, exact.THREADS, st](*args)
-    return result
-
-
 def _output(kind, a, d_a, dw, out_shape, out, st):
     """``(result to return, its uint16 device view)``: a new array, or ``out`` checked."""
     if out is None:
@@ -219,22 +258,6 @@ def _output(kind, a, d_a, dw, out_shape, out, st):
         if _same_memory(d_out, part):
             raise ValueError(f"out: must not overlap the weight's device buffer ({name})")
     return out, d_out
-
-
-def _launch_all(mod, launches, d_a, kind, a, dw, out_shape, out, st):
-    """Check ``out`` and every launch of the plan, then launch them all (none if one is bad)."""
-    n = dw.n
-    d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
-    result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
-    d_out2 = d_out.reshape(1, n) if d_out.ndim == 1 else d_out
-    views = [
-        (name, d_a2[r0 : r0 + rows], d_out2[r0 : r0 + rows], rows) for r0, rows, name in launches
-    ]
-    for name, va, vo, rows in views:  # the whole plan, before the first launch
-        mod.launch_args(name, va, dw, vo, rows)
-    for name, va, vo, rows in views:
-        mod.launch_raw(name, va, dw, vo, rows, st)
-    return result
 
 
 def _device_parts(dw) -> dict[str, object]:

@@ -104,9 +104,11 @@ class BoundPlan:
     the device addresses are packed at bind time, so a BoundPlan is valid for
     exactly the buffers it was built from (the cache in
     :mod:`q2gemv.cuda.interop` keys it on their addresses, shapes, dtypes
-    and the stream). ``keep`` holds Python objects (the caller's arrays) for
-    the plan's lifetime: the simulator has no addresses, so there the cache
-    keys on object identity and must keep those objects alive.
+    and the stream) and does not keep the caller's buffers alive (the device
+    weight owning the cache keeps its own). ``keep`` holds Python objects for
+    the plan's lifetime: the exact contract's workspace, and under the
+    simulator (no addresses: the cache keys on object identity there) the
+    caller's arrays.
 
     ``lock``: a lock held around the enqueueing (the exact contract's
     workspace: the prepare and the chunks of one call must not interleave
@@ -118,7 +120,8 @@ class BoundPlan:
 
     def __init__(self, launches_: list[tuple], stream_handle: int = 0, *, lock=None, keep=()):
         self._calls = tuple(
-            PreboundLaunch(d, g, b, a, stream=stream_handle, name=n) for d, g, b, a, n in launches_
+            PreboundLaunch(d, g, b, a, stream=stream_handle, name=n, keep_args=False)
+            for d, g, b, a, n in launches_
         )
         self.names = tuple(n for *_, n in launches_)
         self.keep = keep

@@ -115,6 +115,11 @@ class PreboundLaunch:
         stream: the default stream of :meth:`__call__` (int handle or stream object).
         sharedmem: dynamic shared memory bytes.
         name: a label for error messages and reports.
+        keep_args: hold ``args`` (and so the device buffers) for the object's
+            lifetime (default). False on a GPU: only their addresses are kept,
+            and the caller answers for the buffers (the launch cache of
+            :mod:`q2gemv.cuda.interop` keys bound launches on those addresses);
+            the simulator always keeps them (it launches through the dispatcher).
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class PreboundLaunch:
         stream=0,
         sharedmem: int = 0,
         name: str = "",
+        keep_args: bool = True,
     ):
         self.name = name or getattr(dispatcher, "__name__", "kernel")
         self.griddim = _dim3(griddim)
@@ -140,6 +146,8 @@ class PreboundLaunch:
             return
         self.mode = "driver"
         self._bind(dispatcher)
+        if not keep_args:  # the caller keeps the buffers alive (or keys on their addresses)
+            self.args = None
 
     def _bind(self, dispatcher) -> None:
         driver = _driver()
