@@ -189,10 +189,14 @@ def _keep(a, out, stream) -> tuple:
     return (a, out, stream) if SIMULATED else ()
 
 
+_CACHE_LOCK = threading.Lock()  # misses only: lookups on the fast path take no lock
+
+
 def _remember(cache: dict, key, bound) -> None:
-    while len(cache) >= LAUNCH_CACHE_SIZE:
-        cache.pop(next(iter(cache)), None)
-    cache[key] = bound
+    with _CACHE_LOCK:
+        while len(cache) >= LAUNCH_CACHE_SIZE:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = bound
 
 
 # Exact-contract operands per (device, stream, M, K), reused by every later call there: a call
