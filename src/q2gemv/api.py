@@ -32,6 +32,7 @@ from .backends import (
     simulator_active,
     simulator_lock,
 )
+from .device import to_device
 from .formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
 from .formats.nvfp4 import Nvfp4Weight
 from .formats.q2_0 import Q2Weight
@@ -454,7 +455,6 @@ def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
         y = getattr(reference, name)(bits_to_bf16(bits), weight).view(np.uint16)
     else:  # the plan's launches (exact: exact_prepare once, then the chunks), one launcher
         from .cuda import launcher
-        from .device import to_device
 
         st = _host_stream(stream)
         y = launcher.run_host(family, mode, launches, bits, to_device(weight, st), st)
