@@ -14,12 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import kernels
 from ..formats import q2_0 as q2fmt
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..tiers import (
     BATCH8_RT2,
-    BATCH16,
-    BATCH32,
     W4A16_BATCHM_WIDTHS,
     W4a16BatchmTiers,
     plan_w4a16,
@@ -40,12 +39,7 @@ QUICK_MS: tuple[int, ...] = (1, 4, 8)
 Q2_BATCHM = "q2_0_gemv_vec_batchm"
 Q2_M1_REFERENCE = "q2_0_gemv_vec"  # "M x (the M=1 kernel)" is M x this kernel's M=1 time
 W4A16_TABLE_TIERS = tuple(tier_kernel_name(w) for w in W4A16_BATCHM_WIDTHS) + (BATCH8_RT2,)
-W4A16_MAX_M = {
-    **{tier_kernel_name(w): w for w in W4A16_BATCHM_WIDTHS},
-    BATCH8_RT2: 8,
-    BATCH16: 16,
-    BATCH32: 32,
-}
+W4A16_MAX_M = kernels.table("w4a16", "seed")  # the registry's W4A16 kernels -> rows per launch
 # The CUDA simulator runs one OS thread per CUDA thread. Measured on a 2-core CPU machine:
 # `NUMBA_ENABLE_CUDASIM=1 q2gemv bench --dry-run --no-overhead --shapes 16x512 --m 1` (6
 # cases, 2 CTAs per launch) took 60 s, ~10 s a case; the cost grows with the CTAs, i.e.
@@ -84,10 +78,8 @@ class Case:
 
 
 def q2_kernel_table() -> dict[str, int]:
-    """Every Q2_0 kernel of :mod:`q2gemv.cuda.q2_0` and the rows it serves per launch."""
-    from ..cuda.q2_0 import KERNELS  # imports numba, compiles nothing
-
-    return {name: int(spec[1]) for name, spec in KERNELS.items()}
+    """Every Q2_0 seed kernel of the registry (:mod:`q2gemv.kernels`) and its rows per launch."""
+    return dict(kernels.table("q2_0", "seed"))
 
 
 def chunks(m: int, max_m: int, kernel: str) -> tuple[tuple[int, int, str], ...]:
