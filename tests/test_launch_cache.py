@@ -162,3 +162,16 @@ def test_cached_call_host_time_is_small():
     per_call = (time.perf_counter() - t0) / 200
     torch.cuda.synchronize()
     assert per_call < 100e-6, per_call
+
+
+def test_reload_env_replans(counted):
+    from q2gemv import tiers
+
+    rng = np.random.default_rng(7)
+    dw = random_weight(rng, N, K, 64).to_device()
+    d_a = cuda.to_device(random_acts(rng, 1, K).view(np.uint16))
+    out = cuda.device_array((1, N), np.uint16)
+    q2gemv.gemv(d_a, dw, out=out, numerics="seed")
+    tiers.reload_env()  # the W4A16 kill switches may have changed: plans made before are stale
+    q2gemv.gemv(d_a, dw, out=out, numerics="seed")
+    assert len(counted) == 2

@@ -392,7 +392,8 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
     address, shape, dtype, strides (and device for torch), the stream's raw
     handle (torch's current stream for torch ``a`` without ``stream=``; the
     simulator's streams by identity), ``kernel``, ``numerics`` and the W4A16
-    kill switches (:func:`q2gemv.tiers.env_switches`). A call whose key
+    kill switches (:func:`q2gemv.tiers.env_generation`: a
+    :func:`~q2gemv.tiers.reload_env` re-plans). A call whose key
     differs in any of them is validated and bound afresh: a cached launch is
     never used on other buffers.
     """
@@ -411,7 +412,7 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
             st = int(stream)  # numba streams: their handle
         except TypeError:
             st = id(stream)  # the simulator's streams have none (kept alive by the plan)
-    return (ka, ko, st, kernel, numerics, tiers.env_switches())
+    return (ka, ko, st, kernel, numerics, tiers.env_generation())
 
 
 @_serialised_in_simulator

@@ -175,9 +175,18 @@ def reload_env() -> EnvSwitches:
     this call; tables already resolved keep their width-8 kernel until
     re-resolved.
     """
-    global _switches
+    global _switches, _generation
     _switches = _read_env()
+    _generation += 1
     return _switches
+
+
+_generation = 0  # bumped by reload_env: what was planned under older switches is out of date
+
+
+def env_generation() -> int:
+    """How many times :func:`reload_env` ran: part of :func:`q2gemv.gemv`'s launch-cache key."""
+    return _generation
 
 
 def exact_m_tiers_enabled() -> bool:
