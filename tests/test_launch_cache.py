@@ -58,6 +58,15 @@ def test_second_call_hits_and_new_buffers_are_never_stale(counted, numerics):
     assert len(counted) == 3 and len(dw.launch_cache) == 3
     with pytest.raises(ValueError, match="out: expected shape"):  # still validated per key
         q2gemv.gemv(d_a1, dw, out=cuda.device_array((1, N + 1), np.uint16), numerics=numerics)
+    # arguments gemv refuses never match a cached key, even beside cached buffers
+    for kw, exc, needle in (
+        ({"kernel": ["q2_0_gemv"]}, TypeError, "kernel: expected a kernel name"),
+        ({"stream": "x"}, TypeError, "stream: expected None"),
+        ({"stream": 1.0}, TypeError, "stream: expected None"),
+        ({"backend": "reference"}, ValueError, "backend: activations on the GPU need"),
+    ):
+        with pytest.raises(exc, match=needle):
+            q2gemv.gemv(d_a1, dw, out=out1, **({"numerics": numerics} | kw))
 
 
 def test_stream_kernel_and_nvfp4_are_part_of_the_key(counted, monkeypatch):

@@ -397,6 +397,10 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
     differs in any of them is validated and bound afresh: a cached launch is
     never used on other buffers.
     """
+    if not (kernel is None or type(kernel) is str) or not (
+        numerics is None or type(numerics) is str
+    ):
+        return None  # gemv refuses it (or it is unhashable): no key can match it
     tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
     ka = _buffer_key(a, tensor_type)
     ko = _buffer_key(out, tensor_type)
@@ -407,11 +411,13 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
         st = _torch_stream(sys.modules["torch"], ka[4]) if torch_a else 0
     elif type(stream) is int:
         st = stream
-    else:
+    elif hasattr(stream, "auto_synchronize"):  # a numba stream (check_stream's test)
         try:
-            st = int(stream)  # numba streams: their handle
+            st = int(int(stream))  # its handle (an IntEnum for the default stream)
         except TypeError:
-            st = id(stream)  # the simulator's streams have none (kept alive by the plan)
+            st = ("simulator", id(stream))  # no handle there: by identity (kept alive)
+    else:
+        return None  # anything else is refused by gemv's checks
     return (ka, ko, st, kernel, numerics, tiers.env_generation())
 
 

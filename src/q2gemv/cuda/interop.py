@@ -157,7 +157,7 @@ def gemv_device(
             if not bind:
                 launcher.launch_all(ls, st)
                 return result
-            bound = launcher.BoundPlan(ls, key[2], keep=_keep(a, out, stream))
+            bound = launcher.BoundPlan(ls, _handle(key), keep=_keep(a, out, stream))
         else:
             with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
                 ops = exact_workspace(m, dw.k, st)
@@ -166,7 +166,7 @@ def gemv_device(
                     launcher.launch_all(ls, st)
                     return result
             bound = launcher.BoundPlan(
-                ls, key[2], lock=_WORKSPACE_LOCK, keep=(ops, *_keep(a, out, stream))
+                ls, _handle(key), lock=_WORKSPACE_LOCK, keep=(ops, *_keep(a, out, stream))
             )
         _remember(cache, key, bound)
         bound()
@@ -179,6 +179,11 @@ def gemv_device(
 # (a long plan is kernel-bound: binding it would cost more than it saves).
 LAUNCH_CACHE_SIZE = 64
 BIND_MAX_LAUNCHES = 64
+
+
+def _handle(key) -> int:
+    """The raw stream handle in a cache key (the simulator's streams have none: 0)."""
+    return key[2] if type(key[2]) is int else 0
 
 
 def _keep(a, out, stream) -> tuple:
