@@ -374,8 +374,8 @@ def _torch_stream(torch, device: int) -> int:
 
 def _buffer_key(x, tensor_type) -> tuple | None:
     """What identifies device buffer ``x`` for the launch cache: address, shape, dtype, strides."""
-    if tensor_type is not None and isinstance(x, tensor_type):
-        return (x.data_ptr(), x.shape, x.dtype, x.stride(), x.get_device())
+    if tensor_type is not None and isinstance(x, tensor_type):  # a CUDA address names its device
+        return (x.data_ptr(), x.shape, x.dtype, x.stride(), x.is_cuda)
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is not None:  # numba (GPU) and CuPy arrays
         return (cai["data"][0], cai["shape"], cai["typestr"], cai.get("strides"), type(x))
@@ -389,7 +389,7 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
 
     Everything the first call's validation depended on, besides the weight
     (the cache lives on the immutable device weight): both buffers' device
-    address, shape, dtype, strides (and device for torch), the stream's raw
+    address (unique across devices), shape, dtype, strides, the stream's raw
     handle (torch's current stream for torch ``a`` without ``stream=``; the
     simulator's streams by identity), ``kernel``, ``numerics`` and the W4A16
     kill switches (:func:`q2gemv.tiers.env_generation`: a
@@ -408,7 +408,7 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
         return None
     if stream is None:
         torch_a = tensor_type is not None and isinstance(a, tensor_type)
-        st = _torch_stream(sys.modules["torch"], ka[4]) if torch_a else 0
+        st = _torch_stream(sys.modules["torch"], a.get_device()) if torch_a else 0
     elif type(stream) is int:
         st = stream
     elif hasattr(stream, "auto_synchronize"):  # a numba stream (check_stream's test)
