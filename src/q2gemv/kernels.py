@@ -36,6 +36,8 @@ Q2_BATCHM_MAX_M = 8
 # (16384x16384: 2 x 112.5 us against 253.6 us at M=16; 5120x5120: 2 x 17.8
 # against 37.5 us). Chunking is free under the exact contract.
 Q2_EXACT_MAX_M = 8
+# w4a16_gemv_exact: activation rows per launch (4 groups of 4 columns of its block-diagonal IMMA).
+W4_EXACT_MAX_M = 16
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,11 @@ for _spec in (
     # (q2gemv.cuda.exact; 16 weight rows per CTA = one m16 tile; 16-byte operand loads).
     KernelSpec("q2_0_gemv_exact", "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact",
                "q2_0_exact", 16, Q2_EXACT_MAX_M, per_m=True, a_align=16),
+    # NVFP4, exact contract: its prepare once, then this kernel per chunk of max_m rows
+    # (q2gemv.cuda.exact_w4a16; 16 weight rows per CTA tile, 1 or 2 tiles a CTA; built per
+    # group of 4 rows, M itself a kernel argument; 16-byte activation loads in the prepare).
+    KernelSpec("w4a16_gemv_exact", "w4a16", "exact", "q2gemv.reference.exact.w4a16_gemv_exact",
+               "w4a16_exact", 16, W4_EXACT_MAX_M, a_align=16, index_bits=64),
 ):  # fmt: skip
     register(_spec)
 del _spec
@@ -253,4 +260,5 @@ __all__ = [
     "golden_families",
     "Q2_BATCHM_MAX_M",
     "Q2_EXACT_MAX_M",
+    "W4_EXACT_MAX_M",
 ]

@@ -25,10 +25,11 @@ ld_u32x4           one ld.global.nc.v4.u32 (16 bytes)   four uint32 reads
 mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
                    s32 (IMMA), warp-collective          product in NumPy
 mma_s8u8           the same with signed A (s8 x u8)    the same, A bytes signed
+mma_s8s8           the same with signed A and B        the same, all bytes signed
 prmt               prmt.b32 (byte permute, default     the PTX byte-select rule
                    mode: 8-byte pool, sign replicate)
-dp4a               dp4a.s32.s32 (4 signed byte         the sum in Python ints
-                   products + c)
+mul_wide           mul.wide.s32 (int32 x int32 ->      the product in Python ints
+                   int64, exact)
 bitlen64           64 - clz (64-bit)                    int.bit_length
 =================  ==================================  ===========================
 
@@ -190,7 +191,7 @@ if SIMULATED:
         x = int(x) & 0xFFFFFFFF
         return [(x >> (8 * i)) & 0xFF for i in range(4)]
 
-    def _mma_k32(signed_a, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    def _mma_k32(signed_a, signed_b, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         # Every lane posts its fragments; each then forms the 16x32 @ 32x8 product
         # from all 32 (PTX ISA fragment layout of mma.m16n8k32, 8-bit: g = lane / 4,
         # t = lane % 4; A regs: (row g, k 4t..), (g+8, 4t..), (g, 16+4t..), (g+8, 16+4t..);
@@ -208,8 +209,9 @@ if SIMULATED:
                 ((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t))
             ):
                 am[row, k0 : k0 + 4] = _sbytes4(f[r]) if signed_a else _bytes4(f[r])
-            bm[4 * t : 4 * t + 4, g] = _bytes4(f[4])
-            bm[16 + 4 * t : 20 + 4 * t, g] = _bytes4(f[5])
+            bytes_b = _sbytes4 if signed_b else _bytes4
+            bm[4 * t : 4 * t + 4, g] = bytes_b(f[4])
+            bm[16 + 4 * t : 20 + 4 * t, g] = bytes_b(f[5])
         d = am @ bm
         g, t = lane >> 2, lane & 3
         own = frags[lane]
@@ -227,11 +229,15 @@ if SIMULATED:
 
     @_device
     def mma_u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return _mma_k32(False, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        return _mma_k32(False, False, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
 
     @_device
     def mma_s8u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return _mma_k32(True, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        return _mma_k32(True, False, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+
+    @_device
+    def mma_s8s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return _mma_k32(True, True, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
 
     @_device
     def prmt(a, b, c):
@@ -247,9 +253,8 @@ if SIMULATED:
         return np.uint32(r)
 
     @_device
-    def dp4a(a, b, c):
-        s = sum(x * y for x, y in zip(_sbytes4(a), _sbytes4(b), strict=True)) + int(c)
-        return np.int32(((s + 2**31) & 0xFFFFFFFF) - 2**31)
+    def mul_wide(a, b):
+        return np.int64(int(a) * int(b))
 
     @_device
     def bitlen64(x):
@@ -405,11 +410,11 @@ else:
         return intrinsic(fixed)
 
     _MMA_K32 = (
-        "mma.sync.aligned.m16n8k32.row.col.s32.{}.u8.s32 "
+        "mma.sync.aligned.m16n8k32.row.col.s32.{}.{}.s32 "
         "{{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, {{$8, $9}}, {{$10, $11, $12, $13}};"
     )
     mma_u8 = _asm_intrinsic(
-        _MMA_K32.format("u8"),
+        _MMA_K32.format("u8", "u8"),
         10,
         4,
         """``D = A @ B + C`` for one ``mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32``.
@@ -421,10 +426,16 @@ else:
         """,
     )
     mma_s8u8 = _asm_intrinsic(
-        _MMA_K32.format("s8"),
+        _MMA_K32.format("s8", "u8"),
         10,
         4,
         "``mma_u8`` with signed A bytes: ``mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32``.",
+    )
+    mma_s8s8 = _asm_intrinsic(
+        _MMA_K32.format("s8", "s8"),
+        10,
+        4,
+        "``mma_u8`` with signed A and B bytes: ``mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32``.",
     )
     _prmt = _asm_intrinsic(
         "prmt.b32 $0, $1, $2, $3;",
@@ -433,20 +444,31 @@ else:
         "``prmt.b32 d, a, b, c``: byte i of d is byte ``c[4i+2:4i]`` of the pool {b, a} "
         "(a = bytes 0-3), or that byte's sign replicated when ``c[4i+3]`` is set.",
     )
-    _dp4a = _asm_intrinsic(
-        "dp4a.s32.s32 $0, $1, $2, $3;",
-        3,
-        1,
-        "``dp4a.s32.s32 d, a, b, c``: c plus the four products of signed bytes of a and b.",
-    )
 
     @_device
     def prmt(a, b, c):
         return uint32(_prmt(a, b, c))
 
-    @_device
-    def dp4a(a, b, c):
-        return _dp4a(a, b, c)
+    def _mul_wide(typingctx, a, b):
+        """``mul.wide.s32``: the exact int64 product of two int32."""
+        sig = types.int64(a, b)
+
+        def codegen(context, builder, sig, llargs):
+            from llvmlite import ir
+
+            i32 = ir.IntType(32)
+            ins = [
+                builder.trunc(context.cast(builder, v, t, types.int64), i32)
+                for v, t in zip(llargs, sig.args, strict=True)
+            ]
+            asm = ir.InlineAsm(
+                ir.FunctionType(ir.IntType(64), [i32, i32]), "mul.wide.s32 $0, $1, $2;", "=l,r,r"
+            )
+            return builder.call(asm, ins)
+
+        return sig, codegen
+
+    mul_wide = intrinsic(_mul_wide)
 
     @_device
     def bitlen64(x):

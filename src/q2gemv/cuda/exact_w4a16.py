@@ -50,14 +50,13 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from .. import launch
+from .. import kernels, launch
 from ..formats.nvfp4 import BLOCK
-from ._dev import dp4a, ld_bf16x8, ld_u32x4, mma_s8u8, prmt, shfl_xor
+from ._dev import ld_bf16x8, ld_u32x4, mma_s8s8, mma_s8u8, mul_wide, prmt, shfl_xor
 from .exact import (
     BF16_NAN,
     FRAC_BITS,
     OFFSET,
-    PREP_MAX_THREADS,
     SPECIAL_ROW,
     fixed_point_one,
     round_fixed_bf16,
@@ -69,16 +68,14 @@ THREADS = 32 * WARPS
 ROWS_PER_CTA = 16
 STEP = 128  # elements of a row per warp step: 8 blocks, 64 bytes
 MGROUP = 4  # activation rows per group (columns 0-3 and 4-7 of one IMMA)
-MAX_M = 16
+MAX_M = kernels.W4_EXACT_MAX_M
 MAX_K = 1 << 22  # per-lane accumulator bound: |S * scale| < 2**48.5, at most 2**14 terms
 LIMBS = 3
-SC_NAN = -(1 << 31)  # the scale table's entry for E4M3 NaN
 SCALE_LSB = 10  # e4m3 = mant << shift * 2**-9, and the weight carries 2 e2m1 = 2 * e2m1
 LUT_LO = 0x03020100  # 2 * e2m1 magnitudes of codes 0-3 ...
 LUT_HI = 0x0C080604  # ... and 4-7: 0 1 2 3 4 6 8 12
 SIGNS = 0x88888888
 BIAS = 0x80808080
-ONES = 0x01010101
 
 _device = cuda.jit(device=True, inline="always")
 
@@ -94,79 +91,92 @@ def padded_k(k: int) -> int:
 def limb_word(m: int, k: int, limb: int, mp: int) -> int:
     """Index (uint32 words) of the word holding limb ``limb`` of element (m, k), byte ``k % 4``.
 
-    Layout, outermost first: step ``k // 128``, block j = ``(k % 128 // 16) % 4``,
-    limb, group ``m // 4``, half ``k % 128 // 64``, word pair ``k % 16 // 8``,
-    row ``m % 4``, then the 8 elements (two words). ``mp``: rows padded to 4.
+    Layout, outermost first: step ``k // 128``, group ``m // 4``, block j =
+    ``(k % 128 // 16) % 4``, limb, row ``m % 4``, half ``k % 128 // 64``,
+    word pair ``k % 16 // 8``, then the 8 elements (two words). So one (step,
+    group) is 1536 contiguous bytes with constant offsets inside, the 16
+    lanes that read one (j, limb) read 128 consecutive bytes, and the lanes
+    of one activation row read one 32-byte sector (M = 1 moves no padding).
+    ``mp``: rows padded to 4.
     """
     st, r = divmod(k, STEP)
     blk, e16 = divmod(r, 16)
     h, j = divmod(blk, 4)
-    return (
-        ((st * 4 + j) * LIMBS + limb) * 8 * mp
-        + (m // MGROUP) * 32
-        + (h * 2 + e16 // 8) * 8
-        + (m % MGROUP) * 2
-        + (e16 % 8) // 4
+    u64 = (
+        ((st * (mp // MGROUP) + m // MGROUP) * 4 + j) * LIMBS * 16
+        + limb * 16
+        + (m % MGROUP) * 4
+        + h * 2
+        + e16 // 8
     )
+    return 2 * u64 + (e16 % 8) // 4
 
 
 # -- prepare -------------------------------------------------------------------------------
 
 
 def _prepare_body(A, P32, EROW, M, K, MP):  # noqa: N803
-    """Padded activation row ``blockIdx.x``: E_m and the limbs in GEMV order (:func:`limb_word`).
+    """Padded activation row ``blockIdx.x``, span ``blockIdx.y``: the limbs in GEMV order.
 
-    Thread ``tid`` converts groups of 8 elements ``q = tid, tid + blockDim, ...``
-    of the padded K; rows ``>= M`` and elements ``>= K`` are written as zeros.
+    Every CTA of the row finds E_m (:func:`~q2gemv.cuda.exact.row_exponent`,
+    the whole row: cheap, and no second kernel); span y's threads then
+    convert one group of 8 elements each, ``q = y * blockDim + tid``. Limbs
+    0 and 1 are the unsigned bytes of ``A_k + 2**23``, limb 2 its top byte
+    minus 128 as a signed byte, so that ``L0 + 2**8 L1 + 2**16 L2 = A_k``
+    exactly (|A_k| <= 255 * 2**15 < 2**23). Rows ``>= M`` and elements
+    ``>= K`` are written as zeros; span 0 writes ``EROW[m]``.
     """
     s_lg = cuda.shared.array(32, int32)
     m = cuda.blockIdx.x
     tid = cuda.threadIdx.x
-    nth = cuda.blockDim.x
     real = m < M
     E = row_exponent(A, s_lg, K) if real else int32(0)  # noqa: N806
-    if tid == 0:
+    if tid == 0 and cuda.blockIdx.y == 0:
         EROW[m] = E
     kp = (K + STEP - 1) // STEP * STEP
+    q = cuda.blockIdx.y * cuda.blockDim.x + tid
+    if q * 8 >= kp:
+        return
     hv = cuda.local.array(4, uint32)
     limb = cuda.local.array(6, uint32)
-    for q in range(tid, kp // 8, nth):
-        k = q * 8
-        for i in range(6):
-            limb[i] = uint32(0)
-        if real and k < K:
-            hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, k)
-            for c in range(8):
-                h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
-                a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
-                ap = uint32(a + int64(OFFSET))
-                for li in range(LIMBS):
-                    byte = (ap >> uint32(8 * li)) & uint32(0xFF)
-                    limb[2 * li + (c >> 2)] |= byte << uint32(8 * (c & 3))
-        st = k // STEP
-        blk = (k % STEP) // 16
-        base = (m // MGROUP) * 32 + ((blk // 4) * 2 + (k % 16) // 8) * 8 + (m % MGROUP) * 2
-        for li in range(LIMBS):
-            w = ((st * 4 + blk % 4) * LIMBS + li) * 8 * MP + base
-            P32[w] = limb[2 * li]
-            P32[w + 1] = limb[2 * li + 1]
+    k = q * 8
+    for i in range(6):
+        limb[i] = uint32(0)
+    if real and k < K:
+        hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, k)
+        for c in range(8):
+            h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
+            a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
+            ap = uint32(a + int64(OFFSET)) ^ uint32(0x800000)  # top byte - 128, as s8
+            for li in range(LIMBS):
+                byte = (ap >> uint32(8 * li)) & uint32(0xFF)
+                limb[2 * li + (c >> 2)] |= byte << uint32(8 * (c & 3))
+    st = k // STEP
+    blk = (k % STEP) // 16
+    u64 = ((st * (MP // MGROUP) + m // MGROUP) * 4 + blk % 4) * LIMBS * 16
+    u64 += (m % MGROUP) * 4 + (blk // 4) * 2 + (k % 16) // 8
+    for li in range(LIMBS):
+        w = 2 * (u64 + li * 16)
+        P32[w] = limb[2 * li]
+        P32[w + 1] = limb[2 * li + 1]
 
 
 # -- the GEMV --------------------------------------------------------------------------------
 
 
 @_device
-def decode_codes(w):
+def decode_codes(w, t_lo, t_hi):
     """8 E2M1 codes (a uint32, code i in bits 4i..4i+3) -> two registers of 4 int8 ``2 * e2m1``.
 
-    ``lo`` holds codes 0-3, ``hi`` codes 4-7, byte i = code i of the half.
+    ``lo`` holds codes 0-3, ``hi`` codes 4-7, byte i = code i of the half;
+    ``t_lo``, ``t_hi``: :data:`LUT_LO`, :data:`LUT_HI` (registers).
     """
     w = uint32(w)
     x = w ^ uint32(SIGNS)
-    p_lo = prmt(LUT_LO, LUT_HI, w)
-    q_lo = prmt(LUT_LO, LUT_HI, x)
-    p_hi = prmt(LUT_LO, LUT_HI, w >> uint32(16))
-    q_hi = prmt(LUT_LO, LUT_HI, x >> uint32(16))
+    p_lo = prmt(t_lo, t_hi, w)
+    q_lo = prmt(t_lo, t_hi, x)
+    p_hi = prmt(t_lo, t_hi, w >> uint32(16))
+    q_hi = prmt(t_lo, t_hi, x >> uint32(16))
     lo = uint32(p_lo + uint32(BIAS) - q_lo) ^ uint32(BIAS)
     hi = uint32(p_hi + uint32(BIAS) - q_hi) ^ uint32(BIAS)
     return lo, hi
@@ -174,10 +184,10 @@ def decode_codes(w):
 
 @_device
 def scale_entry(b, gsign):
-    """The scale table's entry of E4M3 bits ``b``: ``+-mant << (max(e, 1) - 1)``, or :data:`SC_NAN`."""
+    """The scale table's entry of E4M3 bits ``b``: ``+-mant << (max(e, 1) - 1)`` (0 for NaN)."""
     b = int32(b)
     if (b & 0x7F) == 0x7F:
-        return int32(SC_NAN)
+        return int32(0)  # NaN: flagged from the scale words, contributes nothing
     e = (b >> 3) & 15
     f = b & 7
     mant = f | 8 if e > 0 else f
@@ -185,142 +195,187 @@ def scale_entry(b, gsign):
     return -v if ((b >> 7) ^ gsign) != 0 else v
 
 
-def _make_gemv_body(ng: int, fast: bool):
-    """``w4a16_gemv_exact`` for ``ng`` groups of 4 activation rows; ``fast``: the 16-byte loads."""
+@_device
+def has_nan_scale(sw):
+    """Does any byte of ``sw`` (4 E4M3 scales) hold NaN (``0x7F`` / ``0xFF``)?"""
+    x = (uint32(sw) & uint32(0x7F7F7F7F)) ^ uint32(0x7F7F7F7F)  # a NaN byte becomes 0
+    return ((x - uint32(0x01010101)) & ~x & uint32(0x80808080)) != 0
+
+
+def _make_gemv_body(ng: int, fast: bool, rt: int = 1):
+    """``w4a16_gemv_exact`` for ``ng`` groups of 4 activation rows; ``fast``: the 16-byte loads.
+
+    ``rt`` tiles of 16 weight rows per CTA: warp w takes tile ``w % rt`` and
+    the steps ``w // rt, w // rt + KS, ...`` (KS = WARPS / rt), so the rt
+    warps of one K slice read the same activation operands at about the same
+    time (L1 hits instead of rt reads from L2) -- worth it for many rows.
+    """
     MM = MGROUP * ng  # noqa: N806
-    RED = WARPS * 2 * ROWS_PER_CTA * MM  # noqa: N806
+    KS = WARPS // rt  # noqa: N806 - warps splitting K per tile
+    TROWS = ROWS_PER_CTA * rt  # noqa: N806
+    RED = KS * 2 * TROWS * MM  # noqa: N806
     NACC = 4 * ng  # noqa: N806
+    FLAGS = KS * 2 * TROWS  # noqa: N806
+    GSTRIDE = 4 * LIMBS * 16  # noqa: N806 - uint64 words per (step, group)
 
     @cuda.jit(device=True, inline="always")
-    def load_row(WP, SC, row, st, t, nb, K, wv, o):  # noqa: N803
+    def load_row(WP, SC, qw, qs, st, t, nb, wv, o):  # noqa: N803
         """Words of blocks 2t, 2t + 1 of step ``st`` in ``wv[o..o+3]``; returns the scale word.
 
-        The scale word holds the E4M3 bytes of blocks ``4 (t // 2) + j``, j = 0..3.
+        ``qw``, ``qs``: this lane's first weight word and scale (word or byte)
+        of the step. The scale word holds the E4M3 bytes of blocks
+        ``4 (t // 2) + j``, j = 0..3.
         """
         if fast:
-            wv[o], wv[o + 1], wv[o + 2], wv[o + 3] = ld_u32x4(WP, row * (K // 8) + st * 16 + 4 * t)
-            return uint32(SC[row * (K // 64) + st * 2 + (t >> 1)])
+            wv[o], wv[o + 1], wv[o + 2], wv[o + 3] = ld_u32x4(WP, qw)
+            return uint32(SC[uint64(qs)])  # unsigned index: no wraparound code
         b0 = st * 8 + 2 * t
         for i in range(4):
             bb = b0 + (i >> 1)
-            wv[o + i] = uint32(WP[row * (K // 8) + bb * 2 + (i & 1)]) if bb < nb else uint32(0)
+            wv[o + i] = uint32(WP[uint64(qw + i)]) if bb < nb else uint32(0)
         sw = uint32(0)
         for j in range(4):
-            bb = st * 8 + 4 * (t >> 1) + j
-            if bb < nb:
-                sw |= uint32(SC[row * nb + bb]) << uint32(8 * j)
+            if st * 8 + 4 * (t >> 1) + j < nb:
+                sw |= uint32(SC[uint64(qs + j)]) << uint32(8 * j)
         return sw
 
     @cuda.jit(device=True, inline="always")
     def exchange(wv, o, odd, jw):
         """Word ``t % 2`` of blocks 0..3 of this lane's half (see the module docstring) into ``jw``."""
-        x0 = shfl_xor(wv[o] if odd else wv[o + 1], 1)
-        x1 = shfl_xor(wv[o + 2] if odd else wv[o + 3], 1)
+        x0 = uint32(shfl_xor(int32(wv[o] if odd else wv[o + 1]), 1))  # shuffles take int32
+        x1 = uint32(shfl_xor(int32(wv[o + 2] if odd else wv[o + 3]), 1))
         jw[0] = x0 if odd else wv[o]
         jw[1] = x1 if odd else wv[o + 2]
         jw[2] = wv[o + 1] if odd else x0
         jw[3] = wv[o + 3] if odd else x1
 
-    def body(P32, EROW, WP, SC, C, N, K, M, M0, MP, GM, GE, GSPECIAL, GSIGN):  # noqa: N803
+    def body(P64, EROW, WP, SC, C, N, K, M, M0, MP, GM, GE, GSPECIAL, GSIGN):  # noqa: N803
         lut = cuda.shared.array(256, int32)
         red = cuda.shared.array(RED, int64)
-        s_bad = cuda.shared.array(WARPS * 2 * ROWS_PER_CTA, int32)
+        s_bad = cuda.shared.array(FLAGS, int32)
         acc = cuda.local.array(NACC, int64)
         wv = cuda.local.array(8, uint32)
+        nx = cuda.local.array(8, uint32)
         jg = cuda.local.array(4, uint32)
         j8 = cuda.local.array(4, uint32)
         bq = cuda.local.array(6, uint32)
         tid = cuda.threadIdx.x
         lut[tid] = scale_entry(tid, GSIGN)  # THREADS == 256 entries
+        # the prmt tables in registers: blockIdx.y is 0 (a 1-D grid) but not a compile-time
+        # constant, so the compiler keeps them instead of rematerialising both at every prmt
+        y = uint32(cuda.blockIdx.y)
+        t_lo = uint32(LUT_LO) | y
+        t_hi = uint32(LUT_HI) | y
         warp = tid >> 5
+        ks = warp // rt
         lane = tid & 31
         g = lane >> 2
         t = lane & 3
         odd = (t & 1) != 0
         half = t >> 1
-        row0 = cuda.blockIdx.x * ROWS_PER_CTA
+        row0 = cuda.blockIdx.x * TROWS + (warp % rt) * ROWS_PER_CTA  # this warp's tile
         rg = min(row0 + g, N - 1)  # rows past N read row N-1 and are never stored
         r8 = min(row0 + g + 8, N - 1)
         nb = K // BLOCK
         nsteps = (K + STEP - 1) // STEP
+        # running indices (64-bit: constant offsets from one index share one address)
+        if fast:
+            sg_ = int64(rg) * (K // 64) + ks * 2 + half
+            s8_ = int64(r8) * (K // 64) + ks * 2 + half
+            ds = KS * 2
+        else:
+            sg_ = int64(rg) * nb + ks * 8 + 4 * half
+            s8_ = int64(r8) * nb + ks * 8 + 4 * half
+            ds = KS * 8
+        qg = int64(rg) * (K // 8) + ks * 16 + 4 * t
+        q8 = int64(r8) * (K // 8) + ks * 16 + 4 * t
+        dq = KS * 16
         # this lane's B column: activation row 4 * grp + (g % 4); its k slots hold data
-        # only for the column's own half (block-diagonal B)
-        b_live = (g >> 2) == half
-        b_off = int64(M0 // MGROUP) * 32 + (half * 2 + (t & 1)) * 8 + (g & 3) * 2
+        # only for the column's own half (block-diagonal B), and only for rows < M
+        live = 0
+        for grp in range(ng):
+            if (g >> 2) == half and grp * MGROUP + (g & 3) < M:
+                live |= 1 << grp
+        pb = int64(ks * (MP // MGROUP) + M0 // MGROUP) * GSTRIDE + (g & 3) * 4
+        pb += half * 2 + (t & 1)
+        dpb = int64(KS * (MP // MGROUP)) * GSTRIDE
         for i in range(NACC):
             acc[i] = int64(0)
         bad_g = False
         bad_8 = False
         cuda.syncthreads()  # the scale table
-        st = warp
+        st = ks
+        if st < nsteps:
+            nsg = load_row(WP, SC, qg, sg_, st, t, nb, nx, 0)
+            ns8 = load_row(WP, SC, q8, s8_, st, t, nb, nx, 4)
         while st < nsteps:
-            swg = load_row(WP, SC, rg, st, t, nb, K, wv, 0)
-            sw8 = load_row(WP, SC, r8, st, t, nb, K, wv, 4)
+            for i in range(8):
+                wv[i] = nx[i]
+            swg = nsg
+            sw8 = ns8
+            qg += dq
+            q8 += dq
+            sg_ += ds
+            s8_ += ds
+            if st + KS < nsteps:  # the next step's loads fly while this one computes
+                nsg = load_row(WP, SC, qg, sg_, st + KS, t, nb, nx, 0)
+                ns8 = load_row(WP, SC, q8, s8_, st + KS, t, nb, nx, 4)
+            bad_g = bad_g or has_nan_scale(swg)
+            bad_8 = bad_8 or has_nan_scale(sw8)
             exchange(wv, 0, odd, jg)
             exchange(wv, 4, odd, j8)
             for j in range(4):
-                lo_g, hi_g = decode_codes(jg[j])
-                lo_8, hi_8 = decode_codes(j8[j])
-                sg = dp4a(hi_g, ONES, dp4a(lo_g, ONES, 0))
-                s8 = dp4a(hi_8, ONES, dp4a(lo_8, ONES, 0))
-                o = shfl_xor((uint32(sg) & uint32(0xFFFF)) | (uint32(s8) << uint32(16)), 1)
-                cw_g = (sg + (int32(o << uint32(16)) >> 16)) << 7  # 128 * the block's sum(w)
-                cw_8 = (s8 + (int32(o) >> 16)) << 7
-                sc_g = lut[(swg >> uint32(8 * j)) & uint32(0xFF)]
+                lo_g, hi_g = decode_codes(jg[j], t_lo, t_hi)
+                lo_8, hi_8 = decode_codes(j8[j], t_lo, t_hi)
+                sc_g = lut[(swg >> uint32(8 * j)) & uint32(0xFF)]  # 0 for NaN (flagged above)
                 sc_8 = lut[(sw8 >> uint32(8 * j)) & uint32(0xFF)]
-                if sc_g == SC_NAN:
-                    bad_g = True
-                    sc_g = int32(0)
-                if sc_8 == SC_NAN:
-                    bad_8 = True
-                    sc_8 = int32(0)
-                base = int64((st * 4 + j) * LIMBS) * 8 * MP + b_off
                 for grp in range(ng):
-                    live = b_live and (grp * MGROUP + (g & 3)) < M
                     for li in range(LIMBS):
-                        if live:
-                            w = base + li * 8 * MP + grp * 32
-                            bq[2 * li] = P32[w]
-                            bq[2 * li + 1] = P32[w + 1]
+                        if (live >> grp) & 1:
+                            v = P64[uint64(pb + grp * GSTRIDE + j * LIMBS * 16 + li * 16)]
+                            bq[2 * li] = uint32(v & uint64(0xFFFFFFFF))
+                            bq[2 * li + 1] = uint32(v >> uint64(32))
                         else:
                             bq[2 * li] = uint32(0)
                             bq[2 * li + 1] = uint32(0)
                     d00, d01, d02, d03 = mma_s8u8(lo_g, lo_8, hi_g, hi_8, bq[0], bq[1], 0, 0, 0, 0)
                     d10, d11, d12, d13 = mma_s8u8(lo_g, lo_8, hi_g, hi_8, bq[2], bq[3], 0, 0, 0, 0)
-                    d20, d21, d22, d23 = mma_s8u8(lo_g, lo_8, hi_g, hi_8, bq[4], bq[5], 0, 0, 0, 0)
-                    # sum_k (2 e2m1) A_k = sum_k w (A_k + 2**23) - 2**23 sum(w): |S| < 2**31
-                    s0 = int32(d00 + (d10 << 8) + ((d20 - cw_g) << 16))
-                    s1 = int32(d01 + (d11 << 8) + ((d21 - cw_g) << 16))
-                    s2 = int32(d02 + (d12 << 8) + ((d22 - cw_8) << 16))
-                    s3 = int32(d03 + (d13 << 8) + ((d23 - cw_8) << 16))
-                    acc[4 * grp] += int64(s0) * int64(sc_g)
-                    acc[4 * grp + 1] += int64(s1) * int64(sc_g)
-                    acc[4 * grp + 2] += int64(s2) * int64(sc_8)
-                    acc[4 * grp + 3] += int64(s3) * int64(sc_8)
-            st += WARPS
-        # partial sums -> shared memory (per warp and half) -> one rounding per output
+                    d20, d21, d22, d23 = mma_s8s8(lo_g, lo_8, hi_g, hi_8, bq[4], bq[5], 0, 0, 0, 0)
+                    # the block's sum_k (2 e2m1) A_k, exact: |S| <= 16 * 12 * 255 * 2**15 < 2**31
+                    s0 = int32(d00 + (d10 << 8) + (d20 << 16))
+                    s1 = int32(d01 + (d11 << 8) + (d21 << 16))
+                    s2 = int32(d02 + (d12 << 8) + (d22 << 16))
+                    s3 = int32(d03 + (d13 << 8) + (d23 << 16))
+                    acc[4 * grp] += mul_wide(s0, sc_g)
+                    acc[4 * grp + 1] += mul_wide(s1, sc_g)
+                    acc[4 * grp + 2] += mul_wide(s2, sc_8)
+                    acc[4 * grp + 3] += mul_wide(s3, sc_8)
+            st += KS
+            pb += dpb
+        # partial sums -> shared memory (per K slice and half) -> one rounding per output
+        tr = (warp % rt) * ROWS_PER_CTA + g  # this lane's first row within the CTA
         for grp in range(ng):
             for q in range(4):
-                r = g + 8 * (q >> 1)
+                r = tr + 8 * (q >> 1)
                 m = grp * MGROUP + 2 * (t & 1) + (q & 1)
-                red[((warp * 2 + half) * ROWS_PER_CTA + r) * MM + m] = acc[4 * grp + q]
+                red[((ks * 2 + half) * TROWS + r) * MM + m] = acc[4 * grp + q]
         if not odd:
-            s_bad[(warp * 2 + half) * ROWS_PER_CTA + g] = int32(1) if bad_g else int32(0)
-            s_bad[(warp * 2 + half) * ROWS_PER_CTA + g + 8] = int32(1) if bad_8 else int32(0)
+            s_bad[(ks * 2 + half) * TROWS + tr] = int32(1) if bad_g else int32(0)
+            s_bad[(ks * 2 + half) * TROWS + tr + 8] = int32(1) if bad_8 else int32(0)
         cuda.syncthreads()
-        for idx in range(tid, ROWS_PER_CTA * MM, THREADS):
+        for idx in range(tid, TROWS * MM, THREADS):
             r = idx // MM
             m = idx % MM
-            row = row0 + r
+            row = cuda.blockIdx.x * TROWS + r
             if m < M and row < N:
                 hsum = int64(0)
                 lsum = uint64(0)
                 flag = int32(0)
-                for wh in range(2 * WARPS):
-                    v = red[(wh * ROWS_PER_CTA + r) * MM + m]
+                for wh in range(2 * KS):
+                    v = red[(wh * TROWS + r) * MM + m]
                     hsum += v >> 32
                     lsum += uint64(v & int64(0xFFFFFFFF))
-                    flag |= s_bad[wh * ROWS_PER_CTA + r]
+                    flag |= s_bad[wh * TROWS + r]
                 e = EROW[M0 + m]
                 if flag != 0 or e == SPECIAL_ROW or GSPECIAL != 0:
                     C[m, row] = uint16(BF16_NAN)
@@ -334,8 +389,8 @@ def _make_gemv_body(ng: int, fast: bool):
 PREPARE_SIGNATURE = "void(uint16[:, ::1], uint32[::1], int32[::1], int32, int32, int32)"
 _GEMV_ARGS = "int32, int32, int32, int32, int32, int64, int32, int32, int32"
 GEMV_SIGNATURES = {
-    True: f"void(uint32[::1], int32[::1], uint32[::1], uint32[::1], uint16[:, ::1], {_GEMV_ARGS})",
-    False: f"void(uint32[::1], int32[::1], uint32[::1], uint8[::1], uint16[:, ::1], {_GEMV_ARGS})",
+    True: f"void(uint64[::1], int32[::1], uint32[::1], uint32[::1], uint16[:, ::1], {_GEMV_ARGS})",
+    False: f"void(uint64[::1], int32[::1], uint32[::1], uint8[::1], uint16[:, ::1], {_GEMV_ARGS})",
 }
 GROUPS = (1, 2, 4)
 
@@ -346,22 +401,37 @@ def _prepare_kernel():
 
 
 @functools.cache
-def _gemv_kernel(ng: int, fast: bool):
-    return cuda.jit(GEMV_SIGNATURES[fast])(_make_gemv_body(ng, fast))
+def _gemv_kernel(ng: int, fast: bool, rt: int):
+    return cuda.jit(GEMV_SIGNATURES[fast])(_make_gemv_body(ng, fast, rt))
+
+
+def builds() -> list[tuple[int, bool, int]]:
+    """Every ``(groups, fast, row tiles)`` the launcher can pick."""
+    return [(ng, fast, rt) for ng in GROUPS for fast in (True, False) for rt in tiles_options(ng)]
+
+
+def tiles_options(ng: int) -> tuple[int, ...]:
+    return (1, 2) if ng == 4 else (1,)
+
+
+def row_tiles(ng: int, n: int) -> int:
+    """Tiles of 16 rows per CTA: 2 for 16-row launches of a tall weight, else 1.
+
+    Measured on the H200 (``benchmarks/bench_exact_w4a16.py --rt``, 16384 x
+    16384, GEMV alone): M = 16 took 460 us with one tile and 305 us with two
+    (the activation operands of 16 rows do not fit L1; two tiles a CTA halve
+    their reads from L2); M = 8 took 222 us with one and 237 us with two.
+    With few rows two-tile CTAs would not fill the chip.
+    """
+    return 2 if ng == 4 and n >= 8192 else 1
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of each build, for the PTX tests."""
     specs = [("w4a16_exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
-    specs += [
-        (
-            f"w4a16_gemv_exact@m{MGROUP * ng}{'' if fast else '_generic'}",
-            _make_gemv_body(ng, fast),
-            GEMV_SIGNATURES[fast],
-        )
-        for ng in GROUPS
-        for fast in (True, False)
-    ]
+    for ng, fast, rt in builds():
+        name = f"w4a16_gemv_exact@m{MGROUP * ng}t{rt}{'' if fast else '_generic'}"
+        specs.append((name, _make_gemv_body(ng, fast, rt), GEMV_SIGNATURES[fast]))
     return specs
 
 
@@ -398,7 +468,7 @@ class W4Operands:
         check_k(k)
         mp, kp = padded_m(m), padded_k(k)
         return cls(
-            cuda.device_array((max(1, LIMBS * mp * kp // 4),), np.uint32, stream=stream),
+            cuda.device_array((max(2, LIMBS * mp * kp // 4),), np.uint32, stream=stream),
             cuda.device_array((max(1, mp),), np.int32, stream=stream),
             m,
             k,
@@ -422,9 +492,12 @@ def check_k(k: int) -> None:
         raise ValueError(f"a: w4a16_gemv_exact serves K <= {MAX_K}, got {k}")
 
 
-def prepare_threads(k: int) -> int:
-    """The prepare's CTA size: one thread per 8 elements of the padded K, 32..1024."""
-    return min(PREP_MAX_THREADS, launch.div_ceil(padded_k(k) // 8, 32) * 32)
+PREP_THREADS = 256  # the prepare's CTA: 2048 elements of a row per CTA
+
+
+def prepare_grid(m: int, k: int) -> tuple[int, int]:
+    """The prepare's grid: padded rows x spans of ``8 * PREP_THREADS`` elements."""
+    return padded_m(m), launch.div_ceil(padded_k(k) // 8, PREP_THREADS)
 
 
 def prepare_device(d_a, stream=0, ops: W4Operands | None = None) -> W4Operands:
@@ -435,7 +508,7 @@ def prepare_device(d_a, stream=0, ops: W4Operands | None = None) -> W4Operands:
     elif (ops.m, ops.k) != (m, k):
         raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
     if m:
-        _prepare_kernel()[ops.mp, prepare_threads(k), stream](*ops.prepare_args(d_a))
+        _prepare_kernel()[prepare_grid(m, k), PREP_THREADS, stream](*ops.prepare_args(d_a))
     return ops
 
 
@@ -479,18 +552,21 @@ def w4_launches(ops: W4Operands, dw, d_out) -> list[tuple]:
     if fast:
         sc = sc.view(np.uint32)
     gm, ge, special, sign = global_parts(dw.global_scale)
-    grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
     tail = (np.int32(dw.n), np.int32(dw.k))
-    return [
-        (
-            _gemv_kernel(groups_for(rows), fast),
-            grid,
-            (ops.limbs, ops.exponents, wp, sc, d_out[r0 : r0 + rows], *tail)
-            + (np.int32(rows), np.int32(r0), np.int32(ops.mp), np.int64(gm), np.int32(ge))
-            + (np.int32(special), np.int32(sign)),
+    launches = []
+    for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
+        ng = groups_for(rows)
+        rt = row_tiles(ng, dw.n)
+        launches.append(
+            (
+                _gemv_kernel(ng, fast, rt),
+                launch.div_ceil(dw.n, ROWS_PER_CTA * rt),
+                (ops.limbs.view(np.uint64), ops.exponents, wp, sc, d_out[r0 : r0 + rows], *tail)
+                + (np.int32(rows), np.int32(r0), np.int32(ops.mp), np.int64(gm), np.int32(ge))
+                + (np.int32(special), np.int32(sign)),
+            )
         )
-        for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M)
-    ]
+    return launches
 
 
 def launch_w4(ops: W4Operands, dw, d_out, stream=0) -> None:
@@ -510,8 +586,8 @@ def prebind_w4(d_a, dw, d_out, stream=0, ops: W4Operands | None = None) -> list:
         launches.append(
             PreboundLaunch(
                 _prepare_kernel(),
-                ops.mp,
-                prepare_threads(k),
+                prepare_grid(m, k),
+                PREP_THREADS,
                 ops.prepare_args(d_a),
                 stream=stream,
                 name="w4a16_exact_prepare",

@@ -59,14 +59,16 @@ _C2 = np.uint64(0x94D049BB133111EB)
 FAMILY_KERNELS: dict[str, tuple[str, ...]] = kernels.golden_families()
 Q2_KERNELS = FAMILY_KERNELS["q2_0"]
 W4A16_KERNELS = FAMILY_KERNELS["w4a16"]
-# The exact contract (q2gemv.reference.exact): its own family, so its own file gemv_q2_0_exact.npz.
+# The exact contract (q2gemv.reference.exact): its own families, so its own files
+# gemv_q2_0_exact.npz and gemv_w4a16_exact.npz.
 EXACT_KERNELS = FAMILY_KERNELS["q2_0_exact"]
+W4_EXACT_KERNELS = FAMILY_KERNELS["w4a16_exact"]
 # The weight format each family's cases are built in (inputs, ids, labels).
 FAMILY_FORMAT = {fam: kernels.get(names[0]).family for fam, names in FAMILY_KERNELS.items()}
 # Rows per launch: the M=1 Q2_0 kernels launch once per activation row; q2_0_gemv_exact:
 # the launcher's chunks, after one exact_prepare.
 MAX_M = {name: kernels.get(name).max_m for names in FAMILY_KERNELS.values() for name in names}
-KERNELS = Q2_KERNELS + W4A16_KERNELS + EXACT_KERNELS
+KERNELS = Q2_KERNELS + W4A16_KERNELS + EXACT_KERNELS + W4_EXACT_KERNELS
 # Activation codes staged per shared-memory tile (the K seams the shapes cross).
 Q2_TILE_M1 = 8192  # q2_0_gemv_vec, q2_0_gemv_vec_rt4
 Q2_TILE_BATCHM = 1024  # q2_0_gemv_vec_batchm, q2_0_gemv_vec_batchm_rt2 (at M = 6..8 since v4)
@@ -176,6 +178,23 @@ W4_GSCALE = {
 Q2_WEIGHT_KINDS = ("uniform", "ternary", "special_d", "code3")
 W4_WEIGHT_KINDS = tuple(W4_GSCALE)
 EXACT_WEIGHT_KINDS = Q2_WEIGHT_KINDS + ("boundary",)
+# The NVFP4 exact family's weights add: every non-NaN E4M3 byte (the accumulator's whole shift
+# range), only subnormal scales, zero scales, and global scales that are negative, zero,
+# subnormal, NaN or Inf; "boundary" is the Q2_0 boundary weight in E2M1 (code 2 = 1.0,
+# code 10 = -1.0, code 0 elsewhere), scaled by W4_BOUNDARY_S with g = 1.
+W4_EXACT_GSCALE = {
+    "all_s": 0x3F800000,
+    "subnormal_s": 0x3F800000,
+    "zero_s": W4_DEFAULT_G,
+    "gscale_neg": 0xBC400000,  # -1.5 * 2^-7
+    "gscale_zero": 0x00000000,
+    "gscale_sub": 0x00000003,  # 3 * 2^-149: an fp32 subnormal global scale
+    "gscale_nan": 0x7FC00000,
+    "gscale_inf": 0xFF800000,
+    "boundary": 0x3F800000,
+}
+W4_EXACT_WEIGHT_KINDS = W4_WEIGHT_KINDS + tuple(W4_EXACT_GSCALE)
+W4_BOUNDARY_S = (0x38, 0x01, 0x70)  # E4M3 1.0, 2^-9 (subnormal), 2^7
 
 # The "boundary" weight and activations (exact contract): activation row r holds the pieces
 # BOUNDARY_PIECES[j] * 2**e_r at positions 16 w_r + j of one 16-position window w_r, +0 elsewhere;
@@ -257,20 +276,39 @@ def _pow2_bf16(p: int, negative: bool = False) -> int:
 def w4_weight(label: str, kind: str, n: int, k: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(packed uint8 [n, k/2], E4M3 scale bytes uint8 [n, k/16], fp32 bits of g) of ``kind``.
 
-    Nibbles are uniform 4-bit fields for every kind; scale bytes are uniform
-    in [0x28, 0x47] (0.25 .. 1.875 * 2^1) except ``special_s``, where group
-    i (row-major) takes ``W4_SPECIAL_S[i % 11]``. ``g`` is ``W4_GSCALE[kind]``.
+    Nibbles are uniform 4-bit fields for every kind but ``boundary``; scale
+    bytes are uniform in [0x28, 0x47] (0.25 .. 1.875 * 2^1) except
+    ``special_s``, where group i (row-major) takes ``W4_SPECIAL_S[i % 11]``;
+    ``all_s``: group i takes the i-th of the 254 non-NaN bytes, from a
+    stream offset; ``subnormal_s``: bytes 0x01..0x07 / 0x81..0x87;
+    ``zero_s``: +0 and -0. ``g`` is ``W4_GSCALE[kind]`` or
+    ``W4_EXACT_GSCALE[kind]``. ``boundary``: see ``W4_EXACT_GSCALE``.
     """
-    if kind not in W4_GSCALE:
-        raise ValueError(f"kind: expected one of {W4_WEIGHT_KINDS}, got {kind!r}")
+    g = W4_GSCALE.get(kind, W4_EXACT_GSCALE.get(kind))
+    if g is None:
+        raise ValueError(f"kind: expected one of {W4_EXACT_WEIGHT_KINDS}, got {kind!r}")
     nib = fields(label + "/codes", n * k, 4).astype(np.uint8).reshape(n, k)
-    packed = nib[:, 0::2] | (nib[:, 1::2] << 4)
     ng = n * (k // NVFP4_BLOCK)
+    f = fields(label + "/s", ng, 8)
     if kind == "special_s":
         s = np.array(W4_SPECIAL_S, np.uint8)[np.arange(ng) % len(W4_SPECIAL_S)]
+    elif kind == "all_s":
+        finite = np.array([b for b in range(256) if b & 0x7F != 0x7F], np.uint8)
+        s = finite[(np.arange(ng) + int(f[0])) % finite.size]
+    elif kind == "subnormal_s":
+        s = (1 + f % 7 + (f & 0x80)).astype(np.uint8)
+    elif kind == "zero_s":
+        s = (f & 0x80).astype(np.uint8)
+    elif kind == "boundary":
+        codes, srow = _boundary_weight(n, k, 1)  # code 0 / 1 / 2: weight -1 / 0 / +1 x d
+        nib = np.array([10, 0, 2], np.uint8)[codes].reshape(n, k)  # E2M1 -1.0, 0, 1.0
+        rows = np.arange(n) // (2 * len(BOUNDARY_SUBSETS))
+        s = np.repeat(np.array(W4_BOUNDARY_S, np.uint8)[rows % len(W4_BOUNDARY_S)], k // 16)
+        del srow
     else:
-        s = (0x28 + fields(label + "/s", ng, 8) % 0x20).astype(np.uint8)
-    return packed, s.reshape(n, k // NVFP4_BLOCK), W4_GSCALE[kind]
+        s = (0x28 + f % 0x20).astype(np.uint8)
+    packed = nib[:, 0::2] | (nib[:, 1::2] << 4)
+    return packed, s.reshape(n, k // NVFP4_BLOCK), g
 
 
 # -- activations ------------------------------------------------------------------------
@@ -393,8 +431,8 @@ def _q2_id(g, n, k, m, wk, ak, fam="q2_0"):
     return f"{fam}/g{g}/n{n}_k{k}_m{m}/{wk}/{ak}"
 
 
-def _w4_id(n, k, m, wk, ak):
-    return f"w4a16/n{n}_k{k}_m{m}/{wk}/{ak}"
+def _w4_id(n, k, m, wk, ak, fam="w4a16"):
+    return f"{fam}/n{n}_k{k}_m{m}/{wk}/{ak}"
 
 
 # M values of the M sweep run on the simulator: 0, 2 and both sides of the kernel's
@@ -421,7 +459,7 @@ def gemv_specs() -> list[GemvSpec]:
         if weight_format(fam) == "q2_0":
             cid = _q2_id(g, n, k, m, wk, ak, fam)
         else:
-            cid = _w4_id(n, k, m, wk, ak)
+            cid = _w4_id(n, k, m, wk, ak, fam)
         if cid in specs:
             small = set(small) | set(specs[cid].small)
         small = tuple(x for x in kernels if x in small)
@@ -497,6 +535,7 @@ def gemv_specs() -> list[GemvSpec]:
         add("w4a16", 7, 3 * NVFP4_BLOCK, 1, wk, "normal", small)
     add("w4a16", 7, 3 * NVFP4_BLOCK, 2, "special_s", "max", (rt2,))
     _exact_specs(add)
+    _exact_w4_specs(add)
     return list(specs.values())
 
 
@@ -536,6 +575,39 @@ def _exact_specs(add) -> None:
         add(fam, 9, 2 * g, 3, "code3", "outlier", ex if g == 128 else (), g)
         add(fam, 16, 2 * g, 17, "special_d", "outlier_huge", (), g)
         add(fam, 33, 2 * g, 5, "boundary", "boundary", (), g)
+
+
+# Shapes of the NVFP4 exact family: K in blocks of 16 across the kernel's step of 128 elements
+# (1 and 3 blocks: the generic loads, a partial step; 8: one step, the 16-byte loads; 9: a step
+# and a block; 24 and 72: 3 and 9 steps, more than the 8 warps that split K), N across the
+# 16-row tile and the 2-tile CTA, M across the 4-row groups and the 16-row launches.
+W4_EXACT_BLOCKS = (1, 3, 8, 9, 24, 72)
+W4_EXACT_M = (0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33)
+
+
+def _exact_w4_specs(add) -> None:
+    """The cases of family ``w4a16_exact`` (kernel ``w4a16_gemv_exact``), through ``add``."""
+    fam, ex = "w4a16_exact", W4_EXACT_KERNELS
+    b = NVFP4_BLOCK
+    for blocks in W4_EXACT_BLOCKS:
+        for n in EXACT_N:
+            small = (n, blocks) in ((17, 1), (16, 8), (1, 9), (7, 24))
+            add(fam, n, blocks * b, 1, "uniform", "normal", ex if small else ())
+    for m in W4_EXACT_M:  # M sweep: 4-row groups and the 16-row launches
+        add(fam, 7, 8 * b, m, "uniform", "normal", ex if m in (0, 5, 17) else ())
+    add(fam, 33, 9 * b, 33, "uniform", "normal", ())  # every seam at once
+    for ak in EXACT_ACT_KINDS[1:]:  # special activations
+        m = {"inf": 2, "nan": 2, "boundary": len(BOUNDARY_E), "outlier_huge": 3}.get(ak, 1)
+        wk = "boundary" if ak == "boundary" else "uniform"
+        n = 2 * len(BOUNDARY_SUBSETS) * len(W4_BOUNDARY_S) if ak == "boundary" else 7
+        small = ex if ak in ("nan", "outlier_huge", "cancel") else ()
+        add(fam, n, 2 * b if ak == "boundary" else 8 * b, m, wk, ak, small)
+    for wk in W4_EXACT_WEIGHT_KINDS[1:]:  # special weights (boundary: with its activations)
+        if wk != "boundary":
+            small = ex if wk in ("special_s", "all_s", "gscale_nan", "gscale_neg") else ()
+            add(fam, 9, 9 * b, 2 if wk == "all_s" else 1, wk, "normal", small)
+    add(fam, 17, 8 * b, 3, "special_s", "outlier", ())
+    add(fam, 16, 24 * b, 17, "all_s", "outlier_huge", ())
 
 
 def model_specs() -> list[GemvSpec]:
@@ -595,6 +667,21 @@ def model_specs() -> list[GemvSpec]:
                 "large",
             )  # fmt: skip
         )
+    out.append(
+        GemvSpec(
+            f"model/w4a16_exact/{n}x{k}_m17",
+            "w4a16_exact",
+            n,
+            k,
+            17,
+            "uniform",
+            "outlier",
+            0,
+            W4_EXACT_KERNELS,
+            (),
+            "large",
+        )  # fmt: skip
+    )
     return out
 
 

@@ -58,7 +58,7 @@ def cuda_runs_on() -> str:
 
 def reference_function(case: GemvCase, kernel: str):
     """The NumPy reference of ``kernel`` (one function serves every NVFP4 tier)."""
-    if kernel in gen.EXACT_KERNELS:
+    if kernel in gen.EXACT_KERNELS + gen.W4_EXACT_KERNELS:
         from ..reference import exact as ref
 
         return getattr(ref, kernel)
@@ -116,6 +116,10 @@ class Runner:
             from ..cuda import exact
 
             return exact.run_q2(bits, self._cache["w"])
+        if kernel in gen.W4_EXACT_KERNELS:  # its prepare, then w4a16_gemv_exact per chunk
+            from ..cuda import exact_w4a16
+
+            return exact_w4a16.run_w4(bits, self._cache["w"])
         return mod.run(kernel, bits, self._cache["w"])
 
     def close(self) -> None:
