@@ -1,9 +1,10 @@
 """The golden suite: shipped data intact, every backend bit-exact, and failures reported.
 
 * the reference runs every case in this process;
-* ``q2gemv verify`` runs as a subprocess: the reference again, and the cuda
-  backend on the GPU (all cases) or under the CUDA simulator (the ``small``
-  checks, the rest reported as skipped);
+* ``q2gemv verify`` runs as a subprocess: on the cuda backend, a few checks
+  of every family (the simulator runs the ``small`` ones and reports the
+  rest as skipped), and on a GPU (``gpu`` marker) the whole suite; the whole
+  suite on every backend this machine has is README command 1, which CI runs;
 * a flipped byte, a truncated file and a one-ulp change in a kernel's output
   are each reported, never passed.
 """
@@ -207,14 +208,35 @@ def test_reference_reproduces_every_golden_check(full_suite):
     assert run.counts()["pass"] > n_gemv  # every GEMV check plus the host format checks
 
 
+def _verify_cuda_picks(s: suite.Suite) -> list[tuple[suite.GemvCase, str]]:
+    """The first small check of every family (the simulator runs it) and the first medium
+    and large checks (it skips them)."""
+    first: dict[tuple[str, str], tuple[suite.GemvCase, str]] = {}
+    for case in s.gemv:
+        for k in case.kernels:
+            first.setdefault((case.family, case.size_of(k)), (case, k))
+    picks = [check for (_, size), check in first.items() if size == "small"]
+    for wanted in ("medium", "large"):
+        picks.append(next(check for (_, size), check in first.items() if size == wanted))
+    return picks
+
+
 @pytest.mark.slow
 def test_verify_command_passes_on_the_cuda_backend_here():
     """``q2gemv verify --backend cuda``: the GPU here, or the simulator's small checks.
 
-    (The reference half of the command is the test above, in this process; CI
-    also runs the plain ``q2gemv verify`` as README command 1.)
+    (The reference half of the command is ``test_reference_reproduces_every_golden_check``,
+    in this process; CI runs the whole plain ``q2gemv verify`` as README command 1.)
     """
-    proc = _verify("--backend", "cuda", "--json")
+    # The command's wiring, worker processes switching family, the JSON report and the
+    # skip accounting, on a few checks of every family. Every small check on the simulator
+    # is README command 1 (``q2gemv verify``, both backends), which CI runs before the
+    # tests; the kernels' own simulator tests compare every kernel with its reference.
+    full = suite.load_suite()
+    picks = _verify_cuda_picks(full)
+    cases = sorted({case.id for case, _ in picks})
+    kernels = sorted({k for _, k in picks})
+    proc = _verify("--backend", "cuda", "--json", "--kernel", *kernels, "--cases", *cases)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rep = json.loads(proc.stdout)
     assert rep["ok"] and rep["integrity_problems"] == []
@@ -222,15 +244,13 @@ def test_verify_command_passes_on_the_cuda_backend_here():
     c = cuda["counts"]
     assert c["fail"] == c["error"] == 0 and c["pass"] > 0
     assert "checks to run" in proc.stderr  # progress went to stderr, not into the JSON
+    checks = suite.Selection.parse(cases, kernels).gemv_checks(full)
+    assert c["checks"] == len(checks)
     if cuda["runs_on"].startswith("CUDA simulator"):
-        small = sum(
-            1
-            for case in suite.load_suite().gemv
-            for k in case.kernels
-            if case.size_of(k) == "small"
-        )
-        assert c["pass"] == small
-        assert c["skip"] == c["checks"] - small > 0
+        small = [(case.family, k) for case, k in checks if case.size_of(k) == "small"]
+        assert {f for f, _ in small} == {case.family for case in full.gemv}
+        assert c["pass"] == len(small)
+        assert c["skip"] == c["checks"] - len(small) > 0
         reasons = cuda["skip_reasons"]  # one per size class skipped: medium, large
         assert sum(reasons.values()) == c["skip"]
         assert all("simulator" in why for why in reasons)
