@@ -29,6 +29,8 @@ import numpy as np
 
 from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
 from .formats.bf16 import as_bf16_bits
+from .kernels import Q2_EXACT_MAX_M
+from .launch import ChunkPlan
 
 EXACT_K_MULTIPLE = 64  # the exact kernels' unit of codes (q2gemv.cuda.exact.UNIT)
 
@@ -144,7 +146,7 @@ def run_prepared_cuda(p: PreparedActivations, weight, stream=0) -> np.ndarray:
     """
     from numba import cuda
 
-    from .cuda import exact
+    from .cuda import launcher
     from .cuda.q2_0 import as_device_weight
 
     dw = as_device_weight(weight, stream)
@@ -152,7 +154,11 @@ def run_prepared_cuda(p: PreparedActivations, weight, stream=0) -> np.ndarray:
     if p.m == 0:
         return out
     d_out = cuda.device_array((p.m, dw.n), np.uint16, stream=stream)
-    exact.launch_q2(p.operands, dw, d_out, stream)
+    plan = ChunkPlan(p.m, Q2_EXACT_MAX_M, lambda rows: "q2_0_gemv_exact")
+    ls = launcher.launches(
+        "q2_0", "exact", plan, dw, p.device_bits, d_out, stream, p.operands, prepare=False
+    )
+    launcher.launch_all(ls, stream)  # every chunk checked before the first is enqueued
     d_out.copy_to_host(out, stream=stream)
     if stream:
         stream.synchronize()

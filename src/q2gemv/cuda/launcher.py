@@ -31,7 +31,9 @@ from ..backends import SIMULATOR_LOCK
 from .prebound import SIMULATED, PreboundLaunch
 
 
-def launches(family: str, numerics: str, plan, dw, d_a, d_out, stream=0, ops=None) -> list[tuple]:
+def launches(
+    family: str, numerics: str, plan, dw, d_a, d_out, stream=0, ops=None, *, prepare: bool = True
+) -> list[tuple]:
     """The validated launches of ``plan`` on ``d_a`` (uint16 [M, K]) into ``d_out`` (uint16 [M, N]).
 
     Args:
@@ -41,13 +43,17 @@ def launches(family: str, numerics: str, plan, dw, d_a, d_out, stream=0, ops=Non
         stream: the stream the exact contract's workspace belongs to (exact only).
         ops: exact only: the :class:`~q2gemv.cuda.exact.ExactOperands` to fill
             (None: new ones are allocated).
+        prepare: exact only: False when ``ops`` already hold ``d_a``'s operands
+            (:func:`q2gemv.prepare`): no ``exact_prepare`` launch.
 
     Returns ``(dispatcher, grid, block, args, name)`` per launch. Raises the
     family's TypeError/ValueError (naming ``a``, ``out``, ``m``, ``weight``,
     ``kernel``) before anything is enqueued.
     """
     if numerics == "exact":
-        return _exact_launches(plan, dw, d_a, d_out, stream, ops)
+        if family != "q2_0":  # a new exact family: its prepare + GEMV launches go here
+            raise ValueError(f"numerics: no exact-contract launcher for family {family!r}")
+        return _exact_launches(plan, dw, d_a, d_out, stream, ops, prepare)
     if family == "q2_0":
         from . import q2_0 as mod
     else:
@@ -64,7 +70,7 @@ def launches(family: str, numerics: str, plan, dw, d_a, d_out, stream=0, ops=Non
     return [(compiled(name), g, b, a, name) for name, rows, g, b, a in out]
 
 
-def _exact_launches(plan, dw, d_a, d_out, stream, ops) -> list[tuple]:
+def _exact_launches(plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
     from . import exact
 
     k = int(d_a.shape[1])
@@ -79,15 +85,17 @@ def _exact_launches(plan, dw, d_a, d_out, stream, ops) -> list[tuple]:
     for r0, rows, name in plan:
         if name != spec.name or not 1 <= rows <= spec.max_m:
             raise ValueError(
-                f"plan: launch at row {r0}: expected 1..{spec.max_m} rows of {spec.name}, got {rows} of {name!r}"
+                f"plan: launch at row {r0}: expected 1..{spec.max_m} rows of {spec.name}, "
+                f"got {rows} of {name!r}"
             )
         rows_of.append((r0, rows))
     chunks = exact.q2_launches(ops, dw, d_out, rows_of)  # validates the weight, out and rows
     launch.check_alignment(spec.name, d_a, spec.a_align)  # exact_prepare loads 16 bytes
-    first = (exact._prepare_kernel(), m, exact.prepare_threads(k), ops.prepare_args(d_a))
-    return [(*first, "exact_prepare")] + [
-        (kern, grid, exact.THREADS, args, spec.name) for kern, grid, args in chunks
-    ]
+    out = [(kern, grid, exact.THREADS, args, spec.name) for kern, grid, args in chunks]
+    if prepare:  # once, over all rows, before the chunks
+        threads = exact.prepare_threads(k)
+        out.insert(0, (exact._prepare_kernel(), m, threads, ops.prepare_args(d_a), "exact_prepare"))
+    return out
 
 
 def launch_all(launches_: list[tuple], stream=0) -> None:
