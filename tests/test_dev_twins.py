@@ -328,3 +328,72 @@ def test_every_thread_of_a_block_gets_the_same_simulated_shared_array(monkeypatc
         _shared_rotate_kernel[1, 256](base, out)
         want = base + ((np.arange(256) + 1) % 256).astype(np.float32)
         assert_bits_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+# -- signed IMMA, prmt and mul_wide (w4a16_gemv_exact) ------------------------------
+
+
+@cuda.jit
+def _mma_signed_kernel(a, b, d_su, d_ss):
+    i = cuda.grid(1)
+    d_su[i, 0], d_su[i, 1], d_su[i, 2], d_su[i, 3] = _dev.mma_s8u8(
+        a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[i, 0], b[i, 1], 0, 0, 0, 0
+    )
+    d_ss[i, 0], d_ss[i, 1], d_ss[i, 2], d_ss[i, 3] = _dev.mma_s8s8(
+        a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[i, 0], b[i, 1], 0, 0, 0, 0
+    )
+
+
+def test_signed_mma_twins_are_the_ptx_products():
+    """mma_s8u8 reads A's bytes as int8, mma_s8s8 also B's; one warp, extremes included."""
+    rng = np.random.default_rng(41)
+    am = rng.integers(-128, 128, (16, 32))
+    bm = rng.integers(0, 256, (32, 8))
+    am[0, :] = -128  # the most negative products
+    bm[:, 1] = 255
+    a, b, _ = _mma_fragments(am & 0xFF, bm, np.zeros((16, 8), np.int64))
+    d_su, d_ss = np.zeros((32, 4), np.int32), np.zeros((32, 4), np.int32)
+    _mma_signed_kernel[1, 32](a, b, d_su, d_ss)
+    bs = np.where(bm > 127, bm - 256, bm)
+    assert_bits_equal(d_su, _mma_fragments(am & 0xFF, bm, am @ bm)[2], "mma_s8u8")
+    assert_bits_equal(d_ss, _mma_fragments(am & 0xFF, bm, am @ bs)[2], "mma_s8s8")
+
+
+@cuda.jit
+def _prmt_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = _dev.prmt(x[i, 0], x[i, 1], x[i, 2])
+
+
+def test_prmt_twin_follows_the_ptx_byte_select_rule():
+    """Hand-worked cases of prmt.b32 (default mode): pool {b, a}, a = bytes 0-3; c[4i+3] = sign."""
+    cases = [
+        # (a, b, c, want)
+        (0x03020100, 0x07060504, 0x3210, 0x03020100),  # identity
+        (0x03020100, 0x07060504, 0x4567, 0x04050607),  # from b, reversed
+        (0x03020100, 0x0C080604, 0x7531, 0x0C060301),  # the E2M1 table: codes 1, 3, 5, 7
+        (0x00000080, 0x00000000, 0x0008, 0x808080FF),  # byte 0: the sign of 0x80; others copy it
+        (0x0000007F, 0x00000000, 0x0008, 0x7F7F7F00),  # the sign of 0x7F: 0x00
+        (0x03020100, 0x0C080604, 0xDEAD0008, 0x00000000),  # only c's low 16 bits count
+        (0x11223344, 0x8899AABB, 0xC4F0, 0xFFBBFF44),  # mixed: sign of 0x88, 0xBB, 0x44 (0)
+    ]
+    x = np.array([[a, b, c] for a, b, c, _ in cases], np.uint32)
+    out = np.zeros(len(cases), np.uint32)
+    _prmt_kernel[1, 32](x, out)
+    assert [hex(v) for v in out] == [hex(w) for *_, w in cases]
+
+
+@cuda.jit
+def _mul_wide_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = _dev.mul_wide(x[i, 0], x[i, 1])
+
+
+def test_mul_wide_is_exact_at_the_int32_extremes():
+    v = [-(2**31), 2**31 - 1, -1, 0, 1, 3, -(2**17) - 5, 245760]
+    x = np.array([(p, q) for p in v for q in v], np.int32)
+    out = np.zeros(len(x), np.int64)
+    _mul_wide_kernel[1, len(x)](x, out)
+    assert out.tolist() == [int(p) * int(q) for p, q in x.tolist()]

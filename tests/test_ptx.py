@@ -16,7 +16,7 @@ import pytest
 
 from q2gemv.cuda.ptx import FAMILIES
 
-GROUPS = [("q2_0", "w4a16"), ("exact",)]  # compiled in parallel, one process each
+GROUPS = [("q2_0", "w4a16"), ("exact",), ("exact_w4a16",)]  # one process each, in parallel
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +95,22 @@ def test_exact_gemv_uses_the_int8_tensor_cores(ptx_summary):
             assert s["mma.sync.aligned.m16n8k32"] == 0, name
         assert not s["uses_local_memory"], name
         assert s["fma.rn.f32"] == 0, name  # integer arithmetic only
+
+
+def test_exact_w4a16_builds_use_signed_imma_and_no_float(ptx_summary):
+    """Every w4a16_gemv_exact build (groups 1/2/4, one or two row tiles, both load paths)
+    issues the k32 IMMA (s8 x u8 for limbs 0-1, s8 x s8 for the signed top limb)."""
+    from q2gemv.cuda import exact_w4a16
+
+    names = [name for name, _, _ in exact_w4a16.ptx_specs()]
+    assert "w4a16_exact_prepare" in names and len(names) == 1 + len(exact_w4a16.builds())
+    for name in names:
+        s = ptx_summary[name]
+        gemv = name.startswith("w4a16_gemv_exact@")
+        assert (s["mma.sync.aligned.m16n8k32"] >= 3) == gemv, name
+        assert s["mma.s8.u8"] == 2 * s["mma.s8.s8"], name  # per block: 2 unsigned limbs, 1 signed
+        assert not s["uses_local_memory"], name
+        assert s["fma.rn.f32"] == 0, name
 
 
 def test_summary_counts_the_mma_form():

@@ -197,9 +197,13 @@ def scale_entry(b, gsign):
 
 @_device
 def has_nan_scale(sw):
-    """Does any byte of ``sw`` (4 E4M3 scales) hold NaN (``0x7F`` / ``0xFF``)?"""
-    x = (uint32(sw) & uint32(0x7F7F7F7F)) ^ uint32(0x7F7F7F7F)  # a NaN byte becomes 0
-    return ((x - uint32(0x01010101)) & ~x & uint32(0x80808080)) != 0
+    """Does any byte of ``sw`` (4 E4M3 scales) hold NaN (``0x7F`` / ``0xFF``)?
+
+    ``x``: a NaN byte becomes 0, every other byte 1..0x7F; ``x + 0x7F`` per
+    byte (no carries) sets each byte's top bit except where ``x`` was 0.
+    """
+    x = (uint32(sw) & uint32(0x7F7F7F7F)) ^ uint32(0x7F7F7F7F)
+    return (~((x + uint32(0x7F7F7F7F)) | uint32(0x7F7F7F7F)) & uint32(0x80808080)) != 0
 
 
 def _make_gemv_body(ng: int, fast: bool, rt: int = 1):

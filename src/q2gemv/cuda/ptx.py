@@ -57,6 +57,8 @@ def summarise(ptx: str) -> dict:
         "add.rn.f32": count("add.rn.f32"),
         "shfl": count("shfl"),
         "mma.sync.aligned.m16n8k32": count("mma.sync.aligned.m16n8k32"),
+        "mma.s8.u8": count("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8"),
+        "mma.s8.s8": count("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8"),
         "ld.global": count("ld.global"),
         "ld.shared": count("ld.shared"),
     }
