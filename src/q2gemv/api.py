@@ -8,12 +8,11 @@ Two numerics contracts (``numerics=``, resolved by :func:`resolve_numerics`):
 
 * ``"exact"`` — the result is a value, not an order: the bf16 nearest to
   the exact sum (:mod:`q2gemv.reference.exact`, ``docs/numerics.md``), so
-  any kernel, K split or chunking of M gives the same bits. Kernel
-  ``q2_0_gemv_exact``. The default for Q2_0.
+  any kernel, K split or chunking of M gives the same bits. Kernels
+  ``q2_0_gemv_exact`` and ``w4a16_gemv_exact``. The default for both families.
 * ``"seed"`` — each kernel's documented fp32 order (the references in
   :mod:`q2gemv.reference`): the Q2_0 kernels of :data:`Q2_KERNELS` and
-  every W4A16 tier. The default for NVFP4, whose exact kernel does not
-  exist yet.
+  every W4A16 tier (dispatched by ``select_tier`` with the kill switches).
 """
 
 from __future__ import annotations
@@ -43,7 +42,9 @@ Q2_KERNELS = kernels.table("q2_0", "seed")
 # The exact contract's kernels (chunks cut by the launcher, after one exact_prepare over all rows).
 Q2_EXACT_KERNELS = kernels.table("q2_0", "exact")
 W4A16_KERNELS = kernels.table("w4a16", "seed")  # kernel -> max M per launch
+W4_EXACT_KERNELS = kernels.table("w4a16", "exact")
 EXACT_Q2_KERNEL = "q2_0_gemv_exact"
+EXACT_W4_KERNEL = "w4a16_gemv_exact"
 NUMERICS = ("exact", "seed")
 # The kernels take row counts and offsets as int32: no plan goes beyond this many rows.
 PLAN_MAX_M = 2**31 - 1
@@ -157,12 +158,10 @@ def resolve_numerics(family: str, numerics: str | None = None, kernel: str | Non
         numerics: ``"exact"``, ``"seed"`` or None (the family's default).
         kernel: the kernel forced by ``kernel=``, or None.
 
-    Rules: ``numerics=None`` resolves per family, Q2_0 -> ``"exact"`` and
-    NVFP4 -> ``"seed"`` (no exact W4A16 kernel exists yet, so an explicit
-    ``numerics="exact"`` on NVFP4 is a ValueError naming ``numerics``). A
-    forced Q2_0 kernel decides when ``numerics`` is None (a seed kernel runs
-    the seed contract: ``kernel=`` wins over the default); a kernel of the
-    other contract than an explicit ``numerics`` is a ValueError naming
+    Rules: ``numerics=None`` is ``"exact"`` for both families, unless a
+    forced kernel decides (a seed kernel, or a W4A16 tier, runs the seed
+    contract: ``kernel=`` wins over the default); a kernel of the other
+    contract than an explicit ``numerics`` is a ValueError naming
     ``kernel``. Validates ``numerics`` before anything else.
     """
     if numerics is not None and (not isinstance(numerics, str) or numerics not in NUMERICS):
@@ -170,30 +169,26 @@ def resolve_numerics(family: str, numerics: str | None = None, kernel: str | Non
             f"numerics: expected one of {NUMERICS} or None (the weight family's default), "
             f"got {numerics!r}"
         )
-    if family == "w4a16":
-        if numerics == "exact":
-            raise ValueError(
-                "numerics: the exact contract is not yet available for NVFP4 (no exact W4A16 "
-                "kernel yet); leave numerics=None or pass numerics='seed'"
-            )
-        return "seed"
     if kernel is None:
         return numerics or "exact"
-    if kernel in Q2_EXACT_KERNELS:
+    exact, seed = (
+        (Q2_EXACT_KERNELS, Q2_KERNELS) if family == "q2_0" else (W4_EXACT_KERNELS, W4A16_KERNELS)
+    )
+    if kernel in exact:
         if numerics == "seed":
             raise ValueError(
                 f"kernel: {kernel} computes the exact contract, but numerics='seed' was asked "
-                f"for (seed kernels: {', '.join(Q2_KERNELS)})"
+                f"for (seed kernels: {', '.join(seed)})"
             )
         return "exact"
-    if kernel in Q2_KERNELS:
+    if kernel in seed:
         if numerics == "exact":
             raise ValueError(
                 f"kernel: {kernel} computes the seed contract, but numerics='exact' was asked "
-                f"for (the exact kernel: {EXACT_Q2_KERNEL}; or leave numerics=None)"
+                f"for (the exact kernel: {', '.join(exact)}; or leave numerics=None)"
             )
         return "seed"
-    raise ValueError(f"kernel: expected one of {(*Q2_KERNELS, *Q2_EXACT_KERNELS)}, got {kernel!r}")
+    raise ValueError(f"kernel: expected one of {(*seed, *exact)}, got {kernel!r}")
 
 
 def check_m(m) -> int:
@@ -220,14 +215,14 @@ def plan(
         weight: a Q2Weight / Nvfp4Weight (or a device-resident one): picks the family.
         m: activation rows (int, 0 <= m <= :data:`PLAN_MAX_M`).
         kernel: a kernel name to force, or None for the default choice.
-        numerics: ``"exact"``, ``"seed"`` or None (per family: Q2_0 exact,
-            NVFP4 seed); see :func:`resolve_numerics`.
+        numerics: ``"exact"``, ``"seed"`` or None (``"exact"`` unless a seed
+            kernel is forced); see :func:`resolve_numerics`.
 
-    Q2_0, exact: ``q2_0_gemv_exact`` in chunks of ``launch.Q2_EXACT_MAX_M`` rows (one
-    ``exact_prepare`` over all rows runs before them; it is not a plan
-    entry). Q2_0, seed: the default kernel (or ``kernel``) in chunks of its
+    Exact: ``q2_0_gemv_exact`` in chunks of ``launch.Q2_EXACT_MAX_M`` rows,
+    ``w4a16_gemv_exact`` in chunks of 16 (the contract's activation prepare
+    runs once over all rows before them; it is not a plan entry). Q2_0, seed: the default kernel (or ``kernel``) in chunks of its
     rows per launch (1 for the M=1 kernels: one launch per activation row).
-    W4A16: the tier plan of :func:`q2gemv.tiers.plan_w4a16`, or one forced
+    W4A16, seed: the tier plan of :func:`q2gemv.tiers.plan_w4a16`, or one forced
     tier, which must cover ``m`` (a forced tier is never chunked silently).
     Empty for m == 0. Returned as a :class:`q2gemv.launch.ChunkPlan`: a
     sequence of those tuples (equal to the list of them) that is computed
@@ -254,6 +249,9 @@ def _plan_iter(weight, family: str, mode: str, m: int, kernel: str | None):
             name = default_q2_kernel(m, weight.n) if kernel is None else kernel
             table = Q2_KERNELS
         return launch.ChunkPlan(m, table[name], lambda rows: name)
+    if mode == "exact":
+        name = EXACT_W4_KERNEL if kernel is None else kernel
+        return launch.ChunkPlan(m, W4_EXACT_KERNELS[name], lambda rows: name)
     if kernel is None:
         t = default_w4a16_tiers()
         wide = tiers.WIDE_MAX_M  # plan_w4a16's chunk; its kernel depends only on the chunk's rows
@@ -309,14 +307,16 @@ def gemv(
         weight: a :class:`~q2gemv.Q2Weight` or :class:`~q2gemv.Nvfp4Weight`
             (or their device-resident forms from ``.to_device()`` /
             ``q2gemv.cuda``, which imply ``backend="cuda"``).
-        kernel: force one kernel. Q2_0 exact: ``"q2_0_gemv_exact"`` (chunks
-            of ``launch.Q2_EXACT_MAX_M`` = 8 rows). Q2_0 seed: ``"q2_0_gemv"``, ``"q2_0_gemv_vec"``,
+        kernel: force one kernel. Exact: ``"q2_0_gemv_exact"`` (chunks
+            of ``launch.Q2_EXACT_MAX_M`` = 8 rows), ``"w4a16_gemv_exact"``
+            (chunks of 16 rows). Q2_0 seed: ``"q2_0_gemv"``, ``"q2_0_gemv_vec"``,
             ``"q2_0_gemv_vec_rt4"`` (M=1 kernels: one launch per activation
             row), ``"q2_0_gemv_vec_batchm"``, ``"q2_0_gemv_vec_batchm_rt2"``
             (chunks of at most 8 rows); naming one runs the seed contract
             even with ``numerics`` left None. W4A16: any tier
             (``w4a16_gemv_batch4`` .. ``_batch8``, ``_batch8_rt2``,
-            ``_batch16``, ``_batch32``), which must cover M. Default: see
+            ``_batch16``, ``_batch32``; the seed contract), which must cover
+            M. Default: see
             :func:`plan` and :func:`explain`.
         backend: ``"reference"`` (NumPy) or ``"cuda"`` (the numba kernels on
             the GPU, or the CUDA simulator when ``NUMBA_ENABLE_CUDASIM=1``).
@@ -326,13 +326,12 @@ def gemv(
         stream: CUDA backend only: a numba stream or a raw ``cudaStream_t``
             handle (int); default 0, or torch's current stream for torch ``a``.
         numerics: the contract, ``"exact"`` or ``"seed"``; None (default) is
-            per family: ``"exact"`` for Q2_0 (kernel ``q2_0_gemv_exact``, the
-            reference :func:`q2gemv.reference.exact.q2_0_gemv_exact`: the
-            bf16 nearest to the exact sum, the same bits for any M or
-            chunking), ``"seed"`` for NVFP4 (its exact kernel does not exist
-            yet: ``numerics="exact"`` on NVFP4 is a ValueError). ``"seed"``
-            on Q2_0 is the seed's kernels and references, exactly as before
-            the exact contract. See :func:`resolve_numerics`.
+            ``"exact"`` for both families (kernels ``q2_0_gemv_exact`` and
+            ``w4a16_gemv_exact``, references in :mod:`q2gemv.reference.exact`:
+            the bf16 nearest to the exact sum, the same bits for any M or
+            chunking). ``"seed"`` is the seed's kernels and references
+            exactly as before the exact contract (NVFP4: the tier plan of
+            ``select_tier`` with its kill switches). See :func:`resolve_numerics`.
 
     Returns:
         bfloat16 [M, N] (or [N] for 1-D ``a``); ``out`` itself when given. For
@@ -452,9 +451,10 @@ def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
     if m == 0:
         y = np.empty((0, n), np.uint16)
     elif backend == "reference" and mode == "exact":
-        from .reference.exact import q2_0_gemv_exact
+        from .reference import exact as rex
 
-        y = q2_0_gemv_exact(bits_to_bf16(bits), weight).view(np.uint16)
+        fn = rex.q2_0_gemv_exact if family == "q2_0" else rex.w4a16_gemv_exact
+        y = fn(bits_to_bf16(bits), weight).view(np.uint16)
     elif backend == "reference":
         from . import reference
 
@@ -599,14 +599,13 @@ def _numerics_line(family: str, mode: str, numerics: str | None, kernel: str | N
             "seed (each kernel's documented fp32 order; the reference of the same name in "
             "q2gemv.reference)"
         )
-    if family == "w4a16":
-        why = "asked for" if numerics == "seed" else "the NVFP4 default: no exact W4A16 kernel yet"
-    elif numerics is not None:
+    fam = "Q2_0" if family == "q2_0" else "NVFP4"
+    if numerics is not None:
         why = f"numerics={numerics!r}"
     elif kernel is not None:
-        why = f"kernel={kernel!r} names a {mode} kernel: kernel= wins over the Q2_0 default"
+        why = f"kernel={kernel!r} names a {mode} kernel: kernel= wins over the {fam} default"
     else:
-        why = "the Q2_0 default"
+        why = f"the {fam} default"
     return f"numerics: {what}; {why}"
 
 
@@ -636,12 +635,12 @@ def explain(weight, m: int, kernel: str | None = None, *, numerics: str | None =
         weight: a Q2Weight / Nvfp4Weight (or a device-resident one).
         m: activation rows (int, 0 <= m <= :data:`PLAN_MAX_M`).
         kernel: a kernel name to force, or None for the default choice.
-        numerics: ``"exact"``, ``"seed"`` or None (per family), as for :func:`gemv`.
+        numerics: ``"exact"``, ``"seed"`` or None (exact), as for :func:`gemv`.
 
     Returns a multi-line string: the weight, the backend, the numerics
     contract it picked and why, the chosen kernel or tier and the reason
-    (for NVFP4: the tier table, its present mask and the kill switches, from
-    :func:`q2gemv.tiers.explain_tier`), and the launches. Long plans are
+    (for NVFP4 under the seed contract: the tier table, its present mask and
+    the kill switches, from :func:`q2gemv.tiers.explain_tier`), and the launches. Long plans are
     summarised (the first :data:`EXPLAIN_MAX_LAUNCHES` launches and a count),
     never built in full. Raises the same errors as :func:`plan`.
     """
@@ -654,12 +653,18 @@ def explain(weight, m: int, kernel: str | None = None, *, numerics: str | None =
     )
     lines = [head, describe_default(on_device)]  # which backend gemv would use
     lines.append(_numerics_line(family, mode, numerics, kernel))
-    if family == "w4a16" and kernel is None:
+    if family == "w4a16" and kernel is None and mode == "seed":
         lines.append(tiers.explain_tier(m, default_w4a16_tiers()))
         return "\n".join(lines)  # explain_tier lists (or summarises) its own plan
     launches = _plan_iter(weight, family, mode, m, kernel)
     count = len(launches)
-    if family == "w4a16":
+    if family == "w4a16" and mode == "exact":
+        why = "forced by kernel=" if kernel else "default for numerics='exact'"
+        lines.append(
+            f"m = {m}; kernel: {EXACT_W4_KERNEL if m else '-'} ({why}: its activation prepare "
+            f"once, then chunks of {W4_EXACT_KERNELS[EXACT_W4_KERNEL]} rows)"
+        )
+    elif family == "w4a16":
         lines.append(f"m = {m}; kernel forced: {kernel}")
     else:
         name = EXACT_Q2_KERNEL if mode == "exact" else default_q2_kernel(m, weight.n)

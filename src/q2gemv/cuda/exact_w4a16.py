@@ -400,7 +400,8 @@ GROUPS = (1, 2, 4)
 
 
 @functools.cache
-def _prepare_kernel():
+def prepare_kernel():
+    """The compiled prepare (one CTA per padded row and 2048-element span)."""
     return cuda.jit(PREPARE_SIGNATURE)(_prepare_body)
 
 
@@ -512,7 +513,7 @@ def prepare_device(d_a, stream=0, ops: W4Operands | None = None) -> W4Operands:
     elif (ops.m, ops.k) != (m, k):
         raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
     if m:
-        _prepare_kernel()[prepare_grid(m, k), PREP_THREADS, stream](*ops.prepare_args(d_a))
+        prepare_kernel()[prepare_grid(m, k), PREP_THREADS, stream](*ops.prepare_args(d_a))
     return ops
 
 
@@ -534,11 +535,13 @@ def global_parts(g) -> tuple[int, int, int, int]:
     return gm, max(e, 1) - 150, int(e == 0xFF), bits >> 31
 
 
-def w4_launches(ops: W4Operands, dw, d_out) -> list[tuple]:
-    """``(kernel, grid, args)`` of each ``w4a16_gemv_exact`` launch: chunks of :data:`MAX_M` rows.
+def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
+    """``(kernel, grid, args)`` of each ``w4a16_gemv_exact`` launch.
 
+    ``rows_of``: the plan's ``(row0, rows)`` (rows <= :data:`MAX_M`, row0 a
+    multiple of 4: the prepared groups); None: chunks of :data:`MAX_M`.
     Validates before anything is launched: ``dw`` a DeviceNvfp4Weight of
-    ``ops.k`` columns, ``d_out`` uint16 [M, N].
+    ``ops.k`` columns, ``d_out`` uint16 [M, N], the chunks.
     """
     from .w4a16 import DeviceNvfp4Weight
 
@@ -557,8 +560,16 @@ def w4_launches(ops: W4Operands, dw, d_out) -> list[tuple]:
         sc = sc.view(np.uint32)
     gm, ge, special, sign = global_parts(dw.global_scale)
     tail = (np.int32(dw.n), np.int32(dw.k))
+    if rows_of is None:
+        rows_of = list(launch.batchm_row_chunks(ops.m, MAX_M))
+    for r0, rows in rows_of:
+        if r0 % MGROUP or not 1 <= rows <= MAX_M or r0 + rows > ops.m:
+            raise ValueError(
+                f"plan: expected chunks of 1..{MAX_M} rows starting at multiples of {MGROUP} "
+                f"within M={ops.m}, got rows {r0}..{r0 + rows - 1}"
+            )
     launches = []
-    for r0, rows in launch.batchm_row_chunks(ops.m, MAX_M):
+    for r0, rows in rows_of:
         ng = groups_for(rows)
         rt = row_tiles(ng, dw.n)
         launches.append(
@@ -589,7 +600,7 @@ def prebind_w4(d_a, dw, d_out, stream=0, ops: W4Operands | None = None) -> list:
         ops = W4Operands.allocate(m, k)
         launches.append(
             PreboundLaunch(
-                _prepare_kernel(),
+                prepare_kernel(),
                 prepare_grid(m, k),
                 PREP_THREADS,
                 ops.prepare_args(d_a),
@@ -605,7 +616,12 @@ def prebind_w4(d_a, dw, d_out, stream=0, ops: W4Operands | None = None) -> list:
 
 
 def run_w4(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Host bf16 bits [M, K] -> uint16 [M, N] through prepare + ``w4a16_gemv_exact``."""
+    """Host bf16 bits [M, K] -> uint16 [M, N] through the prepare + ``w4a16_gemv_exact``.
+
+    A thin wrapper of :func:`q2gemv.cuda.launcher.run_host` with the plan
+    :func:`q2gemv.plan` makes (chunks of :data:`MAX_M` rows).
+    """
+    from .launcher import run_host
     from .w4a16 import as_device_weight
 
     dw = as_device_weight(weight, stream)
@@ -613,14 +629,6 @@ def run_w4(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
         raise TypeError("a_bits: expected uint16 bf16 bits (a numpy array)")
     if a_bits.ndim != 2 or a_bits.shape[1] != dw.k:
         raise ValueError(f"a_bits: expected shape [M, K] = [M, {dw.k}], got {a_bits.shape}")
-    m = a_bits.shape[0]
-    out = np.empty((m, dw.n), np.uint16)
-    if m == 0:
-        return out
-    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
-    d_out = cuda.device_array((m, dw.n), np.uint16, stream=stream)
-    launch_w4(prepare_device(d_a, stream), dw, d_out, stream)
-    d_out.copy_to_host(out, stream=stream)
-    if stream:
-        stream.synchronize()
-    return out
+    plan = [(r0, rows, "w4a16_gemv_exact") for r0, rows in launch.batchm_row_chunks(
+        a_bits.shape[0], MAX_M)]  # fmt: skip
+    return run_host("w4a16", "exact", plan, a_bits, dw, stream)

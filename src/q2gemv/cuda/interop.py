@@ -119,8 +119,8 @@ def gemv_device(
     ``weight`` may be a host or device-resident weight (a host weight is
     uploaded for this call: upload it once with ``to_device()`` to reuse it).
     ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``. ``numerics``:
-    ``"seed"`` runs ``launches`` as they are; ``"exact"`` (Q2_0 only) runs
-    ``exact_prepare`` then ``q2_0_gemv_exact`` per plan entry, all on the
+    ``"seed"`` runs ``launches`` as they are; ``"exact"`` runs the family's
+    activation prepare then its exact GEMV per plan entry, all on the
     caller's stream, with the operands in a per-(stream, M, K) workspace
     (:func:`exact_workspace`). Everything is checked before the first launch
     (:func:`q2gemv.cuda.launcher.launches`).
@@ -141,9 +141,7 @@ def gemv_device(
     with simulator_lock():
         dw = mod.as_device_weight(weight, st)
         if numerics == "exact":
-            from . import exact
-
-            exact.check_k(dw.k)
+            _exact_module(family).check_k(dw.k)
         result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
         d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
         d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
@@ -160,7 +158,7 @@ def gemv_device(
             bound = launcher.BoundPlan(ls, _handle(key), keep=_keep(a, out, stream))
         else:
             with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
-                ops = exact_workspace(m, dw.k, st)
+                ops = exact_workspace(m, dw.k, st, family)
                 ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st, ops)
                 if not bind:
                     launcher.launch_all(ls, st)
@@ -222,20 +220,32 @@ def _stream_key(st) -> int:
         return id(st)
 
 
-def exact_workspace(m: int, k: int, st):
-    """The :class:`~q2gemv.cuda.exact.ExactOperands` buffers of (this device, ``st``, m, k).
+def _exact_module(family: str):
+    """The exact contract's module of ``family``: its prepare, operands and launches."""
+    if family == "q2_0":
+        from . import exact as mod
+    else:
+        from . import exact_w4a16 as mod
+    return mod
 
-    Allocated on first use and kept for the process (a few bytes per activation:
-    ``3 M K + M K / 16`` bytes); :func:`clear_workspaces` drops them (never while a
-    captured CUDA graph that uses them may still replay).
+
+def exact_workspace(m: int, k: int, st, family: str = "q2_0"):
+    """The exact-contract operands of (this device, ``st``, family, m, k).
+
+    Q2_0: :class:`~q2gemv.cuda.exact.ExactOperands`; NVFP4:
+    :class:`~q2gemv.cuda.exact_w4a16.W4Operands`. Allocated on first use and
+    kept for the process (a few bytes per activation: about ``3 M K`` bytes);
+    :func:`clear_workspaces` drops them (never while a captured CUDA graph that
+    uses them may still replay).
     """
-    from .exact import ExactOperands
-
     device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
-    key = (device, _stream_key(st), int(m), int(k))
+    key = (device, _stream_key(st), family, int(m), int(k))
     ops = _WORKSPACES.get(key)
     if ops is None:
-        ops = _WORKSPACES[key] = ExactOperands.allocate(m, k, st)
+        mod = _exact_module(family)
+        ops = _WORKSPACES[key] = (
+            mod.ExactOperands if family == "q2_0" else mod.W4Operands
+        ).allocate(m, k, st)
     return ops
 
 

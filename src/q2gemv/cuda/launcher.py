@@ -51,6 +51,8 @@ def launches(
     ``kernel``) before anything is enqueued.
     """
     if numerics == "exact":
+        if family == "w4a16":
+            return _exact_w4_launches(plan, dw, d_a, d_out, stream, ops, prepare)
         if family != "q2_0":  # a new exact family: its prepare + GEMV launches go here
             raise ValueError(f"numerics: no exact-contract launcher for family {family!r}")
         return _exact_launches(plan, dw, d_a, d_out, stream, ops, prepare)
@@ -95,6 +97,40 @@ def _exact_launches(plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> 
     if prepare:  # once, over all rows, before the chunks
         threads = exact.prepare_threads(k)
         out.insert(0, (exact._prepare_kernel(), m, threads, ops.prepare_args(d_a), "exact_prepare"))
+    return out
+
+
+def _plan_rows(plan, spec) -> list[tuple[int, int]]:
+    """``(row0, rows)`` of an exact plan, each entry checked to name ``spec``'s kernel."""
+    rows_of = []
+    for r0, rows, name in plan:
+        if name != spec.name or not 1 <= rows <= spec.max_m:
+            raise ValueError(
+                f"plan: launch at row {r0}: expected 1..{spec.max_m} rows of {spec.name}, "
+                f"got {rows} of {name!r}"
+            )
+        rows_of.append((r0, rows))
+    return rows_of
+
+
+def _exact_w4_launches(plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
+    """NVFP4 under the exact contract: its prepare over all rows, then ``w4a16_gemv_exact`` chunks."""
+    from . import exact_w4a16 as xw
+
+    m, k = (int(x) for x in d_a.shape)
+    xw.check_k(k)
+    if ops is None:
+        ops = xw.W4Operands.allocate(m, k, stream)
+    elif (ops.m, ops.k) != (m, k):
+        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
+    spec = kernels.get("w4a16_gemv_exact")
+    chunks = xw.w4_launches(ops, dw, d_out, _plan_rows(plan, spec))  # validates weight, out, rows
+    launch.check_alignment(spec.name, d_a, spec.a_align)  # the prepare loads 16 bytes
+    out = [(kern, grid, xw.THREADS, args, spec.name) for kern, grid, args in chunks]
+    if prepare:
+        grid = xw.prepare_grid(m, k)
+        out.insert(0, (xw.prepare_kernel(), grid, xw.PREP_THREADS, ops.prepare_args(d_a),
+                       "w4a16_exact_prepare"))  # fmt: skip
     return out
 
 
