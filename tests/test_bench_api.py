@@ -18,6 +18,7 @@ def test_bench_api_dry_run_writes_csv(tmp_path, capsys):
     assert [(r["case"], r["numerics"]) for r in rows] == [
         ("q2_0_g128", "exact"),
         ("q2_0_g128", "seed"),
+        ("nvfp4", "exact"),
         ("nvfp4", "seed"),
     ]
     assert all(float(r["host_us"]) > 0 and r["device"] == "simulator" for r in rows)
