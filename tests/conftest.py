@@ -23,14 +23,20 @@ SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 # wait a whole 5 ms switch interval: test_w4a16_cuda + test_edge_values 889 s -> 265 s),
 # but with it the W4A16 simulator tests failed intermittently with wrong bits (one
 # clean-clone CI run; one of two parallel runs of tests/test_w4a16_cuda.py), and not
-# in two runs at the default interval. Restore it once that race is understood.
+# in two runs at the default interval. That race is understood and fixed: numba's
+# simulator allocated shared arrays with an unlocked check-then-set, so some threads
+# got a private "shared" array (cuda/_dev.py now allocates under a lock; a test forces
+# the interleaving). Re-measured on a heavily loaded 2-core machine (load 30), one
+# process each, tests/test_w4a16_cuda.py: 5 ms 327 s wall, 168 s CPU; 0.2 ms 280 s
+# wall, 214 s CPU (more sys time); under pytest -n 2 the extra CPU competes with the
+# other worker. Set it again if an unloaded measurement of the README command says so.
 
 
 def pytest_collection_modifyitems(config, items):
     # The ``slow`` tests first (a stable sort: the rest keep their order). Under pytest-xdist
     # (the README's ``-n auto``) each starts at once on a worker while the others share the
-    # rest; last, one of them (``q2gemv verify`` on the simulator: ~1/3 of the CPU time)
-    # would end the run alone.
+    # rest; last, one of them (a notebook, or ``q2gemv verify`` on the simulator) would end
+    # the run alone.
     items.sort(key=lambda item: "slow" not in item.keywords)
     if not SIMULATED and gpu_present():
         return
