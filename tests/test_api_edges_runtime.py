@@ -134,10 +134,10 @@ def test_simulator_lock_is_held_by_one_call_at_a_time(monkeypatch):
     if not simulator_active():
         pytest.skip("the lock is a no-op on a GPU")
     from q2gemv.backends import SIMULATOR_LOCK
-    from q2gemv.cuda import w4a16 as w4cuda
+    from q2gemv.cuda import launcher
 
     inside, most = [0], [0]
-    real = w4cuda.launch_raw
+    real = launcher.launch_all  # every gemv on the cuda backend enqueues through it
 
     def counting(*args, **kwargs):
         assert SIMULATOR_LOCK.held()
@@ -148,10 +148,12 @@ def test_simulator_lock_is_held_by_one_call_at_a_time(monkeypatch):
         finally:
             inside[0] -= 1
 
-    monkeypatch.setattr(w4cuda, "launch_raw", counting)
+    monkeypatch.setattr(launcher, "launch_all", counting)
     _, w4, a = _case(3, 64, 1, seed=12)
-    _run_threads([lambda: q2gemv.gemv(a, w4, backend="cuda")] * 3)
-    assert most[0] == 1
+    for numerics in ("seed", "exact"):
+        inside[0] = most[0] = 0
+        _run_threads([lambda n=numerics: q2gemv.gemv(a, w4, backend="cuda", numerics=n)] * 3)
+        assert most[0] == 1, numerics
     assert not SIMULATOR_LOCK.held()
 
 

@@ -131,25 +131,39 @@ def test_bad_numerics_is_a_value_error_naming_it_before_anything_runs(bad, monke
             call()
 
 
-def test_nvfp4_default_is_unchanged_and_exact_is_not_available_yet():
+def test_nvfp4_defaults_to_exact_and_seed_is_the_tier_dispatch():
+    """NVFP4: numerics=None and 'exact' run w4a16_gemv_exact; 'seed' (or naming a tier) runs
+    the seed tier plan exactly as before the exact contract existed."""
+    from q2gemv.reference import exact as rex
+
     w4 = _nv()
     a = random_acts(np.random.default_rng(5), 5, w4.k)
-    want = _bits(ref.w4a16_gemv(a, w4))
-    for numerics in (None, "seed"):
+    want_exact = _bits(rex.w4a16_gemv_exact(a, w4))
+    want_seed = _bits(ref.w4a16_gemv(a, w4))
+    assert api.resolve_numerics("w4a16") == "exact"
+    for numerics in (None, "exact"):
         got = q2gemv.gemv(a, w4, backend="reference", numerics=numerics)
-        assert_bits_equal(_bits(got), want, label=f"nvfp4 numerics={numerics}")
-        assert q2gemv.plan(w4, 5, numerics=numerics) == q2gemv.plan_w4a16(
-            5, api.default_w4a16_tiers()
-        )
-    assert api.resolve_numerics("w4a16") == "seed"
-    for call in (
-        lambda: q2gemv.gemv(a, w4, numerics="exact", backend="reference"),
-        lambda: q2gemv.plan(w4, 5, numerics="exact"),
-        lambda: q2gemv.explain(w4, 5, numerics="exact"),
-    ):
-        with pytest.raises(ValueError, match=r"^numerics: .*not yet available for NVFP4"):
-            call()
-    assert "numerics: seed" in q2gemv.explain(w4, 5)
+        assert_bits_equal(_bits(got), want_exact, label=f"nvfp4 numerics={numerics}")
+        assert list(q2gemv.plan(w4, 5, numerics=numerics)) == [(0, 5, "w4a16_gemv_exact")]
+    got = q2gemv.gemv(a, w4, backend="reference", numerics="seed")
+    assert_bits_equal(_bits(got), want_seed, label="nvfp4 numerics='seed'")
+    assert q2gemv.plan(w4, 5, numerics="seed") == q2gemv.plan_w4a16(5, api.default_w4a16_tiers())
+    tier = q2gemv.plan_w4a16(5, api.default_w4a16_tiers())[0][2]
+    assert api.resolve_numerics("w4a16", None, tier) == "seed"  # a named tier: seed
+    assert api.resolve_numerics("w4a16", None, "w4a16_gemv_exact") == "exact"
+    assert list(q2gemv.plan(w4, 40)) == [
+        (0, 16, "w4a16_gemv_exact"), (16, 16, "w4a16_gemv_exact"), (32, 8, "w4a16_gemv_exact")
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"^kernel: w4a16_gemv_exact computes the exact"):
+        q2gemv.plan(w4, 5, kernel="w4a16_gemv_exact", numerics="seed")
+    with pytest.raises(ValueError, match=rf"^kernel: {tier} computes the seed contract"):
+        q2gemv.plan(w4, 5, kernel=tier, numerics="exact")
+    with pytest.raises(ValueError, match=r"^kernel: expected one of"):
+        q2gemv.plan(w4, 5, kernel="q2_0_gemv_exact")
+    text = q2gemv.explain(w4, 5)
+    assert "numerics: exact" in text and "the NVFP4 default" in text
+    assert "kernel: w4a16_gemv_exact" in text
+    assert "numerics: seed" in q2gemv.explain(w4, 5, numerics="seed")
 
 
 # -- q2gemv.prepare -------------------------------------------------------------------------------
@@ -254,7 +268,7 @@ def test_device_activations_use_prepare_and_the_exact_kernel_on_the_callers_stre
     y = q2gemv.gemv(d_a, dw, stream=st)
     assert_bits_equal(y.copy_to_host(stream=st), want, label="device a, exact")
     (key,) = interop._WORKSPACES
-    assert key[2:] == (2, K)  # (device, stream, M, K)
+    assert key[2:] == ("q2_0", 2, K)  # (device, stream, family, M, K)
     out = cuda.device_array((2, N), np.uint16)
     assert q2gemv.gemv(d_a, dw, out=out, stream=st) is out  # the same stream: the same buffers
     assert list(interop._WORKSPACES) == [key]
