@@ -6,7 +6,10 @@ Q2_0: q2_0_gemv, q2_0_gemv_vec, q2_0_gemv_vec_batchm on 5120x5120,
 17408x5120 and 5120x17408 (N x K), both groups, M in 1..9, 16, 17, random
 codes including code 3. The exact contract's q2_0_gemv_exact on the same
 shapes and groups, M in 1..9, 16, 17, 33, activations with a few 1000x
-outliers. NVFP4 tiers too, when the W4A16 family is present.
+outliers. NVFP4: the exact contract's w4a16_gemv_exact on 5120x5120,
+17408x5120 and 5120x17408, M in 1..9, 16, 17, 33 (all 16 codes, E4M3
+scales across 2**-6..2**8, a negative global scale, 1000x outliers); the
+seed tiers on the first two shapes.
 The reference is computed once per (shape, group) for the largest M: rows
 are independent, so the first M rows are the expectation for every M.
 Prints a summary table last; writes a CSV under --out.
@@ -101,6 +104,33 @@ def exact_rows(rng, quick: bool) -> list[dict]:
     return rows
 
 
+def w4_exact_rows(rng, quick: bool) -> list[dict]:
+    from q2gemv import Nvfp4Weight
+    from q2gemv.cuda import exact_w4a16 as xw
+    from q2gemv.cuda import w4a16 as wcuda
+    from q2gemv.reference.exact import w4a16_gemv_exact
+
+    rows = []
+    ms = (*MS, 33)
+    for n, k in SHAPES[:1] if quick else SHAPES:
+        codes = rng.integers(0, 16, size=(n, k), dtype=np.uint8)
+        scales = rng.integers(0x00, 0x7F, size=(n, k // 16), dtype=np.uint8) | np.uint8(0x20)
+        w = Nvfp4Weight.from_codes(codes, scales, np.float32(-0.00123))
+        dw = wcuda.DeviceNvfp4Weight.upload(w)
+        a32 = rng.standard_normal((max(ms), k)).astype(np.float32)
+        a32[:, rng.integers(0, k, 4)] *= 1000.0
+        a = a32.astype(BF16)
+        t0 = time.perf_counter()
+        want = w4a16_gemv_exact(a, w).view(np.uint16)
+        t_ref = time.perf_counter() - t0
+        for m in ms:
+            got = xw.run_w4(a[:m].view(np.uint16), dw)
+            row = check_row("w4a16_gemv_exact", n, k, 16, m, got, want[:m], t_ref)
+            rows.append(row | {"family": "w4a16"})
+        print(f"w4a16 exact {n}x{k}: done", file=sys.stderr, flush=True)
+    return rows
+
+
 def w4a16_rows(rng, quick: bool) -> list[dict]:
     try:
         from q2gemv.cuda import w4a16 as wcuda
@@ -146,7 +176,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("."))
     args = p.parse_args()
     rng = np.random.default_rng(2026)
-    rows = exact_rows(rng, args.quick) + q2_rows(rng, args.quick) + w4a16_rows(rng, args.quick)
+    rows = exact_rows(rng, args.quick) + w4_exact_rows(rng, args.quick)
+    rows += q2_rows(rng, args.quick) + w4a16_rows(rng, args.quick)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "h200_check.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))

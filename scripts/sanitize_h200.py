@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-FAMILIES = ("q2_0", "w4a16", "q2_0_exact")
+FAMILIES = ("q2_0", "w4a16", "q2_0_exact", "w4a16_exact")
 SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
 POISON = 0xFFFF
 REPO = Path(__file__).resolve().parents[1]
@@ -95,6 +95,18 @@ def _exact_cases():
                 cases.append((group, n, group * 9, m))
         cases.append((group, 4097, 5120, 16))
         cases.append((group, 4097, 5120, 33))
+    return cases
+
+
+def _w4_exact_cases():
+    """(n, k, m) for w4a16_gemv_exact: row tails, both load paths (K % 128), steps past the 8
+    warps, every group count, chunks of 16, and two row tiles a CTA (n >= 8192, M > 8)."""
+    cases = []
+    for n in (1, 7, 17):
+        for k in (144, 1152):
+            for m in (1, 3, 5, 9, 17):
+                cases.append((n, k, m))
+    cases += [(8193, 256, 16), (8193, 256, 33), (4097, 5120, 16)]
     return cases
 
 
@@ -160,8 +172,10 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
     q2_cases = q2_cases if "q2_0" in families else []
     w4_cases = w4_cases if "w4a16" in families else []
     ex_cases = _exact_cases() if "q2_0_exact" in families else []
+    w4x_cases = _w4_exact_cases() if "w4a16_exact" in families else []
     if smoke:
         ex_cases = [c for c in ex_cases if c[1] <= 7 and c[3] <= 3][:2]
+        w4x_cases = [c for c in w4x_cases if c[0] <= 7 and c[1] <= 144 and c[2] <= 5][:2]
     for name, group, n, k, m in q2_cases:
         key = ("q2", group, n, k)
         if key not in weights:
@@ -219,6 +233,24 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         check(
             f"q2_0_gemv_exact group={group} n={n} k={k} m={m}", d_out.copy_to_host(), refs[key][:m]
         )
+    from q2gemv.cuda import exact_w4a16 as xw
+    from q2gemv.reference.exact import w4a16_gemv_exact
+
+    for n, k, m in w4x_cases:
+        key = ("w4x", n, k)
+        if key not in weights:
+            codes = rng.integers(0, 16, (n, k), dtype=np.uint8)
+            sc = rng.integers(0x00, 0x7F, (n, k // 16), dtype=np.uint8)
+            sc.reshape(-1)[0] = 0xFF  # one NaN scale: a NaN column
+            w = Nvfp4Weight.from_codes(codes, sc, -0.75)
+            weights[key] = (w, w4cuda.DeviceNvfp4Weight.upload(w), acts(33, k))
+            refs[key] = w4a16_gemv_exact(weights[key][2], w).view(np.uint16)
+        w, dw, a33 = weights[key]
+        d_a = cuda.to_device(np.ascontiguousarray(a33[:m].view(np.uint16)))
+        d_out = cuda.to_device(np.full((m, n), POISON, np.uint16))
+        xw.launch_w4(xw.prepare_device(d_a), dw, d_out)
+        cuda.synchronize()
+        check(f"w4a16_gemv_exact n={n} k={k} m={m}", d_out.copy_to_host(), refs[key][:m])
     print(f"total: {checked} cases, {len(failures)} failed", flush=True)
     for f in failures:
         print("FAIL", f, flush=True)

@@ -83,7 +83,7 @@ def test_suite_covers_every_kernel_shape_and_special(full_suite):
     cases = full_suite.gemv
     for kernel in gen.KERNELS:
         mine = [c for c in cases if kernel in c.kernels]
-        exact = kernel in gen.EXACT_KERNELS
+        exact = kernel in gen.EXACT_KERNELS + gen.W4_EXACT_KERNELS
         assert {c.spec.m for c in mine} >= set(gen.M_SWEEP), kernel
         assert {c.spec.n for c in mine} >= set(gen.N_SWEEP), kernel
         kinds = gen.EXACT_ACT_KINDS if exact else gen.ACT_KINDS
@@ -98,6 +98,27 @@ def test_suite_covers_every_kernel_shape_and_special(full_suite):
     w4 = [c for c in cases if c.family == "w4a16"]
     assert {c.spec.weight_kind for c in w4} == set(gen.W4_WEIGHT_KINDS)
     assert {16, 48} <= {c.spec.k for c in w4}
+
+
+def test_w4_exact_cases_cross_every_seam_of_the_kernel(full_suite):
+    """w4a16_gemv_exact: 16-row tiles, steps of 128 elements split over 8 warps, the two load
+    paths (K % 128), groups of 4 rows, 16 rows a launch; every scale and global-scale kind."""
+    from q2gemv.cuda import exact_w4a16 as xw
+
+    mine = [c for c in full_suite.gemv if c.family == "w4a16_exact"]
+    assert {c.file for c in mine} <= {"gemv_w4a16_exact.npz", suite.MODEL_FILE}
+    assert all(c.kernels == gen.W4_EXACT_KERNELS for c in mine)
+    assert {1, 15, 16, 17, 33} <= {c.spec.n for c in mine}
+    assert {0, 1, 3, 4, 5, 8, 9, 16, 17, 32, 33} <= {c.spec.m for c in mine}
+    assert max(c.spec.k // xw.STEP for c in mine) > xw.WARPS  # more steps than warps
+    assert {c.spec.k % xw.STEP == 0 for c in mine} == {True, False}  # both load paths
+    assert set(gen.W4_EXACT_WEIGHT_KINDS) == {c.spec.weight_kind for c in mine}
+    assert set(gen.EXACT_ACT_KINDS) == {c.spec.act_kind for c in mine}
+    small = [c for c in mine if c.size_of("w4a16_gemv_exact") == "small"]
+    assert {c.spec.k % xw.STEP == 0 for c in small} == {True, False}
+    assert {0, 5, 17} <= {c.spec.m for c in small}  # no rows, two groups, two launches
+    assert {"special_s", "gscale_nan", "gscale_neg"} <= {c.spec.weight_kind for c in small}
+    assert gen.MAX_M["w4a16_gemv_exact"] == xw.MAX_M
 
 
 def test_exact_cases_cross_every_seam_of_the_exact_kernel(full_suite):

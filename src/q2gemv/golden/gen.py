@@ -582,7 +582,7 @@ def _exact_specs(add) -> None:
 # and a block; 24 and 72: 3 and 9 steps, more than the 8 warps that split K), N across the
 # 16-row tile and the 2-tile CTA, M across the 4-row groups and the 16-row launches.
 W4_EXACT_BLOCKS = (1, 3, 8, 9, 24, 72)
-W4_EXACT_M = (0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33)
+W4_EXACT_M = (0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 33)
 
 
 def _exact_w4_specs(add) -> None:
