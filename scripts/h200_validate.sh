@@ -6,7 +6,9 @@
 # Starts, in parallel, each under `timeout SECONDS` (default 540):
 #   check      scripts/h200_check.py: every kernel on 5120x5120, 17408x5120, 5120x17408
 #   verify     q2gemv verify --brief on the GPU (golden vectors)
-#   pytest     the GPU tests: kernels, simulator twins, golden, torch/CuPy interop, graphs
+#   pytest     the GPU tests: kernels, golden, the simulator-lock and thread runtime tests
+#   pytest-api the GPU tests of the public paths: exact kernels' twins, torch modules
+#              (eager, torch.compile, CUDA graphs), launch cache, device weights, interop
 #   fuzz       the gpu-marked hypothesis properties (larger shapes, more examples)
 #   san-race-* compute-sanitizer racecheck, split in two halves by kernel family
 #   san-mem    compute-sanitizer memcheck (its own job: sharing a slot with the other
@@ -24,10 +26,11 @@ export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 declare -A CMD=(
   [check]="python3 scripts/h200_check.py --out $OUT"
   [verify]="python3 -m q2gemv.cli verify --brief"
-  [pytest]="python3 -m pytest -q -p no:cacheprovider tests/test_q2_cuda.py tests/test_w4a16_cuda.py tests/test_dev_twins.py tests/test_interop_device.py tests/test_golden.py tests/test_exact_cuda.py tests/test_api_exact.py tests/test_api_edges_runtime.py"
+  [pytest]="python3 -m pytest -q -p no:cacheprovider tests/test_q2_cuda.py tests/test_w4a16_cuda.py tests/test_golden.py tests/test_exact_cuda.py tests/test_api_edges_runtime.py"
+  [pytest-api]="python3 -m pytest -q -p no:cacheprovider tests/test_dev_twins.py tests/test_exact_w4a16.py tests/test_torch.py tests/test_launch_cache.py tests/test_device_weight.py tests/test_interop_device.py tests/test_api_exact.py"
   [fuzz]="python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_fuzz.py --hypothesis-show-statistics"
   [san-race-q2]="python3 scripts/sanitize_h200.py --tools racecheck --families q2_0,q2_0_exact --timeout $((LIMIT - 20)) --log-dir $OUT"
-  [san-race-w4]="python3 scripts/sanitize_h200.py --tools racecheck --families w4a16 --timeout $((LIMIT - 20)) --log-dir $OUT"
+  [san-race-w4]="python3 scripts/sanitize_h200.py --tools racecheck --families w4a16,w4a16_exact --timeout $((LIMIT - 20)) --log-dir $OUT"
   [san-mem]="python3 scripts/sanitize_h200.py --tools memcheck --timeout $((LIMIT - 20)) --log-dir $OUT"
   [san-other]="python3 scripts/sanitize_h200.py --tools initcheck,synccheck --timeout $(((LIMIT - 30) / 2)) --log-dir $OUT"
 )
@@ -38,7 +41,7 @@ for job in "${!CMD[@]}"; do
   PID[$job]=$!
 done
 printf '%-12s %4s %9s  %s\n' job rc done_by_s "last line"
-for job in check verify pytest fuzz san-race-q2 san-race-w4 san-mem san-other; do
+for job in check verify pytest pytest-api fuzz san-race-q2 san-race-w4 san-mem san-other; do
   wait "${PID[$job]}"
   rc=$?
   printf '%-12s %4s %9s  %s\n' "$job" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$job.log" | cut -c1-90)"
