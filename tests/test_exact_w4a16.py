@@ -14,6 +14,7 @@ from numba import cuda
 
 from q2gemv import Nvfp4Weight
 from q2gemv.check import assert_bits_equal
+from q2gemv.cuda import exact_w4a16 as xw
 from q2gemv.formats.nvfp4 import E2M1_VALUES, E4M3_VALUES
 from q2gemv.reference import exact as rex
 
@@ -104,8 +105,6 @@ def test_reference_is_batch_invariant_and_shapes():
 
 @cuda.jit
 def _pieces_kernel(words, lo, hi, lut, nan):
-    from q2gemv.cuda import exact_w4a16 as xw
-
     i = cuda.grid(1)
     if i < words.shape[0]:
         lo[i], hi[i] = xw.decode_codes(words[i], xw.LUT_LO, xw.LUT_HI)
@@ -140,7 +139,6 @@ def test_decode_scale_table_and_nan_scan():
 
 def test_prepare_writes_the_limbs_in_fragment_order():
     """The prepare's limbs, read back through limb_word, rebuild A exactly (L2 signed)."""
-    from q2gemv.cuda import exact_w4a16 as xw
 
     rng = np.random.default_rng(11)
     m, k = 3, 144  # a padded row, a partial step
@@ -168,7 +166,6 @@ def test_prepare_writes_the_limbs_in_fragment_order():
 def test_two_row_tiles_and_chunked_launches(monkeypatch):
     """Two 16-row tiles a CTA (forced: the launcher picks them for tall weights only), M = 17
     (a 16-row launch of 4 groups and a 1-row launch), N with a partial second tile."""
-    from q2gemv.cuda import exact_w4a16 as xw
 
     monkeypatch.setattr(xw, "row_tiles", lambda ng, n: 2 if ng == 4 else 1)
     rng = np.random.default_rng(12)
@@ -179,7 +176,6 @@ def test_two_row_tiles_and_chunked_launches(monkeypatch):
 
 
 def test_launches_refuse_bad_operands():
-    from q2gemv.cuda import exact_w4a16 as xw
     from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
 
     rng = np.random.default_rng(13)

@@ -149,14 +149,24 @@ def _q2_property(data, max_n, max_blocks, max_m, max_m1):
     assert_bits_equal(got, want, label=f"{kernel} n={w.n} k={w.k} group={w.group} m={m}")
 
 
-def _w4_property(data, max_n, max_groups, max_m):
+def _w4_property(data, max_n, max_groups, max_m, exact=False):
+    """A tier (or the seed contract's automatic tier plan, None) against the seed reference;
+    with ``exact``, also the default call (the exact contract) against its reference."""
     w = data.draw(w4_weights(max_n, max_groups), label="weight")
-    kernel = data.draw(st.sampled_from((None,) + W4_KERNELS), label="kernel")
+    choices = (None,) + W4_KERNELS + (("exact",) if exact else ())
+    kernel = data.draw(st.sampled_from(choices), label="kernel")
     m = data.draw(st.integers(1, _m_cap(max_m, w.n, w.k)), label="m")
     a = data.draw(activations(m, w.k), label="a")
-    want = ref.w4a16_gemv(a, w).view(np.uint16)
-    if kernel is None:  # the automatic tier plan
+    if kernel == "exact":  # numerics=None: the NVFP4 default
+        from q2gemv.reference.exact import w4a16_gemv_exact
+
         got = q2gemv.gemv(a, w, backend="cuda")
+        want = w4a16_gemv_exact(a, w).view(np.uint16)
+        assert_bits_equal(got.view(np.uint16), want, label=f"exact n={w.n} k={w.k} m={m}")
+        return
+    want = ref.w4a16_gemv(a, w).view(np.uint16)
+    if kernel is None:  # the seed contract's automatic tier plan
+        got = q2gemv.gemv(a, w, backend="cuda", numerics="seed")
     else:  # a forced tier, chunked by its own max_m
         from q2gemv.cuda import w4a16 as w4cuda
 
@@ -187,7 +197,7 @@ def test_gpu_q2_kernels_equal_reference(data):
 @settings(GPU, max_examples=GPU_EXAMPLES)
 @given(st.data())
 def test_gpu_w4a16_kernels_equal_reference(data):
-    _w4_property(data, max_n=4097, max_groups=320, max_m=40)
+    _w4_property(data, max_n=4097, max_groups=320, max_m=40, exact=True)
 
 
 # -- pack / unpack / dequant round-trips ----------------------------------------------------
