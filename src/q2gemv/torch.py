@@ -271,7 +271,7 @@ def _nvfp4_linear_impl(
         packed: E2M1 codes, ``torch.uint8`` [n, k // 2] (even k in the low nibble).
         scales: E4M3 block-scale bits, ``torch.uint8`` [n, k // 16].
         global_scale: the per-tensor multiplier (an fp32 value).
-        numerics: ``"seed"``, ``"exact"`` (once NVFP4 has it) or None (the
+        numerics: ``"seed"``, ``"exact"`` or None (the
             library default), as for :func:`q2gemv.gemv`.
 
     Returns a new ``torch.bfloat16`` tensor [..., n] (CPU: reference backend;
@@ -490,7 +490,7 @@ class Nvfp4Linear(torch.nn.Module):
             the CPU: move the module with ``.to(device)``); ``global_scale`` is
             kept as an attribute (an fp32 value).
         bias: optional floating-point tensor [n], stored in bf16 (buffer ``bias``).
-        numerics: ``"seed"``, ``"exact"`` (once NVFP4 has it) or None (the library
+        numerics: ``"seed"``, ``"exact"`` or None (the library
             default), passed to :func:`q2gemv.gemv`.
 
     ``forward(x)``: ``torch.bfloat16`` [..., k] -> ``torch.bfloat16`` [..., n], through
