@@ -540,6 +540,21 @@ class ExactOperands:
         return (d_a, self.limbs, self.unit_sums, self.exponents, np.int32(self.k))
 
 
+# The exact-module interface of q2gemv.cuda.launcher.exact_module
+KERNEL = "q2_0_gemv_exact"
+PREPARE = "exact_prepare"
+Operands = ExactOperands
+
+
+def prepare_launch(m: int, k: int) -> tuple:
+    """``(kernel, grid, block)`` of ``exact_prepare`` for ``m`` rows of ``k``."""
+    return _prepare_kernel(), m, prepare_threads(k)
+
+
+def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
+    return q2_launches(ops, dw, d_out, rows_of)
+
+
 def check_k(k: int) -> None:
     if k % UNIT:
         raise ValueError(f"a: the exact kernels need K a multiple of {UNIT}, got {k}")

@@ -490,6 +490,21 @@ class W4Operands:
         )
 
 
+# The exact-module interface of q2gemv.cuda.launcher.exact_module
+KERNEL = "w4a16_gemv_exact"
+PREPARE = "w4a16_exact_prepare"
+Operands = W4Operands
+
+
+def prepare_launch(m: int, k: int) -> tuple:
+    """``(kernel, grid, block)`` of the prepare for ``m`` rows of ``k``."""
+    return prepare_kernel(), prepare_grid(m, k), PREP_THREADS
+
+
+def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
+    return w4_launches(ops, dw, d_out, rows_of)
+
+
 def check_k(k: int) -> None:
     if k % BLOCK or k < BLOCK:
         raise ValueError(f"a: w4a16_gemv_exact needs K a positive multiple of {BLOCK}, got {k}")

@@ -141,7 +141,7 @@ def gemv_device(
     with simulator_lock():
         dw = mod.as_device_weight(weight, st)
         if numerics == "exact":
-            _exact_module(family).check_k(dw.k)
+            launcher.exact_module(family).check_k(dw.k)
         result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
         d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
         d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
@@ -220,15 +220,6 @@ def _stream_key(st) -> int:
         return id(st)
 
 
-def _exact_module(family: str):
-    """The exact contract's module of ``family``: its prepare, operands and launches."""
-    if family == "q2_0":
-        from . import exact as mod
-    else:
-        from . import exact_w4a16 as mod
-    return mod
-
-
 def exact_workspace(m: int, k: int, st, family: str = "q2_0"):
     """The exact-contract operands of (this device, ``st``, family, m, k).
 
@@ -238,14 +229,13 @@ def exact_workspace(m: int, k: int, st, family: str = "q2_0"):
     :func:`clear_workspaces` drops them (never while a captured CUDA graph that
     uses them may still replay).
     """
+    from .launcher import exact_module
+
     device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
     key = (device, _stream_key(st), family, int(m), int(k))
     ops = _WORKSPACES.get(key)
     if ops is None:
-        mod = _exact_module(family)
-        ops = _WORKSPACES[key] = (
-            mod.ExactOperands if family == "q2_0" else mod.W4Operands
-        ).allocate(m, k, st)
+        ops = _WORKSPACES[key] = exact_module(family).Operands.allocate(m, k, st)
     return ops
 
 

@@ -51,11 +51,7 @@ def launches(
     ``kernel``) before anything is enqueued.
     """
     if numerics == "exact":
-        if family == "w4a16":
-            return _exact_w4_launches(plan, dw, d_a, d_out, stream, ops, prepare)
-        if family != "q2_0":  # a new exact family: its prepare + GEMV launches go here
-            raise ValueError(f"numerics: no exact-contract launcher for family {family!r}")
-        return _exact_launches(plan, dw, d_a, d_out, stream, ops, prepare)
+        return _exact_launches(exact_module(family), plan, dw, d_a, d_out, stream, ops, prepare)
     if family == "q2_0":
         from . import q2_0 as mod
     else:
@@ -72,65 +68,46 @@ def launches(
     return [(compiled(name), g, b, a, name) for name, rows, g, b, a in out]
 
 
-def _exact_launches(plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
-    from . import exact
+def exact_module(family: str):
+    """The exact contract's module of ``family``.
 
-    k = int(d_a.shape[1])
-    exact.check_k(k)
-    m = int(d_a.shape[0])
-    if ops is None:
-        ops = exact.ExactOperands.allocate(m, k, stream)
-    elif (ops.m, ops.k) != (m, k):
-        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
-    spec = kernels.get("q2_0_gemv_exact")
-    rows_of = []
-    for r0, rows, name in plan:
-        if name != spec.name or not 1 <= rows <= spec.max_m:
-            raise ValueError(
-                f"plan: launch at row {r0}: expected 1..{spec.max_m} rows of {spec.name}, "
-                f"got {rows} of {name!r}"
-            )
-        rows_of.append((r0, rows))
-    chunks = exact.q2_launches(ops, dw, d_out, rows_of)  # validates the weight, out and rows
-    launch.check_alignment(spec.name, d_a, spec.a_align)  # exact_prepare loads 16 bytes
-    out = [(kern, grid, exact.THREADS, args, spec.name) for kern, grid, args in chunks]
-    if prepare:  # once, over all rows, before the chunks
-        threads = exact.prepare_threads(k)
-        out.insert(0, (exact._prepare_kernel(), m, threads, ops.prepare_args(d_a), "exact_prepare"))
-    return out
+    Each has the same interface: ``KERNEL`` and ``PREPARE`` (names),
+    ``Operands`` (``allocate(m, k, stream)``, ``prepare_args(d_a)``),
+    ``check_k``, ``chunk_launches(ops, dw, d_out, rows_of)`` (validated
+    ``(kernel, grid, args)``), ``THREADS`` and ``prepare_launch(m, k)``
+    (``(kernel, grid, block)``).
+    """
+    if family == "q2_0":
+        from . import exact as mod
+    elif family == "w4a16":
+        from . import exact_w4a16 as mod
+    else:  # a new exact family: its module with the interface above
+        raise ValueError(f"numerics: no exact-contract launcher for family {family!r}")
+    return mod
 
 
-def _plan_rows(plan, spec) -> list[tuple[int, int]]:
-    """``(row0, rows)`` of an exact plan, each entry checked to name ``spec``'s kernel."""
-    rows_of = []
-    for r0, rows, name in plan:
-        if name != spec.name or not 1 <= rows <= spec.max_m:
-            raise ValueError(
-                f"plan: launch at row {r0}: expected 1..{spec.max_m} rows of {spec.name}, "
-                f"got {rows} of {name!r}"
-            )
-        rows_of.append((r0, rows))
-    return rows_of
-
-
-def _exact_w4_launches(plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
-    """NVFP4 under the exact contract: its prepare over all rows, then ``w4a16_gemv_exact`` chunks."""
-    from . import exact_w4a16 as xw
-
+def _exact_launches(mod, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
+    """The family's prepare over all rows (unless ``prepare`` is False), then the plan's chunks."""
     m, k = (int(x) for x in d_a.shape)
-    xw.check_k(k)
+    mod.check_k(k)
     if ops is None:
-        ops = xw.W4Operands.allocate(m, k, stream)
+        ops = mod.Operands.allocate(m, k, stream)
     elif (ops.m, ops.k) != (m, k):
         raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
-    spec = kernels.get("w4a16_gemv_exact")
-    chunks = xw.w4_launches(ops, dw, d_out, _plan_rows(plan, spec))  # validates weight, out, rows
-    launch.check_alignment(spec.name, d_a, spec.a_align)  # the prepare loads 16 bytes
-    out = [(kern, grid, xw.THREADS, args, spec.name) for kern, grid, args in chunks]
-    if prepare:
-        grid = xw.prepare_grid(m, k)
-        out.insert(0, (xw.prepare_kernel(), grid, xw.PREP_THREADS, ops.prepare_args(d_a),
-                       "w4a16_exact_prepare"))  # fmt: skip
+    spec = kernels.get(mod.KERNEL)
+    rows_of = []
+    for r0, rows, name in plan:
+        if name != spec.name or not 1 <= rows <= spec.max_m:
+            raise ValueError(
+                f"plan: launch at row {r0}: expected 1..{spec.max_m} rows of {spec.name}, "
+                f"got {rows} of {name!r}"
+            )
+        rows_of.append((r0, rows))
+    chunks = mod.chunk_launches(ops, dw, d_out, rows_of)  # validates the weight, out and rows
+    launch.check_alignment(spec.name, d_a, spec.a_align)  # the prepares load 16 bytes
+    out = [(kern, grid, mod.THREADS, args, spec.name) for kern, grid, args in chunks]
+    if prepare:  # once, over all rows, before the chunks
+        out.insert(0, (*mod.prepare_launch(m, k), ops.prepare_args(d_a), mod.PREPARE))
     return out
 
 
