@@ -10,24 +10,24 @@ multiplies the exact total once, before the rounding.
 
 Two kernels:
 
-* ``w4a16_exact_prepare`` -- one CTA per activation row (rows padded to a
-  multiple of 4 with zeros): E_m (:func:`q2gemv.cuda.exact.row_exponent`) and
-  the three unsigned byte limbs of ``A_k + 2**23``, written in the order the
-  GEMV's B fragments are read (:func:`limb_word`): for a step of 128 elements
-  and block j of each half, the 16 lanes that hold B read 128 consecutive
-  bytes.
-* ``w4a16_gemv_exact`` -- 16 weight rows per CTA of :data:`WARPS` warps; the
-  warps split K in steps of 128 elements (warp w takes steps w, w + 8, ...).
+* ``w4a16_exact_prepare`` -- CTAs over (activation row, span of 2048
+  elements) (rows padded to a multiple of 4 with zeros): E_m
+  (:func:`q2gemv.cuda.exact.row_exponent`) and three byte limbs with
+  ``A_k = L0 + 2**8 L1 + 2**16 L2`` (L0, L1 unsigned, L2 signed), written in
+  the order the GEMV's B fragments are read (:func:`limb_word`): for a step
+  of 128 elements and block j of each half, the 16 lanes that hold B read
+  128 consecutive bytes.
+* ``w4a16_gemv_exact`` -- tiles of 16 weight rows (1 or 2 a CTA) of
+  :data:`WARPS` warps; the warps split K in steps of 128 elements.
   Lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of rows g and g + 8
   (blocks 2t and 2t + 1 of the step; one exchange with lane t ^ 1 leaves it
   word ``t % 2`` of block ``4 (t // 2) + j``, j = 0..3). Each word is 8 codes
   = the lane's 8 k slots of one ``mma.m16n8k32`` (s8 x u8): the B matrix is
   block-diagonal, so columns 0-3 (activation rows 4q..4q+3 of group q) sum
   block j of the first half and columns 4-7 block 4 + j of the second half:
-  every D entry is one block's sum, for its own scale. One IMMA per limb;
-  ``S = D0 + 2**8 D1 + 2**16 (D2 - 128 sum(w))`` (``sum(w)``: dp4a over the
-  lane's codes plus its pair's, by one exchange) is ``sum_k (2 e2m1) A_k``,
-  exact in 32 bits.
+  every D entry is one block's sum, for its own scale. One IMMA per limb
+  (s8 x u8 for L0, L1; s8 x s8 for L2): ``S = D0 + 2**8 D1 + 2**16 D2`` is
+  ``sum_k (2 e2m1) A_k``, exact in 32 bits.
 
 Codes to int8 without a branch: ``prmt`` looks up the 8 magnitudes (its
 selector nibbles are the codes; a set sign bit selects 0 instead), once for
