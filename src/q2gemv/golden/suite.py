@@ -16,6 +16,8 @@ file                                set         what
 ``gemv_w4a16.npz``                  w4a16       NVFP4 GEMV cases (inputs + expected bits)
 ``gemv_q2_0_exact.npz``             q2_0_exact  Q2_0 GEMV cases, exact contract: specials,
                                                 rounding boundaries, outliers, every seam
+``gemv_w4a16_exact.npz``            w4a16_exact NVFP4 GEMV cases, exact contract: every E4M3
+                                                class, global-scale specials, every seam
 ``model_5120.npz``                  model       5120 x 5120 shapes: generator labels + input
                                                 sha256 + expected bits (inputs rebuilt)
 ==================================  ==========  ============================================
