@@ -670,8 +670,8 @@ def run_q2(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     The launches (``exact_prepare``, then chunks of :data:`MAX_M` rows) are
     run by :func:`q2gemv.cuda.launcher.run_host`.
     """
-    from .launcher import run_host
-    from .q2_0 import as_device_weight, check_bits
+    from .launcher import check_bits, run_host
+    from .q2_0 import as_device_weight
 
     dw = as_device_weight(weight, stream)
     check_bits(a_bits, dw.k)

@@ -636,14 +636,11 @@ def run_w4(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     A thin wrapper of :func:`q2gemv.cuda.launcher.run_host` with the plan
     :func:`q2gemv.plan` makes (chunks of :data:`MAX_M` rows).
     """
-    from .launcher import run_host
+    from .launcher import check_bits, run_host
     from .w4a16 import as_device_weight
 
     dw = as_device_weight(weight, stream)
-    if not isinstance(a_bits, np.ndarray) or a_bits.dtype != np.uint16:
-        raise TypeError("a_bits: expected uint16 bf16 bits (a numpy array)")
-    if a_bits.ndim != 2 or a_bits.shape[1] != dw.k:
-        raise ValueError(f"a_bits: expected shape [M, K] = [M, {dw.k}], got {a_bits.shape}")
+    check_bits(a_bits, dw.k)
     plan = [(r0, rows, "w4a16_gemv_exact") for r0, rows in launch.batchm_row_chunks(
         a_bits.shape[0], MAX_M)]  # fmt: skip
     return run_host("w4a16", "exact", plan, a_bits, dw, stream)

@@ -164,6 +164,18 @@ class BoundPlan:
         return f"BoundPlan({', '.join(self.names)})"
 
 
+def check_bits(a_bits, k: int) -> None:
+    """Host activation bits for :func:`run_host`'s callers: a uint16 numpy array [M, k].
+
+    Raises TypeError / ValueError naming ``a_bits``.
+    """
+    if not isinstance(a_bits, np.ndarray) or a_bits.dtype != np.uint16:
+        got = a_bits.dtype if isinstance(a_bits, np.ndarray) else type(a_bits).__name__
+        raise TypeError(f"a_bits: expected uint16 bf16 bits (a numpy array), got {got}")
+    if a_bits.ndim != 2 or a_bits.shape[1] != k:
+        raise ValueError(f"a_bits: expected shape [M, K] = [M, {k}], got {a_bits.shape}")
+
+
 def run_host(family: str, numerics: str, plan, a_bits: np.ndarray, dw, stream=0) -> np.ndarray:
     """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N].
 
@@ -184,4 +196,4 @@ def run_host(family: str, numerics: str, plan, a_bits: np.ndarray, dw, stream=0)
     return out
 
 
-__all__ = ["launches", "launch_all", "BoundPlan", "run_host"]
+__all__ = ["launches", "launch_all", "BoundPlan", "run_host", "check_bits"]

@@ -648,15 +648,6 @@ def _max_m(name: str) -> int:
     return spec_of(name).max_m
 
 
-def check_bits(a_bits, k: int) -> None:
-    """Activation bits for :func:`run`: a uint16 numpy array [M, k]; raises naming ``a_bits``."""
-    if not isinstance(a_bits, np.ndarray) or a_bits.dtype != np.uint16:
-        got = a_bits.dtype if isinstance(a_bits, np.ndarray) else type(a_bits).__name__
-        raise TypeError(f"a_bits: expected uint16 bf16 bits (a numpy array), got {got}")
-    if a_bits.ndim != 2 or a_bits.shape[1] != k:
-        raise ValueError(f"a_bits: expected shape [M, K] = [M, {k}], got {a_bits.shape}")
-
-
 def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tuple, tuple]:
     """``(grid, kernel arguments)`` of one launch of ``name``, validated.
 
@@ -700,7 +691,7 @@ def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     chunk of at most 8 rows (the plan :func:`q2gemv.launch.ChunkPlan` describes),
     run by :func:`q2gemv.cuda.launcher.run_host`.
     """
-    from .launcher import run_host
+    from .launcher import check_bits, run_host
 
     max_m = _max_m(name)
     dw = as_device_weight(weight, stream)

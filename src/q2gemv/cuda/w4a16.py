@@ -538,12 +538,9 @@ def _run_plan(plan, a_bits: np.ndarray, weight, stream) -> np.ndarray:
         raise TypeError(
             f"weight: expected an Nvfp4Weight or DeviceNvfp4Weight, got {type(weight).__name__}"
         )
-    if not isinstance(a_bits, np.ndarray) or a_bits.dtype != np.uint16:
-        got = a_bits.dtype if isinstance(a_bits, np.ndarray) else type(a_bits).__name__
-        raise TypeError(f"a_bits: expected uint16 bf16 bits (a numpy array), got {got}")
-    if a_bits.ndim != 2 or a_bits.shape[1] != weight.k:
-        raise ValueError(f"a_bits: expected shape [M, K] = [M, {weight.k}], got {a_bits.shape}")
-    from .launcher import run_host
+    from .launcher import check_bits, run_host
+
+    check_bits(a_bits, weight.k)
 
     m = a_bits.shape[0]
     plan = check_plan(plan, m, MAX_M)
