@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from q2gemv import bench
     from q2gemv.bench import timing
-    from q2gemv.cuda import exact, q2_0
+    from q2gemv.cuda import launcher, q2_0
     from q2gemv.cuda.prebound import prebind_q2
     from q2gemv.reference.exact import q2_0_gemv_exact
 
@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                 a16 = a.astype(ml_dtypes.bfloat16)
                 d_a = cuda.to_device(a16.view(np.uint16))
                 outs = [cuda.device_array((m, n), np.uint16) for _ in dws]
-                seqs = [exact.prebind_q2(d_a, dw, o) for dw, o in zip(dws, outs, strict=True)]
+                seqs = [
+                    launcher.prebind(launcher.exact_launches("q2_0", d_a, dw, o))
+                    for dw, o in zip(dws, outs, strict=True)
+                ]
                 row = {"n": n, "k": k, "group": group, "m": m, "weight_bytes": w.nbytes}
                 # bits
                 check = m in (1, 5, 16, 33) if n * k <= 5120 * 17408 else m in (1, 16)

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from q2gemv import bench
     from q2gemv.bench import timing
     from q2gemv.cuda import exact_w4a16 as xw
-    from q2gemv.cuda import w4a16
+    from q2gemv.cuda import launcher, w4a16
     from q2gemv.cuda.prebound import prebind_w4a16
     from q2gemv.reference.exact import w4a16_gemv_exact
 
@@ -96,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             a16 = a.astype(ml_dtypes.bfloat16)
             d_a = cuda.to_device(a16.view(np.uint16))
             outs = [cuda.device_array((m, n), np.uint16) for _ in dws]
-            seqs = [xw.prebind_w4(d_a, dw, o) for dw, o in zip(dws, outs, strict=True)]
+            seqs = [
+                launcher.prebind(launcher.exact_launches("w4a16", d_a, dw, o))
+                for dw, o in zip(dws, outs, strict=True)
+            ]
             row = {"n": n, "k": k, "m": m, "weight_bytes": w.nbytes}
             check = m in (1, 9, 17, 33) if n * k <= 5120 * 17408 else m in (1, 16)
             if check:

@@ -17,7 +17,7 @@ import numpy as np
 from numba import cuda
 
 from q2gemv import Q2Weight
-from q2gemv.cuda import exact, q2_0
+from q2gemv.cuda import exact, launcher, q2_0
 
 
 def sass(nt: int, group: int) -> int:
@@ -49,8 +49,7 @@ def main(argv: list[str]) -> int:
     d_a = cuda.to_device(a)
     out = cuda.device_array((m, n), np.uint16)
     for _ in range(2):
-        for launch in exact.prebind_q2(d_a, dw, out):
-            launch(0)
+        launcher.launch_all(launcher.exact_launches("q2_0", d_a, dw, out))
     cuda.synchronize()
     return 0
 

@@ -213,7 +213,7 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         d_a = cuda.to_device(np.ascontiguousarray(a.view(np.uint16)))
         got = _poisoned_run(launches, d_a, dw, m, n, w4cuda.launch_raw)
         check(f"{name or 'auto-plan'} n={n} k={k} m={m}", got, refs[key][:m])
-    from q2gemv.cuda import exact as excuda
+    from q2gemv.cuda import launcher
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     for group, n, k, m in ex_cases:
@@ -228,12 +228,11 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         w, dw, a33 = weights[key]
         d_a = cuda.to_device(np.ascontiguousarray(a33[:m].view(np.uint16)))
         d_out = cuda.to_device(np.full((m, n), POISON, np.uint16))
-        excuda.launch_q2(excuda.prepare_device(d_a), dw, d_out)
+        launcher.launch_all(launcher.exact_launches("q2_0", d_a, dw, d_out))
         cuda.synchronize()
         check(
             f"q2_0_gemv_exact group={group} n={n} k={k} m={m}", d_out.copy_to_host(), refs[key][:m]
         )
-    from q2gemv.cuda import exact_w4a16 as xw
     from q2gemv.reference.exact import w4a16_gemv_exact
 
     for n, k, m in w4x_cases:
@@ -248,7 +247,7 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         w, dw, a33 = weights[key]
         d_a = cuda.to_device(np.ascontiguousarray(a33[:m].view(np.uint16)))
         d_out = cuda.to_device(np.full((m, n), POISON, np.uint16))
-        xw.launch_w4(xw.prepare_device(d_a), dw, d_out)
+        launcher.launch_all(launcher.exact_launches("w4a16", d_a, dw, d_out))
         cuda.synchronize()
         check(f"w4a16_gemv_exact n={n} k={k} m={m}", d_out.copy_to_host(), refs[key][:m])
     print(f"total: {checked} cases, {len(failures)} failed", flush=True)

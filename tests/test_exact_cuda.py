@@ -155,14 +155,19 @@ def test_q2_launches_chunk_by_max_m():
 
 
 def test_prepared_operands_serve_two_weights():
-    """One prepare, two GEMVs (launch_q2 with the same ExactOperands): both bit-exact."""
+    """One prepare, two GEMVs (the same ExactOperands, no second prepare): both bit-exact."""
+    from q2gemv.cuda import launcher
+
     rng = np.random.default_rng(9)
     a = _acts(rng, 3, 128)
-    ops = ex.prepare_device(cuda.to_device(a))
+    d_a = cuda.to_device(a)
+    ops = ex.prepare_device(d_a)
     for group in (64, 128):
         w = _weight(rng, 5, 128, group)
         d_out = cuda.device_array((3, 5), np.uint16)
-        ex.launch_q2(ops, as_device_weight(w), d_out)
+        ls = launcher.exact_launches("q2_0", d_a, as_device_weight(w), d_out, ops=ops)
+        assert [name for *_, name in ls] == ["q2_0_gemv_exact"]  # no prepare
+        launcher.launch_all(ls)
         want = rex.q2_0_gemv_exact(a.view(BF16), w).view(np.uint16)
         assert_bits_equal(d_out.copy_to_host(), want, f"g{group}")
 

@@ -629,51 +629,15 @@ def _check_chunks(chunks, m: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def launch_q2(ops: ExactOperands, dw, d_out, stream=0) -> None:
-    """``q2_0_gemv_exact`` over all of ``ops``' rows into ``d_out`` (uint16 [M, N])."""
-    for kernel, grid, args in q2_launches(ops, dw, d_out):
-        kernel[grid, THREADS, stream](*args)
-
-
-def prebind_q2(d_a, dw, d_out, stream=0, ops: ExactOperands | None = None) -> list:
-    """Pre-bound launches (:class:`~q2gemv.cuda.prebound.PreboundLaunch`) of one exact GEMV.
-
-    ``exact_prepare`` on ``d_a`` (skipped when ``ops`` is given, the operands
-    of an earlier prepare), then ``q2_0_gemv_exact`` per chunk of :data:`MAX_M` rows.
-    """
-    from .prebound import PreboundLaunch
-
-    launches = []
-    if ops is None:
-        m, k = (int(x) for x in d_a.shape)
-        ops = ExactOperands.allocate(m, k)
-        launches.append(
-            PreboundLaunch(
-                _prepare_kernel(),
-                m,
-                prepare_threads(k),
-                ops.prepare_args(d_a),
-                stream=stream,
-                name="exact_prepare",
-            )
-        )
-    for kernel, grid, args in q2_launches(ops, dw, d_out):
-        launches.append(
-            PreboundLaunch(kernel, grid, THREADS, args, stream=stream, name="q2_0_gemv_exact")
-        )
-    return launches
-
-
 def run_q2(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     """Host bf16 bits [M, K] -> uint16 [M, N] through prepare + ``q2_0_gemv_exact``.
 
     The launches (``exact_prepare``, then chunks of :data:`MAX_M` rows) are
     run by :func:`q2gemv.cuda.launcher.run_host`.
     """
-    from .launcher import check_bits, run_host
+    from .launcher import check_bits, exact_plan, run_host
     from .q2_0 import as_device_weight
 
     dw = as_device_weight(weight, stream)
     check_bits(a_bits, dw.k)
-    plan = launch.ChunkPlan(a_bits.shape[0], MAX_M, lambda rows: "q2_0_gemv_exact")
-    return run_host("q2_0", "exact", plan, a_bits, dw, stream)
+    return run_host("q2_0", "exact", exact_plan("q2_0", a_bits.shape[0]), a_bits, dw, stream)

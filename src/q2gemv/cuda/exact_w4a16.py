@@ -599,48 +599,15 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
     return launches
 
 
-def launch_w4(ops: W4Operands, dw, d_out, stream=0) -> None:
-    """``w4a16_gemv_exact`` over all of ``ops``' rows into ``d_out`` (uint16 [M, N])."""
-    for kernel, grid, args in w4_launches(ops, dw, d_out):
-        kernel[grid, THREADS, stream](*args)
-
-
-def prebind_w4(d_a, dw, d_out, stream=0, ops: W4Operands | None = None) -> list:
-    """Pre-bound launches of one exact NVFP4 GEMV: the prepare (unless ``ops``), then each chunk."""
-    from .prebound import PreboundLaunch
-
-    launches = []
-    if ops is None:
-        m, k = (int(x) for x in d_a.shape)
-        ops = W4Operands.allocate(m, k)
-        launches.append(
-            PreboundLaunch(
-                prepare_kernel(),
-                prepare_grid(m, k),
-                PREP_THREADS,
-                ops.prepare_args(d_a),
-                stream=stream,
-                name="w4a16_exact_prepare",
-            )
-        )
-    for kernel, grid, args in w4_launches(ops, dw, d_out):
-        launches.append(
-            PreboundLaunch(kernel, grid, THREADS, args, stream=stream, name="w4a16_gemv_exact")
-        )
-    return launches
-
-
 def run_w4(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     """Host bf16 bits [M, K] -> uint16 [M, N] through the prepare + ``w4a16_gemv_exact``.
 
     A thin wrapper of :func:`q2gemv.cuda.launcher.run_host` with the plan
     :func:`q2gemv.plan` makes (chunks of :data:`MAX_M` rows).
     """
-    from .launcher import check_bits, run_host
+    from .launcher import check_bits, exact_plan, run_host
     from .w4a16 import as_device_weight
 
     dw = as_device_weight(weight, stream)
     check_bits(a_bits, dw.k)
-    plan = [(r0, rows, "w4a16_gemv_exact") for r0, rows in launch.batchm_row_chunks(
-        a_bits.shape[0], MAX_M)]  # fmt: skip
-    return run_host("w4a16", "exact", plan, a_bits, dw, stream)
+    return run_host("w4a16", "exact", exact_plan("w4a16", a_bits.shape[0]), a_bits, dw, stream)

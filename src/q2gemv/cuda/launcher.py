@@ -111,6 +111,28 @@ def _exact_launches(mod, plan, dw, d_a, d_out, stream, ops, prepare: bool = True
     return out
 
 
+def exact_plan(family: str, m: int) -> launch.ChunkPlan:
+    """The plan of ``m`` rows under the exact contract: chunks of the family's exact kernel."""
+    spec = kernels.get(exact_module(family).KERNEL)
+    return launch.ChunkPlan(m, spec.max_m, lambda rows: spec.name)
+
+
+def exact_launches(family: str, d_a, dw, d_out, stream=0, ops=None) -> list[tuple]:
+    """The validated launches of one exact GEMV over every row of ``d_a`` (uint16 [M, K]).
+
+    The family's prepare, skipped when ``ops`` (the operands of an earlier
+    prepare of ``d_a``) are given, then the chunks of :func:`exact_plan`.
+    For scripts and benchmarks; :func:`q2gemv.gemv` goes through :func:`launches`.
+    """
+    plan = exact_plan(family, int(d_a.shape[0]))
+    return launches(family, "exact", plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
+
+
+def prebind(launches_: list[tuple], stream=0) -> list[PreboundLaunch]:
+    """``launches_`` (from :func:`launches`) as :class:`PreboundLaunch` objects, one per launch."""
+    return [PreboundLaunch(d, g, b, a, stream=stream, name=n) for d, g, b, a, n in launches_]
+
+
 def launch_all(launches_: list[tuple], stream=0) -> None:
     """Enqueue ``launches_`` (from :func:`launches`) through numba's dispatcher on ``stream``."""
     for dispatcher, grid, block, args, _ in launches_:
@@ -196,4 +218,13 @@ def run_host(family: str, numerics: str, plan, a_bits: np.ndarray, dw, stream=0)
     return out
 
 
-__all__ = ["launches", "launch_all", "BoundPlan", "run_host", "check_bits"]
+__all__ = [
+    "launches",
+    "launch_all",
+    "BoundPlan",
+    "run_host",
+    "check_bits",
+    "exact_plan",
+    "exact_launches",
+    "prebind",
+]
