@@ -129,3 +129,16 @@ def test_chunk_plan_is_a_lazy_sequence_equal_to_its_list():
     assert launch.ChunkPlan(0, 8, str) == []
     huge = launch.ChunkPlan(2**31 - 1, 8, lambda rows: "k")  # described, never built
     assert len(huge) == 2**28 and huge[-1] == (2**31 - 8, 7, "k")
+
+
+def test_check_chunks_covers_rows_once_in_order():
+    assert launch.check_chunks(None, 19, 8) == [(0, 8), (8, 8), (16, 3)]
+    assert launch.check_chunks([(0, 16), (16, 1)], 17, 16, multiple=4) == [(0, 16), (16, 1)]
+    for chunks, m, multiple, needle in [
+        ([(0, 8), (9, 2)], 11, 1, "from row 8"),  # a gap
+        ([(0, 9)], 9, 1, "1..8 rows"),  # too many rows in one launch
+        ([(0, 2), (2, 2)], 4, 4, "multiples of 4"),  # a chunk off the 4-row groups
+        ([(0, 8)], 9, 1, "covering 9 rows"),  # rows left over
+    ]:
+        with pytest.raises(ValueError, match=rf"^plan: .*{needle}"):
+            launch.check_chunks(chunks, m, 8, multiple)

@@ -61,6 +61,28 @@ def batchm_row_chunks(m: int, max_m: int = Q2_BATCHM_MAX_M) -> Iterator[tuple[in
         yield r0, min(max_m, m - r0)
 
 
+def check_chunks(chunks, m: int, max_m: int, multiple: int = 1) -> list[tuple[int, int]]:
+    """``(row0, rows)`` chunks of a launch plan, checked: ``batchm_row_chunks(m, max_m)`` if None.
+
+    The chunks must cover rows ``0..m`` once, in order, each ``1..max_m``
+    rows starting at a multiple of ``multiple``; ValueError naming ``plan``.
+    """
+    if chunks is None:
+        return list(batchm_row_chunks(m, max_m))
+    chunks = [(int(r0), int(rows)) for r0, rows in chunks]
+    nxt = 0
+    for r0, rows in chunks:
+        if r0 != nxt or not 1 <= rows <= max_m or r0 % multiple:
+            at = f" starting at multiples of {multiple}" if multiple > 1 else ""
+            raise ValueError(
+                f"plan: expected chunks of 1..{max_m} rows{at} from row {nxt}, got {chunks}"
+            )
+        nxt += rows
+    if nxt != m:
+        raise ValueError(f"plan: expected chunks covering {m} rows, got {chunks}")
+    return chunks
+
+
 class ChunkPlan(Sequence):
     """Launches ``(row0, rows, kernel)`` of ``m`` rows in chunks of ``step``, never materialised.
 

@@ -609,24 +609,8 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
             (*flat, ops.exponents, dw.b16, d_out[r0 : r0 + rows])
             + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
         )
-        for r0, rows in _check_chunks(chunks, ops.m)
+        for r0, rows in launch.check_chunks(chunks, ops.m, MAX_M)
     ]
-
-
-def _check_chunks(chunks, m: int) -> list[tuple[int, int]]:
-    if chunks is None:
-        return list(launch.batchm_row_chunks(m, MAX_M))
-    chunks = [(int(r0), int(rows)) for r0, rows in chunks]
-    nxt = 0
-    for r0, rows in chunks:
-        if r0 != nxt or not 1 <= rows <= MAX_M:
-            raise ValueError(
-                f"plan: expected chunks of 1..{MAX_M} rows from row {nxt}, got {chunks}"
-            )
-        nxt += rows
-    if nxt != m:
-        raise ValueError(f"plan: expected chunks covering {m} rows, got {chunks}")
-    return chunks
 
 
 def run_q2(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:

@@ -553,8 +553,9 @@ def global_parts(g) -> tuple[int, int, int, int]:
 def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
     """``(kernel, grid, args)`` of each ``w4a16_gemv_exact`` launch.
 
-    ``rows_of``: the plan's ``(row0, rows)`` (rows <= :data:`MAX_M`, row0 a
-    multiple of 4: the prepared groups); None: chunks of :data:`MAX_M`.
+    ``rows_of``: the plan's ``(row0, rows)`` (:func:`q2gemv.launch.check_chunks`:
+    rows <= :data:`MAX_M`, row0 a multiple of 4, the prepared groups); None:
+    chunks of :data:`MAX_M`.
     Validates before anything is launched: ``dw`` a DeviceNvfp4Weight of
     ``ops.k`` columns, ``d_out`` uint16 [M, N], the chunks.
     """
@@ -575,14 +576,7 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
         sc = sc.view(np.uint32)
     gm, ge, special, sign = global_parts(dw.global_scale)
     tail = (np.int32(dw.n), np.int32(dw.k))
-    if rows_of is None:
-        rows_of = list(launch.batchm_row_chunks(ops.m, MAX_M))
-    for r0, rows in rows_of:
-        if r0 % MGROUP or not 1 <= rows <= MAX_M or r0 + rows > ops.m:
-            raise ValueError(
-                f"plan: expected chunks of 1..{MAX_M} rows starting at multiples of {MGROUP} "
-                f"within M={ops.m}, got rows {r0}..{r0 + rows - 1}"
-            )
+    rows_of = launch.check_chunks(rows_of, ops.m, MAX_M, multiple=MGROUP)
     launches = []
     for r0, rows in rows_of:
         ng = groups_for(rows)
