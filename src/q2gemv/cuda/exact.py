@@ -571,14 +571,9 @@ def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOper
     ``ops``: operands of the same (M, K) to fill instead of allocating new ones
     (a graph-captured or repeated call must not allocate).
     """
-    m, k = (int(x) for x in d_a.shape)
-    if ops is None:
-        ops = ExactOperands.allocate(m, k, stream)
-    elif (ops.m, ops.k) != (m, k):
-        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
-    if m:
-        _prepare_kernel()[m, prepare_threads(k), stream](*ops.prepare_args(d_a))
-    return ops
+    from . import launcher
+
+    return launcher.prepare_device("q2_0", d_a, stream, ops)
 
 
 def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:

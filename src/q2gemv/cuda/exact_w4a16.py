@@ -522,14 +522,9 @@ def prepare_grid(m: int, k: int) -> tuple[int, int]:
 
 def prepare_device(d_a, stream=0, ops: W4Operands | None = None) -> W4Operands:
     """Run the prepare on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands."""
-    m, k = (int(x) for x in d_a.shape)
-    if ops is None:
-        ops = W4Operands.allocate(m, k, stream)
-    elif (ops.m, ops.k) != (m, k):
-        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
-    if m:
-        prepare_kernel()[prepare_grid(m, k), PREP_THREADS, stream](*ops.prepare_args(d_a))
-    return ops
+    from . import launcher
+
+    return launcher.prepare_device("w4a16", d_a, stream, ops)
 
 
 def fast_path(dw) -> bool:

@@ -89,11 +89,7 @@ def exact_module(family: str):
 def _exact_launches(mod, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
     """The family's prepare over all rows (unless ``prepare`` is False), then the plan's chunks."""
     m, k = (int(x) for x in d_a.shape)
-    mod.check_k(k)
-    if ops is None:
-        ops = mod.Operands.allocate(m, k, stream)
-    elif (ops.m, ops.k) != (m, k):
-        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
+    ops = _operands(mod, m, k, stream, ops)
     spec = kernels.get(mod.KERNEL)
     rows_of = []
     for r0, rows, name in plan:
@@ -109,6 +105,31 @@ def _exact_launches(mod, plan, dw, d_a, d_out, stream, ops, prepare: bool = True
     if prepare:  # once, over all rows, before the chunks
         out.insert(0, (*mod.prepare_launch(m, k), ops.prepare_args(d_a), mod.PREPARE))
     return out
+
+
+def _operands(mod, m: int, k: int, stream, ops):
+    """``ops`` checked against (M, K), or new operands of the exact module ``mod``."""
+    mod.check_k(k)
+    if ops is None:
+        return mod.Operands.allocate(m, k, stream)
+    if (ops.m, ops.k) != (m, k):
+        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
+    return ops
+
+
+def prepare_device(family: str, d_a, stream=0, ops=None):
+    """Run the family's exact-contract prepare on device bf16 bits ``d_a`` (uint16 [M, K]).
+
+    Returns the operands (``ops``, of the same (M, K), filled instead of new
+    ones: a graph-captured or repeated call must not allocate).
+    """
+    mod = exact_module(family)
+    m, k = (int(x) for x in d_a.shape)
+    ops = _operands(mod, m, k, stream, ops)
+    if m:
+        kernel, grid, block = mod.prepare_launch(m, k)
+        kernel[grid, block, stream](*ops.prepare_args(d_a))
+    return ops
 
 
 def exact_plan(family: str, m: int) -> launch.ChunkPlan:
