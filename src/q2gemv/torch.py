@@ -353,7 +353,24 @@ def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return y + bias.to(torch.bfloat16)
 
 
-class Q2Linear(torch.nn.Module):
+class _QuantizedLinear(torch.nn.Module):
+    """What both quantized layers share: ``torch.nn.Linear``'s feature names over ``k``, ``n``."""
+
+    n: int
+    k: int
+
+    @property
+    def in_features(self) -> int:
+        """Input features ``k`` (``torch.nn.Linear``'s name)."""
+        return self.k
+
+    @property
+    def out_features(self) -> int:
+        """Output features ``n`` (``torch.nn.Linear``'s name)."""
+        return self.n
+
+
+class Q2Linear(_QuantizedLinear):
     """A ``torch.nn.Linear`` replacement over a GGUF ``block_q2_0`` weight (inference only).
 
     Args:
@@ -383,16 +400,6 @@ class Q2Linear(torch.nn.Module):
         raw = np.array(weight.raw).reshape(weight.n, row_bytes(weight.k, weight.group))
         self.register_buffer("raw", torch.from_numpy(raw))
         self.register_buffer("bias", _bias_buffer(bias, self.n, "cpu"))
-
-    @property
-    def in_features(self) -> int:
-        """Input features ``k`` (``torch.nn.Linear``'s name)."""
-        return self.k
-
-    @property
-    def out_features(self) -> int:
-        """Output features ``n`` (``torch.nn.Linear``'s name)."""
-        return self.n
 
     @classmethod
     def from_linear(
@@ -481,7 +488,7 @@ class Q2Linear(torch.nn.Module):
         )
 
 
-class Nvfp4Linear(torch.nn.Module):
+class Nvfp4Linear(_QuantizedLinear):
     """A ``torch.nn.Linear`` replacement over an NVFP4 W4A16 weight (inference only).
 
     Args:
@@ -513,16 +520,6 @@ class Nvfp4Linear(torch.nn.Module):
         self.register_buffer("packed", torch.from_numpy(np.array(weight.packed)))
         self.register_buffer("scales", torch.from_numpy(np.array(weight.scales)))
         self.register_buffer("bias", _bias_buffer(bias, self.n, "cpu"))
-
-    @property
-    def in_features(self) -> int:
-        """Input features ``k`` (``torch.nn.Linear``'s name)."""
-        return self.k
-
-    @property
-    def out_features(self) -> int:
-        """Output features ``n`` (``torch.nn.Linear``'s name)."""
-        return self.n
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, numerics: str | None = None) -> Nvfp4Linear:
