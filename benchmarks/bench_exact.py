@@ -58,16 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     args.out.mkdir(parents=True, exist_ok=True)
-    dev = cuda.get_current_device()
     l2 = 60 * 2**20
     timer = timing.GraphTimer()
-    # streaming-read ceiling, same run
-    buf = cuda.device_array(2**28, np.uint32)  # 1 GiB
-    sink = cuda.device_array(1, np.uint32)
-    reads = timing.read_launches(buf, sink, dev.MULTIPROCESSOR_COUNT * timing.READ_CTAS_PER_SM)
-    ceil = max(
-        buf.nbytes / np.median(timer.time_sequence([lk], 5).per_call_s) for lk in reads.values()
-    )
+    ceil = timing.read_ceiling(timer)  # streaming-read ceiling, same run (1 GiB)
     print(f"read ceiling {ceil / 1e9:.0f} GB/s", flush=True)
     shapes = SHAPES[:2] if args.quick else SHAPES
     ms = QUICK_MS if args.quick else MS

@@ -66,16 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rt:
         xw.row_tiles = lambda ng, n: args.rt if args.rt in xw.tiles_options(ng) else 1
     args.out.mkdir(parents=True, exist_ok=True)
-    dev = cuda.get_current_device()
     l2 = 60 * 2**20
     timer = timing.GraphTimer()
-    buf = cuda.device_array(2**28, np.uint32)  # 1 GiB: the streaming-read ceiling, same run
-    sink = cuda.device_array(1, np.uint32)
-    reads = timing.read_launches(buf, sink, dev.MULTIPROCESSOR_COUNT * timing.READ_CTAS_PER_SM)
-    ceil = max(
-        buf.nbytes / np.median(timer.time_sequence([lk], 5).per_call_s) for lk in reads.values()
-    )
-    del buf
+    ceil = timing.read_ceiling(timer)  # streaming-read ceiling, same run (1 GiB)
     print(f"read ceiling {ceil / 1e9:.0f} GB/s", flush=True)
     shapes = SHAPES[:2] if args.quick else SHAPES
     if args.shapes:

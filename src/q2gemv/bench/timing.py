@@ -192,6 +192,23 @@ def read_launches(buf, out, grid_stride_ctas: int) -> dict[str, PreboundLaunch]:
     }
 
 
+def read_ceiling(timer, nbytes: int = 2**30, repeats: int = 5) -> float:
+    """Streaming-read ceiling in bytes/s: the fastest :func:`read_launches` kernel over a
+    buffer of ``nbytes`` (median of ``repeats`` timings each, ``timer.time_sequence``).
+
+    For the standalone benchmark scripts; ``q2gemv bench`` reports every kernel
+    (:func:`q2gemv.bench.runner.measure_ceiling`).
+    """
+    sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    buf = cuda.device_array(nbytes // 4, np.uint32)
+    sink = cuda.device_array(1, np.uint32)
+    reads = read_launches(buf, sink, sms * READ_CTAS_PER_SM)
+    return max(
+        nbytes / float(np.median(timer.time_sequence([lk], repeats).per_call_s))
+        for lk in reads.values()
+    )
+
+
 # -- timers ---------------------------------------------------------------------------
 
 
