@@ -537,12 +537,17 @@ def fast_path(dw) -> bool:
 
 
 def global_parts(g) -> tuple[int, int, int, int]:
-    """fp32 global scale -> ``(|gm|, ge, special, sign)`` with ``g = +-gm * 2**ge``."""
-    bits = int(np.float32(g).view(np.uint32))
-    e = (bits >> 23) & 0xFF
-    f = bits & 0x7FFFFF
-    gm = f | 0x800000 if e else f
-    return gm, max(e, 1) - 150, int(e == 0xFF), bits >> 31
+    """fp32 global scale -> ``(|gm|, ge, special, sign)`` with ``g = +-gm * 2**ge``.
+
+    The contract's own decomposition (:func:`q2gemv.reference.exact.f32_parts`);
+    the sign goes into every scale of the table, ``special`` (NaN/Inf) makes
+    every output NaN. (A -0 scale gives sign 0: every sum is then exactly 0,
+    written +0 either way.)
+    """
+    from ..reference.exact import f32_parts
+
+    gm, ge, finite = f32_parts(g)
+    return abs(gm), ge, int(not finite), int(gm < 0)
 
 
 def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
