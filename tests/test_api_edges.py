@@ -257,7 +257,7 @@ def test_out_overlapping_a_device_weight_is_refused(no_launch):
     from numba import cuda
 
     w = Q2Weight(_q2_raw(), N, K, 64)
-    dw = w.to_device()
+    dw = w.to_device(keep_gguf=True)
     d_a = cuda.to_device(_acts().view(np.uint16))
     out = dw.b16[: M * N].reshape(M, N)  # uint16 [M, N] over the weight's device bytes
     before = dw.b16.copy_to_host()
@@ -417,7 +417,7 @@ def test_run_plan_checks_before_upload(no_launch, monkeypatch):
 
 def _dq2(n=8, group=64):
     w = Q2Weight(_q2_raw(n=n, group=group), n, K, group)
-    return w.to_device()
+    return w.to_device(keep_gguf=True)
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,7 @@ def _aliased():
 def _dev_q2():
     from numba import cuda
 
-    return cuda, q2cuda.DeviceQ2Weight.upload(C.w)
+    return cuda, q2cuda.DeviceQ2Weight.upload(C.w, keep_gguf=True)
 
 
 def _dev_w4():

@@ -218,7 +218,7 @@ def test_word_batches_of_any_size_keep_the_order(rows_per_warp, words):
     a = random_acts(rng, 1, k)
     body = q2cuda._make_vec_body(1, rows_per_warp, words)
     kern = cuda.jit(q2cuda.SIGNATURE)(body)
-    dw = q2cuda.DeviceQ2Weight.upload(w)
+    dw = q2cuda.DeviceQ2Weight.upload(w, keep_gguf=True)
     d_out = cuda.to_device(np.full((1, n), 0xFFFF, np.uint16))
     grid = -(-n // (8 * rows_per_warp))
     kern[grid, 256](cuda.to_device(a.view(np.uint16)), dw.b16, dw.bh, d_out, n, k, 128, 1)

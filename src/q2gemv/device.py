@@ -51,13 +51,17 @@ class DeviceWeight(Protocol):
         ...
 
 
-def to_device(weight, stream=0) -> DeviceWeight:
+def to_device(weight, stream=0, *, keep_gguf: bool = False) -> DeviceWeight:
     """The device-resident form of ``weight``, uploaded once (a device weight is returned as is).
 
     Args:
         weight: a :class:`~q2gemv.Q2Weight` or :class:`~q2gemv.Nvfp4Weight`
             (or an already device-resident weight).
         stream: the numba stream of the copies, or 0 (the default stream).
+        keep_gguf: Q2_0 only: upload the GGUF bytes beside the execution
+            layout (the seed contract's kernels read them; without, a seed
+            call rebuilds them on the device once). False keeps the weight
+            once on the device.
 
     Imports numba on first use; needs a GPU or the CUDA simulator.
 
@@ -67,7 +71,9 @@ def to_device(weight, stream=0) -> DeviceWeight:
     if isinstance(weight, Q2Weight):
         from .cuda.q2_0 import DeviceQ2Weight
 
-        return DeviceQ2Weight.upload(weight, stream)
+        return DeviceQ2Weight.upload(weight, stream, keep_gguf=keep_gguf)
+    if keep_gguf is not False:
+        raise ValueError(f"keep_gguf: a Q2_0 option, got {keep_gguf!r} for {type(weight).__name__}")
     if isinstance(weight, Nvfp4Weight):
         from .cuda.w4a16 import DeviceNvfp4Weight
 

@@ -22,6 +22,7 @@ shfl_xor           cuda.shfl_xor_sync, full mask        per-warp exchange + barr
 ld_bf16x8          one ld.global.nc.v4.u32 (16 bytes)   eight uint16 reads
 ld_f32x4           one 16-byte vector load              four float32 reads
 ld_u32x4           one ld.global.nc.v4.u32 (16 bytes)   four uint32 reads
+ld_stream_u32x4    the same, .L1::no_allocate            four uint32 reads
 mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
                    s32 (IMMA), warp-collective          product in NumPy
 mma_s8u8           the same with signed A (s8 x u8)    the same, A bytes signed
@@ -178,6 +179,8 @@ if SIMULATED:
             np.uint32(arr[i + 3]),
         )
 
+    ld_stream_u32x4 = ld_u32x4
+
     @_device
     def shfl_xor(v, offset):
         (vals, barrier), lane, thread = _warp_exchange()
@@ -301,13 +304,13 @@ else:
         ]
         return cgutils.get_item_pointer(context, builder, arrty, ary, inds, wraparound=False)
 
-    def _ld_nc_v4_u32(context, builder, sig, ptr):
-        """One ``ld.global.nc.v4.u32`` at ``ptr``, as the intrinsic's tuple of 4 uint32."""
+    def _ld_nc_v4_u32(context, builder, sig, ptr, op="ld.global.nc.v4.u32"):
+        """One ``ld.global.nc.v4.u32`` (or ``op``) at ``ptr``, as the tuple of 4 uint32."""
         from llvmlite import ir
 
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
-        asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
+        asm = ir.InlineAsm(fnty, op + " {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l")
         r = builder.call(asm, [ptr])
         vals = [builder.extract_value(r, j) for j in range(4)]
         return context.make_tuple(builder, sig.return_type, vals)
@@ -369,6 +372,22 @@ else:
         return sig, codegen
 
     ld_u32x4 = intrinsic(_ld_u32x4)
+
+    def _ld_stream_u32x4(typingctx, arr, i):
+        """``arr[i .. i+3]`` (uint32) by one ``ld.global.nc.L1::no_allocate.v4.u32``.
+
+        As :func:`ld_u32x4`, for data read once (a weight stream): it does not
+        take L1 lines from the operands that are re-read (the activations).
+        """
+        sig = types.UniTuple(types.uint32, 4)(arr, i)
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig, args)
+            return _ld_nc_v4_u32(context, builder, sig, ptr, "ld.global.nc.L1::no_allocate.v4.u32")
+
+        return sig, codegen
+
+    ld_stream_u32x4 = intrinsic(_ld_stream_u32x4)
 
     def _asm_intrinsic(asm_text: str, n_in: int, n_out: int, doc: str):
         """A numba intrinsic: ``n_in`` 32-bit register inputs -> ``n_out`` int32 by inline PTX."""

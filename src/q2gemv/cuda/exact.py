@@ -6,8 +6,8 @@ the same bits, so the kernels may split K and chunk M freely.
 
 Two kernels:
 
-* ``exact_prepare`` — one CTA per activation row m (one thread per 16-code
-  word, up to :data:`PREP_MAX_THREADS`): ``E_m`` (or :data:`SPECIAL_ROW` for a
+* ``exact_prepare`` — CTAs over (activation row m, span of :data:`PREP_THREADS`
+  16-code words), each finding ``E_m`` of its whole row: ``E_m`` (or :data:`SPECIAL_ROW` for a
   row holding NaN/Inf), the fixed-point ``A_k`` as three unsigned byte limbs
   of the offset value ``A_k + 2**23`` (in ``[0, 2**24)``; three signed limbs
   cannot hold +255 * 2**15), and the sum of ``A_k`` over each unit of
@@ -49,21 +49,21 @@ from numba import cuda, int32, int64, uint16, uint32, uint64
 
 from .. import launch
 from ..formats import q2_0 as fmt
-from ._dev import bitlen64, ld_bf16x8, ld_u32x4, mma_u8, shfl_xor
+from ..formats import q2_0_layout as lay
+from ._dev import bitlen64, ld_bf16x8, ld_stream_u32x4, ld_u32x4, mma_u8, shfl_xor
 
-PREP_MAX_THREADS = 1024
+PREP_THREADS = 256  # 16-code words (4096 codes) per prepare CTA; a multiple of 4 (units)
 WARPS = 8  # warps per CTA, splitting K
-ROWS_PER_CTA = 16  # one m16 tile of weight rows
+ROWS_PER_CTA = lay.TILE_ROWS  # one m16 tile of weight rows
 THREADS = 32 * WARPS
 MAX_M = launch.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
-UNIT = 64  # codes per unit: both groups are whole units; one activation sum per unit
+UNIT = lay.UNIT  # codes per unit: both groups are whole units; one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
 ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the code sums)
 OFFSET = 1 << 23
 FRAC_BITS = 22
 SCALE_LSB = 24  # fp16 scales in units of 2**-24
 SPECIAL_ROW = -(1 << 30)  # E_m of a row that holds NaN or Inf
-_NO_EXP = -(1 << 29)
 BF16_NAN = 0x7FC0
 BF16_INF = 0x7F80
 CODE_MASK = 0x03030303
@@ -190,81 +190,77 @@ def _bf16_lg(h):
 def row_exponent(A, s_lg, K):  # noqa: N803
     """E_m of activation row ``blockIdx.x`` (or :data:`SPECIAL_ROW`), by the whole CTA.
 
-    Thread ``tid`` reads words ``tid, tid + blockDim, ...`` (16 codes each);
-    the largest exponent goes through warp butterflies, then the warps'
-    results in ``s_lg`` (a shared int32[32]). Every thread returns E.
+    bf16 bits without the sign grow with the magnitude, so the largest of
+    them gives ``max floor(log2 |a|)`` (and a NaN/Inf, exponent field 255,
+    is the largest of all): thread ``tid`` takes the maximum of words
+    ``tid, tid + blockDim, ...`` (16 codes each) two halves at a time, then
+    warp butterflies and the warps' results in ``s_lg`` (a shared int32[32]).
+    Every thread returns E.
     """
     m = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nth = cuda.blockDim.x
-    lg = int32(_NO_EXP)
-    hv = cuda.local.array(4, uint32)
+    mx = int32(0)
     for w in range(tid, K // 16, nth):
         for c8 in range(2):
-            hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16 + c8 * 8)
-            for j in range(8):
-                h = (hv[j >> 1] >> uint32(16 * (j & 1))) & uint32(0xFFFF)
-                if (h & uint32(0x7F80)) == uint32(0x7F80):
-                    lg = int32(SPECIAL_ROW)
-                elif (h & uint32(0x7FFF)) != 0 and lg != SPECIAL_ROW:
-                    lg = max(lg, int32(_bf16_lg(h)))
-    for off in (16, 8, 4, 2, 1):  # butterfly max; SPECIAL_ROW wins over every exponent
-        o = shfl_xor(lg, off)
-        lg = int32(SPECIAL_ROW) if o == SPECIAL_ROW or lg == SPECIAL_ROW else max(lg, o)
+            h0, h1, h2, h3 = ld_bf16x8(A, m, w * 16 + c8 * 8)
+            for x in (h0, h1, h2, h3):
+                lo = int32(x & uint32(0x7FFF))
+                hi = int32((x >> uint32(16)) & uint32(0x7FFF))
+                mx = max(mx, max(lo, hi))
+    for off in (16, 8, 4, 2, 1):
+        mx = max(mx, int32(shfl_xor(mx, off)))
     if tid % 32 == 0:
-        s_lg[tid // 32] = lg
+        s_lg[tid // 32] = mx
     cuda.syncthreads()
-    mx = int32(_NO_EXP)
     for i in range((nth + 31) // 32):
-        v = s_lg[i]
-        mx = int32(SPECIAL_ROW) if v == SPECIAL_ROW or mx == SPECIAL_ROW else max(mx, v)
-    return int32(0) if mx == _NO_EXP else mx
+        mx = max(mx, s_lg[i])
+    if mx >= 0x7F80:
+        return int32(SPECIAL_ROW)
+    return int32(0) if mx == 0 else int32(_bf16_lg(uint32(mx)))
 
 
 def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
-    """Activation row ``blockIdx.x``: E_m, then its limbs and unit sums (one CTA per row).
+    """Activation row ``blockIdx.x``, span ``blockIdx.y`` of ``blockDim.x`` 16-code words.
 
-    Thread ``tid`` owns words ``tid, tid + blockDim, ...`` (16 codes each; the
-    launch gives up to 1024 threads, so K = 16384 is one word per thread):
-    :func:`row_exponent` finds E_m, then each thread converts its words:
-    three limb rows of 4 uint32 (byte ``4i + b`` = code ``4b + i``) and, four
-    words at a time, the sums of A over each unit of 64 codes.
+    Every CTA of the row finds E_m itself (:func:`row_exponent` over the whole
+    row: the row is read once from DRAM, then from L2), so the spans need no
+    second pass; then thread ``tid`` converts word ``blockIdx.y * blockDim.x +
+    tid``: three limb rows of 4 uint32 (byte ``4i + b`` = code ``4b + i``)
+    and, four words at a time, the sums of A over each unit of 64 codes.
     """
     s_lg = cuda.shared.array(32, int32)
-    s_sum = cuda.shared.array(PREP_MAX_THREADS, int32)
+    s_sum = cuda.shared.array(PREP_THREADS, int32)
     m = cuda.blockIdx.x
     tid = cuda.threadIdx.x
-    nth = cuda.blockDim.x
     nwords = K // 16
     E = row_exponent(A, s_lg, K)  # noqa: N806
-    if tid == 0:
+    if tid == 0 and cuda.blockIdx.y == 0:
         EROW[m] = E
     hv = cuda.local.array(8, uint32)
     limb = cuda.local.array(12, uint32)
-    for w0 in range(0, nwords, nth):
-        w = w0 + tid
-        total = int64(0)
-        if w < nwords:
-            hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)
-            hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)
-            for i in range(12):
-                limb[i] = uint32(0)
-            for c in range(16):
-                h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
-                a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
-                total += a
-                ap = uint32(a + int64(OFFSET))
-                for li in range(LIMBS):
-                    byte = (ap >> uint32(8 * li)) & uint32(0xFF)
-                    limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
+    w = cuda.blockIdx.y * cuda.blockDim.x + tid
+    total = int64(0)
+    if w < nwords:
+        hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)
+        hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)
+        for i in range(12):
+            limb[i] = uint32(0)
+        for c in range(16):
+            h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
+            a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
+            total += a
+            ap = uint32(a + int64(OFFSET))
             for li in range(LIMBS):
-                for i in range(4):
-                    P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
-        cuda.syncthreads()  # s_sum is reused by the next round of words
-        s_sum[tid] = int32(total)
-        cuda.syncthreads()
-        if w < nwords and w % 4 == 0:
-            ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
+                byte = (ap >> uint32(8 * li)) & uint32(0xFF)
+                limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
+        for li in range(LIMBS):
+            for i in range(4):
+                P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
+    s_sum[tid] = int32(total)
+    cuda.syncthreads()
+    if w < nwords and w % 4 == 0:
+        ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
 
 
 def tiles_for(m: int) -> int:
@@ -277,68 +273,70 @@ def tiles_for(m: int) -> int:
 def _make_q2_body(nt: int, group: int):
     """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``.
 
+    The weight is read in its execution layout (:mod:`q2gemv.formats.q2_0_layout`):
+    one 16-byte load per lane and step brings the warp the 16 x 128 codes of
+    the step (rows g, g + 8 of units 2p, 2p + 1), the next step's load in
+    flight while this one is multiplied; the scales come from their own array.
+
     B tile j, column c: activation row 2j + c // 4 and, for c % 4 = 0, 1, 2,
-    its limb c % 4; c % 4 = 3 is a column of ones (the block's code sums). So
+    its limb c % 4; c % 4 = 3 is a column of ones (the block's code sum). So
     lane (g, t) holds the limbs 0, 1 (t even) or limb 2 and the code sum (t
     odd) of activation row 2j + t // 2 for weight rows g and g + 8; one
     exchange with lane t ^ 1 gives lane t everything for weight row
     ``g + 8 * (t % 2)``: one exact block sum per lane and tile.
-
-    Each warp takes one block at a time: its loads (weights, B operands,
-    sums), then its products. Measured on the H200 (``benchmarks/bench_exact.py
-    --sweep``, 16384x16384): batches of 2, 4 or 8 blocks loaded before any is
-    multiplied, with or without double buffering, were never faster (M=1:
-    59.6 us one at a time, 60.0 with 2, 73.6 with 4; the registers they hold
-    cost occupancy).
     """
     MM = 2 * nt  # noqa: N806 - activation rows per launch at most
     RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
     FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
-    UPB = group // UNIT  # noqa: N806 - units (4 words of 16 codes) per block
-    HPB = group // 8 + 1  # noqa: N806 - uint16 halves per block, scale included
-    NW = 2 * UPB  # noqa: N806 - weight words held: (unit, row g / g + 8)
-    NB = 4 * UPB * nt  # noqa: N806 - B registers held: (unit, tile, 4)
+    BPS = (lay.UNIT * lay.STEP_UNITS) // group  # noqa: N806 - blocks per step (2 at g64, 1 at g128)
+    UPB = group // UNIT  # noqa: N806 - units per block
+    NB = 4 * lay.STEP_UNITS * nt  # noqa: N806 - B registers held: (unit, tile, 4)
     NC = 4 * nt  # noqa: N806 - C registers: (tile, 4)
+    NAV = lay.STEP_UNITS * nt  # noqa: N806 - unit sums held: (unit, tile)
+    STEP_WORDS = lay.LANES * lay.WORDS_PER_LANE  # noqa: N806
+    # B operands of the next step in flight too, at M <= 2 only: at M = 4 / 8 their
+    # registers cost occupancy (H200 16384^2: M=4 72.5 us with, 59.5 without; M=8 160 / 93)
+    PREFETCH_B = nt == 1  # noqa: N806
 
     @cuda.jit(device=True, inline="always")
-    def load_block(P32, ASUM, B16, qa, qb, qs, pidx, aidx, wv, sv, bq, av):  # noqa: N803
-        """Everything one block needs: words of rows g, g + 8, this lane's scale, B operands, sums.
+    def load_w(CODES, SCALES, qc, qs, p, nb, wv, sv):  # noqa: N803
+        """Step ``p``'s codes and scales (``qc``, ``qs`` index them)."""
+        wv[0], wv[1], wv[2], wv[3] = ld_stream_u32x4(CODES, qc)
+        for i in range(BPS):
+            ok = p * int32(BPS) + int32(i) < nb
+            sv[i] = uint32(SCALES[qs + ROWS_PER_CTA * i]) if ok else uint32(0)
 
-        The indices are where this lane's first word of rows g / g + 8 (``qa``,
-        ``qb``, uint16 halves), its row's scale (``qs``), its B operand of each
-        tile (``pidx``, uint32) and its activation sum of each tile (``aidx``)
-        are for this block; the caller advances them block to block (one add
-        each: the address math stays out of the loop).
-        """
-        sv[0] = uint32(B16[qs])
-        for v in range(UPB):
-            ia = qa + 8 * v
-            ib = qb + 8 * v
-            wv[2 * v] = uint32(B16[ia]) | (uint32(B16[ia + 1]) << uint32(16))
-            wv[2 * v + 1] = uint32(B16[ib]) | (uint32(B16[ib + 1]) << uint32(16))
+    @cuda.jit(device=True, inline="always")
+    def load_b(P32, ASUM, pidx, aidx, p, nu, bq, av):  # noqa: N803
+        """Step ``p``'s B operand of each tile and unit sums (``pidx``, ``aidx`` index them)."""
+        for v in range(lay.STEP_UNITS):
+            here = p * int32(lay.STEP_UNITS) + int32(v) < nu
             for j in range(nt):
                 o = 4 * (v * nt + j)
-                # lanes of the constant columns load nothing: the load pipe, not the
-                # arithmetic, bounds this kernel (ncu: 72% "Mem Busy" when every lane
-                # loaded its column, zeros and ones included, from two constant rows)
-                if pidx[j] >= 0:
+                # lanes of the constant columns load nothing (ncu: the load pipe bounds
+                # the kernel when every lane loads its column, zeros and ones included)
+                if pidx[j] >= 0 and here:
                     bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
                 else:
                     fill = uint32(ONES) if pidx[j] == ONES_COL else uint32(0)
                     for i2 in range(4):
                         bq[o + i2] = fill
-        for j in range(nt):
-            s_ = int32(0)
-            for v in range(UPB):
-                s_ += ASUM[uint64(aidx[j] + v)]  # unsigned: no negative-index wraparound code
-            av[j] = s_
+                av[v * nt + j] = ASUM[uint64(aidx[j] + v)] if here else int32(0)
 
     @cuda.jit(device=True, inline="always")
-    def mac_block(t, wv, sv, bq, av, cf, acc_hi, acc_lo):
-        """The loaded block times every activation row: IMMA, then one exact sum per lane and tile."""
+    def advance(pidx, aidx):
+        """The B and unit-sum indices of each tile, WARPS steps on."""
+        for j in range(nt):
+            if pidx[j] >= 0:
+                pidx[j] += WARPS * lay.STEP_UNITS * 16
+            aidx[j] += WARPS * lay.STEP_UNITS
+
+    @cuda.jit(device=True, inline="always")
+    def mac_block(t, wv, v0, s16, bq, av, cf, acc_hi, acc_lo):
+        """Units ``v0 .. v0 + UPB`` of the step (one block) times every activation row."""
         for i in range(NC):
             cf[i] = int32(0)
-        for v in range(UPB):
+        for v in range(v0, v0 + UPB):
             wa = wv[2 * v]
             wb = wv[2 * v + 1]
             for s in range(2):
@@ -360,7 +358,7 @@ def _make_q2_body(nt: int, group: int):
                         cf[4 * j + 2],
                         cf[4 * j + 3],
                     )
-        mant, sh, neg = scale_parts(sv[0])
+        mant, sh, neg = scale_parts(s16)
         odd = (t & uint32(1)) != 0
         for j in range(nt):
             c0 = cf[4 * j]
@@ -373,19 +371,22 @@ def _make_q2_body(nt: int, group: int):
             l1 = y if odd else c1
             l2 = c2 if odd else x
             sc = c3 if odd else y
+            asum = int32(0)
+            for v in range(v0, v0 + UPB):
+                asum += av[v * nt + j]
             # |S| < 2**31: the int64 expression narrows to 32-bit arithmetic
             s_ = int32(
                 int64(l0)
                 + (int64(l1) << int64(8))
                 + (int64(l2) << int64(16))
                 - (int64(sc) << int64(23))
-                - int64(av[j])
+                - int64(asum)
             )
             if neg:
                 s_ = int32(-s_)
             acc_add(acc_hi, acc_lo, j, int64(s_) * int64(mant), sh)
 
-    def body(P32, ASUM, EROW, B16, C, N, K, M, M0):  # noqa: N803
+    def body(P32, ASUM, EROW, CODES, SCALES, C, N, K, M, M0):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)
         red_lo = cuda.shared.array(RED, uint64)
         s_bad = cuda.shared.array(FLAGS, int32)
@@ -393,27 +394,28 @@ def _make_q2_body(nt: int, group: int):
         acc_lo = cuda.local.array(nt, uint64)
         cf = cuda.local.array(NC, int32)
         bq = cuda.local.array(NB, uint32)
-        av = cuda.local.array(nt, int32)
-        wv = cuda.local.array(NW, uint32)
-        sv = cuda.local.array(1, uint32)
+        av = cuda.local.array(NAV, int32)
+        wv = cuda.local.array(4, uint32)
+        wn = cuda.local.array(4, uint32)
+        sv = cuda.local.array(BPS, uint32)
+        sn = cuda.local.array(BPS, uint32)
+        bn = cuda.local.array(NB, uint32)
+        an = cuda.local.array(NAV, int32)
         tid = uint32(cuda.threadIdx.x)
         warp = tid >> uint32(5)
         lane = tid & uint32(31)
         g = lane >> uint32(2)
         t = lane & uint32(3)
-        row0 = uint32(cuda.blockIdx.x) * uint32(ROWS_PER_CTA)
+        tile = uint32(cuda.blockIdx.x)
+        row0 = tile * uint32(ROWS_PER_CTA)
         n_rows = uint32(N)
-        nb = uint32(K // group)
+        nu = int32(K // UNIT)
+        nb = int32(K // group)
+        ns = (nu + int32(1)) >> int32(1)
         rl = g + uint32(8) * (t & uint32(1))  # the weight row (in the tile) this lane sums
-        # rows past N (the last CTA's tail) read row N-1 and are never stored
-        ha = uint32(min(row0 + g, n_rows - uint32(1)) * nb * uint32(HPB))
-        hb = uint32(min(row0 + g + uint32(8), n_rows - uint32(1)) * nb * uint32(HPB))
-        # running indices of block `warp` (see load_block); each step adds WARPS blocks.
-        # 64-bit on purpose: loads at constant offsets from one index then share one
-        # address (immediate offsets); uint32 indices were re-masked at every load.
-        qa = int64(ha) + int64(warp * uint32(HPB) + uint32(1) + uint32(2) * t)
-        qb = int64(hb) + int64(warp * uint32(HPB) + uint32(1) + uint32(2) * t)
-        qs = int64(hb if (t & uint32(1)) != 0 else ha) + int64(warp * uint32(HPB))
+        # running indices of the step to load next (step `warp` first); each load adds WARPS steps
+        qc = int64(tile * uint32(ns) + warp) * int64(STEP_WORDS) + int64(lane * uint32(4))
+        qs = int64(tile * uint32(nb) + warp * uint32(BPS)) * int64(ROWS_PER_CTA) + int64(rl)
         pidx = cuda.local.array(nt, int64)
         aidx = cuda.local.array(nt, int64)
         for j in range(nt):
@@ -421,31 +423,53 @@ def _make_q2_body(nt: int, group: int):
             m = 2 * j + int32(g >> uint32(2))
             c = int32(g & uint32(3))
             pr = (M0 + m) * LIMBS + c
-            pidx[j] = int64(pr) * int64(K >> 2) + int64((warp * uint32(UPB * 4) + t) * uint32(4))
+            u0 = warp * uint32(lay.STEP_UNITS)
+            pidx[j] = int64(pr) * int64(K >> 2) + int64((u0 * uint32(4) + t) * uint32(4))
             if c == 3:
                 pidx[j] = ONES_COL
             elif m >= M:
                 pidx[j] = ZERO_COL
             # this lane's activation row of tile j, for the unit sums (rows past M read row M-1)
             mc = min(uint32(2 * j) + (t >> uint32(1)), uint32(M - 1))
-            aidx[j] = int64(M0 + mc) * int64(K // UNIT) + int64(warp * uint32(UPB))
+            aidx[j] = int64(M0 + mc) * int64(nu) + int64(u0)
         for i in range(nt):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
         bad = False
-        b = warp
-        while b < nb:
-            load_block(P32, ASUM, B16, qa, qb, qs, pidx, aidx, wv, sv, bq, av)
-            mac_block(t, wv, sv, bq, av, cf, acc_hi, acc_lo)
-            bad = bad or (sv[0] & uint32(0x7C00)) == uint32(0x7C00)
-            b = uint32(b + uint32(WARPS))
-            qa += WARPS * HPB
-            qb += WARPS * HPB
-            qs += WARPS * HPB
-            for j in range(nt):
-                if pidx[j] >= 0:
-                    pidx[j] += WARPS * UPB * 16
-                aidx[j] += WARPS * UPB
+        p = int32(warp)
+        if p < ns:
+            load_w(CODES, SCALES, qc, qs, p, nb, wv, sv)
+            qc += WARPS * STEP_WORDS
+            qs += WARPS * BPS * ROWS_PER_CTA
+            if PREFETCH_B:
+                load_b(P32, ASUM, pidx, aidx, p, nu, bq, av)
+                advance(pidx, aidx)
+        while p < ns:
+            pn = p + int32(WARPS)
+            if pn < ns:  # the next step's operands in flight while this one is multiplied
+                load_w(CODES, SCALES, qc, qs, pn, nb, wn, sn)
+                qc += WARPS * STEP_WORDS
+                qs += WARPS * BPS * ROWS_PER_CTA
+                if PREFETCH_B:
+                    load_b(P32, ASUM, pidx, aidx, pn, nu, bn, an)
+                    advance(pidx, aidx)
+            if not PREFETCH_B:
+                load_b(P32, ASUM, pidx, aidx, p, nu, bq, av)
+                advance(pidx, aidx)
+            for i in range(BPS):
+                if p * int32(BPS) + int32(i) < nb:
+                    mac_block(t, wv, i * UPB, sv[i], bq, av, cf, acc_hi, acc_lo)
+                    bad = bad or (sv[i] & uint32(0x7C00)) == uint32(0x7C00)
+            for i in range(4):
+                wv[i] = wn[i]
+            for i in range(BPS):
+                sv[i] = sn[i]
+            if PREFETCH_B:
+                for i in range(NB):
+                    bq[i] = bn[i]
+                for i in range(NAV):
+                    av[i] = an[i]
+            p = pn
         # the warps' partial sums -> shared memory -> one rounding per output
         for j in range(nt):
             slot = (warp * uint32(ROWS_PER_CTA) + rl) * uint32(MM) + uint32(2 * j) + (t >> 1)
@@ -471,15 +495,15 @@ def _make_q2_body(nt: int, group: int):
                 if flag != 0 or e == SPECIAL_ROW:
                     C[m, row] = uint16(BF16_NAN)
                 else:
-                    p = int64(e) - int64(FRAC_BITS + SCALE_LSB)
-                    C[m, row] = uint16(round_fixed_bf16(hsum, lsum, p))
+                    pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
+                    C[m, row] = uint16(round_fixed_bf16(hsum, lsum, pe))
 
     return body
 
 
 PREPARE_SIGNATURE = "void(uint16[:, ::1], uint32[:, ::1], int32[:, ::1], int32[::1], int32)"
 Q2_SIGNATURE = (
-    "void(uint32[::1], int32[::1], int32[::1], uint16[::1], uint16[:, ::1], "
+    "void(uint32[::1], int32[::1], int32[::1], uint32[::1], uint16[::1], uint16[:, ::1], "
     "int32, int32, int32, int32)"
 )
 
@@ -547,8 +571,9 @@ Operands = ExactOperands
 
 
 def prepare_launch(m: int, k: int) -> tuple:
-    """``(kernel, grid, block)`` of ``exact_prepare`` for ``m`` rows of ``k``."""
-    return _prepare_kernel(), m, prepare_threads(k)
+    """``(kernel, grid, block)`` of ``exact_prepare`` for ``m`` rows of ``k``: (row, span) CTAs."""
+    threads = prepare_threads(k)
+    return _prepare_kernel(), (m, launch.div_ceil(k // 16, threads)), threads
 
 
 def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
@@ -561,8 +586,8 @@ def check_k(k: int) -> None:
 
 
 def prepare_threads(k: int) -> int:
-    """``exact_prepare``'s CTA size: one thread per 16-code word, a multiple of 32, at most 1024."""
-    return min(PREP_MAX_THREADS, launch.div_ceil(k // 16, 32) * 32)
+    """``exact_prepare``'s CTA size: one thread per 16-code word, a multiple of 32, at most 256."""
+    return min(PREP_THREADS, launch.div_ceil(k // 16, 32) * 32)
 
 
 def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOperands:
@@ -594,14 +619,15 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
         raise ValueError(
             f"out: expected uint16 of shape {(ops.m, dw.n)}, got {d_out.dtype} {tuple(d_out.shape)}"
         )
-    launch.check_weight_halves("q2_0_gemv_exact", dw.n * fmt.row_bytes(dw.k, dw.group) // 2)
+    codes, scales = dw.exec_layout()
+    launch.check_weight_halves("q2_0_gemv_exact", 2 * codes.size)
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
     flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
     return [
         (
             _q2_kernel(tiles_for(rows), dw.group),
             grid,
-            (*flat, ops.exponents, dw.b16, d_out[r0 : r0 + rows])
+            (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows])
             + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
         )
         for r0, rows in launch.check_chunks(chunks, ops.m, MAX_M)

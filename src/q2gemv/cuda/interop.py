@@ -271,8 +271,9 @@ def _output(kind, a, d_a, dw, out_shape, out, st):
 
 def _device_parts(dw) -> dict[str, object]:
     """The device arrays of a device weight, by attribute name."""
-    names = ("b16",) if hasattr(dw, "b16") else ("wp", "scales")
-    return {name: getattr(dw, name) for name in names}
+    names = ("b16", "codes", "scales") if hasattr(dw, "b16") else ("wp", "scales")
+    # a Q2_0 weight holds the GGUF bytes and the layout only where made (None otherwise)
+    return {name: getattr(dw, name) for name in names if getattr(dw, name) is not None}
 
 
 def _same_memory(x, y) -> bool:

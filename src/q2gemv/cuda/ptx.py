@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-FAMILIES = ("q2_0", "w4a16", "exact", "exact_w4a16")  # q2gemv.cuda modules with ptx_specs()
+FAMILIES = ("q2_0", "w4a16", "exact", "exact_w4a16", "q2_0_layout")  # cuda modules with ptx_specs()
 
 
 def kernel_specs(families=FAMILIES) -> list[tuple[str, object, str]]:

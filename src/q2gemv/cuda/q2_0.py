@@ -32,6 +32,7 @@ inline scale ``d`` of block i is half ``i * (1 + group / 8)`` of a row).
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -41,6 +42,8 @@ from numba import cuda, float32, uint32
 
 from .. import kernels, launch
 from ..formats import q2_0 as fmt
+from ..formats import q2_0_layout as lay
+from . import q2_0_layout as q2_layout
 from ._dev import (
     bf16_hi_to_f32,
     bf16_to_f32,
@@ -55,6 +58,7 @@ from ._dev import (
 )
 
 SMEM_TILE_BYTES = 32 * 1024  # fp32 activation tile per CTA (static shared memory is 48 KB)
+_LAYOUT_LOCK = threading.Lock()  # a device weight makes its layout / GGUF bytes once
 
 
 def tile_k(max_m: int) -> int:
@@ -529,23 +533,41 @@ def ptx_specs() -> list[tuple[str, object, str]]:
 
 @dataclass(frozen=True)
 class DeviceQ2Weight:
-    """A :class:`~q2gemv.Q2Weight` uploaded once: reuse it across calls.
+    """A :class:`~q2gemv.Q2Weight` on the device: reuse it across calls.
 
-    Built by :meth:`upload` (or ``Q2Weight.to_device()``); a hand-built one is
-    checked at construction against (n, k, group), like ``Q2Weight``: ``b16``
-    and ``bh`` must be 1-D C-contiguous device arrays (uint16, float16) of
-    exactly ``n * row_bytes(k, group) / 2`` halves, the two views of one
-    buffer. The size decides the group too: the same (n, k) takes 18 bytes
-    per 64 codes at group 64 and 34 per 128 at group 128, so group-64 bytes
-    declared as group 128 (or bytes for fewer rows than ``n``, which a kernel
-    would read past) are refused naming ``b16``.
+    It holds the weight in the exact kernel's execution layout
+    (:mod:`q2gemv.formats.q2_0_layout`: ``codes`` uint32, ``scales`` uint16),
+    and the GGUF bytes (``b16``/``bh``, two views of one buffer) only where
+    they are needed:
+
+    * :meth:`upload` (``Q2Weight.to_device()``) builds the layout on the host
+      and uploads only it: the device holds the weight once. With
+      ``keep_gguf=True`` it uploads the GGUF bytes too (for the seed
+      contract's kernels, which read them). Without, the first seed-contract
+      call rebuilds them from the layout on the device (the tested inverse,
+      once per weight; the weight's device memory then doubles).
+    * :meth:`from_buffers` wraps GGUF bytes already on the device and
+      repacks them on the device into a layout it owns.
+    * A hand-built one (``DeviceQ2Weight(b16, bh, n, k, group)``) is checked at
+      construction against (n, k, group), like ``Q2Weight``: ``b16`` and ``bh``
+      must be 1-D C-contiguous device arrays (uint16, float16) of exactly
+      ``n * row_bytes(k, group) / 2`` halves, the two views of one buffer.
+      The size decides the group too: the same (n, k) takes 18 bytes per 64
+      codes at group 64 and 34 per 128 at group 128, so group-64 bytes
+      declared as group 128 (or bytes for fewer rows than ``n``, which a
+      kernel would read past) are refused naming ``b16``. Its layout is
+      made on the device at its first exact-contract call.
+
+    The GGUF bytes and the layout must not change while the weight is used.
     """
 
-    b16: object  # device uint16 view of the raw bytes
-    bh: object  # device float16 view of the same bytes
+    b16: object  # device uint16 view of the GGUF bytes, or None (see gguf_halves)
+    bh: object  # device float16 view of the same bytes, or None
     n: int
     k: int
     group: int
+    codes: object = None  # device uint32 [layout.code_words(n, k)], or None (see exec_layout)
+    scales: object = None  # device uint16 [layout.scale_halves(n, k, group)], or None
     # bound launches of q2gemv.launcher, per call signature; lives and dies with the weight
     launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     family: ClassVar[str] = "q2_0"
@@ -556,34 +578,85 @@ class DeviceQ2Weight:
         group = fmt.check_group(self.group)
         fmt._check_nk(self.n, self.k, group)
         n, k = int(self.n), int(self.k)
-        halves = n * fmt.row_bytes(k, group) // 2
-        for name, arr, dt in (("b16", self.b16, np.uint16), ("bh", self.bh, np.float16)):
-            if getattr(arr, "__cuda_ndarray__", False) and np.dtype(arr.dtype) == np.dtype(dt):
-                if arr.ndim == 1 and arr.size != halves:
-                    raise ValueError(
-                        f"{name}: expected {halves} halves ({2 * halves} bytes) for n={n} k={k} "
-                        f"group={group}, got {arr.size} ({2 * arr.size} bytes)"
-                    )
-            check_device_array(arr, name, dt, (halves,))
-        if not self._same_buffer(self.b16, self.bh):
-            raise ValueError("bh: expected the float16 view of b16's buffer (b16.view(np.float16))")
+        if self.b16 is None and self.bh is None:
+            if self.codes is None or self.scales is None:
+                raise ValueError("b16: expected the GGUF bytes, or codes and scales (the layout)")
+        else:
+            halves = n * fmt.row_bytes(k, group) // 2
+            for name, arr, dt in (("b16", self.b16, np.uint16), ("bh", self.bh, np.float16)):
+                if getattr(arr, "__cuda_ndarray__", False) and np.dtype(arr.dtype) == np.dtype(dt):
+                    if arr.ndim == 1 and arr.size != halves:
+                        raise ValueError(
+                            f"{name}: expected {halves} halves ({2 * halves} bytes) for n={n} "
+                            f"k={k} group={group}, got {arr.size} ({2 * arr.size} bytes)"
+                        )
+                check_device_array(arr, name, dt, (halves,))
+            if not self._same_buffer(self.b16, self.bh):
+                raise ValueError(
+                    "bh: expected the float16 view of b16's buffer (b16.view(np.float16))"
+                )
+        if self.codes is not None or self.scales is not None:
+            check_device_array(self.codes, "codes", np.uint32, (lay.code_words(n, k),))
+            check_device_array(self.scales, "scales", np.uint16, (lay.scale_halves(n, k, group),))
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "k", k)
         object.__setattr__(self, "group", group)
 
+    def exec_layout(self, stream=0) -> tuple:
+        """``(codes, scales)``: the execution layout, made on the device at first use if absent."""
+        if self.codes is None:
+            with _LAYOUT_LOCK:
+                if self.codes is None:
+                    codes, scales = q2_layout.pack(self.b16, self.n, self.k, self.group, stream)
+                    object.__setattr__(self, "scales", scales)
+                    object.__setattr__(self, "codes", codes)
+        return self.codes, self.scales
+
+    def gguf_halves(self, stream=0) -> tuple:
+        """``(b16, bh)``: the GGUF bytes, rebuilt on the device from the layout at first use if absent.
+
+        Only the seed contract's kernels read them; the rebuild is the exact
+        inverse of the layout (:func:`q2gemv.cuda.q2_0_layout.unpack`).
+        """
+        if self.b16 is None:
+            with _LAYOUT_LOCK:
+                if self.b16 is None:
+                    b16 = q2_layout.unpack(
+                        self.codes, self.scales, self.n, self.k, self.group, stream
+                    )
+                    object.__setattr__(self, "bh", b16.view(np.float16))
+                    object.__setattr__(self, "b16", b16)
+        return self.b16, self.bh
+
+    def to_gguf(self) -> np.ndarray:
+        """The weight's GGUF ``block_q2_0`` bytes, copied to the host (uint8 [n * row_bytes])."""
+        b16, _ = self.gguf_halves()
+        return b16.copy_to_host().view(np.uint8)
+
     @classmethod
-    def upload(cls, w: fmt.Q2Weight, stream=0) -> DeviceQ2Weight:
+    def upload(cls, w: fmt.Q2Weight, stream=0, *, keep_gguf: bool = False) -> DeviceQ2Weight:
+        """``w`` on the device in the execution layout (and its GGUF bytes if ``keep_gguf``)."""
         if not isinstance(w, fmt.Q2Weight):
             raise TypeError(f"weight: expected a Q2Weight, got {type(w).__name__}")
+        if not isinstance(keep_gguf, bool):
+            raise TypeError(f"keep_gguf: expected a bool, got {type(keep_gguf).__name__}")
         from ..backends import simulator_lock
 
+        codes, scales = lay.to_exec_layout(w.raw, w.n, w.k, w.group)
         with simulator_lock():
-            d = cuda.to_device(w.raw.view(np.uint16), stream=stream)
-        return cls(d, d.view(np.float16), w.n, w.k, w.group)
+            d_codes = cuda.to_device(codes, stream=stream)
+            d_scales = cuda.to_device(scales, stream=stream)
+            d = cuda.to_device(w.raw.view(np.uint16), stream=stream) if keep_gguf else None
+        bh = None if d is None else d.view(np.float16)
+        return cls(d, bh, w.n, w.k, w.group, d_codes, d_scales)
 
     @classmethod
     def from_buffers(cls, raw, n: int, k: int, group: int) -> DeviceQ2Weight:
-        """Wrap GGUF ``block_q2_0`` bytes already on the GPU: no host copy, no device copy.
+        """Wrap GGUF ``block_q2_0`` bytes already on the GPU: no host copy.
+
+        The weight keeps ``raw`` (no copy: the seed contract's kernels read
+        it) and repacks it on the device, once, into an execution layout it
+        owns (the exact kernel reads that), on the default stream.
 
         Args:
             raw: the weight's bytes on the device, uint8 (or int8), C-contiguous,
@@ -622,7 +695,9 @@ class DeviceQ2Weight:
         if np.dtype(flat.dtype) != np.uint8:
             flat = flat.view(np.uint8)
         b16 = flat.view(np.uint16)
-        return cls(b16, b16.view(np.float16), int(n), int(k), group)
+        dw = cls(b16, b16.view(np.float16), int(n), int(k), group)
+        dw.exec_layout()
+        return dw
 
     @staticmethod
     def _same_buffer(x, y) -> bool:
@@ -661,10 +736,11 @@ def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tupl
     if spec.a_align > 2:
         launch.check_alignment(name, d_a, spec.a_align)
     launch.check_weight_halves(name, dw.n * fmt.row_bytes(dw.k, dw.group) // 2)
+    b16, bh = dw.gguf_halves()
     args = (
         d_a,
-        dw.b16,
-        dw.bh,
+        b16,
+        bh,
         d_out,
         np.int32(dw.n),
         np.int32(dw.k),

@@ -19,8 +19,8 @@ def register_uploader(fn: Callable) -> None:
     _uploader = fn
 
 
-def upload(weight, stream=0):
+def upload(weight, stream=0, **options):
     """The device-resident form of host ``weight`` (see :func:`q2gemv.device.to_device`)."""
     if _uploader is None:  # only if q2gemv/__init__.py did not run: a broken install
         raise RuntimeError("weight: no device uploader registered (import q2gemv first)")
-    return _uploader(weight, stream)
+    return _uploader(weight, stream, **options)

@@ -334,12 +334,17 @@ class Q2Weight:
         )
         return [f"{bad.sum()} non-finite scale(s) d: {first}"]
 
-    def to_device(self, stream=0):
-        """Upload ``raw`` once; returns a :class:`q2gemv.cuda.DeviceQ2Weight` to reuse.
+    def to_device(self, stream=0, *, keep_gguf: bool = False):
+        """Upload once; returns a :class:`q2gemv.cuda.DeviceQ2Weight` to reuse.
+
+        The device holds the weight in the exact kernel's execution layout
+        (:mod:`q2gemv.formats.q2_0_layout`), not these bytes.
 
         Args:
             stream: the numba CUDA stream the copy is issued on; 0 (the
                 default) means the default stream.
+            keep_gguf: also upload ``raw`` (the seed contract's kernels read
+                it; without, the first seed call rebuilds it on the device).
 
         The same as :func:`q2gemv.to_device` (``self``): imports numba on first
         use; needs a CUDA device (or the simulator), and numba's errors
@@ -347,7 +352,7 @@ class Q2Weight:
         """
         from ._upload import upload
 
-        return upload(self, stream)
+        return upload(self, stream, keep_gguf=keep_gguf)
 
 
 # -- quantizers ---------------------------------------------------------------
