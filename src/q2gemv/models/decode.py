@@ -15,7 +15,11 @@ step itself instead, with everything it reads and writes in fixed tensors:
   position advanced by one, in place.
 
 A step is ``model(input_ids=tokens, position_ids=pos, cache_position=pos,
-attention_mask=mask, past_key_values=cache)``, then ``argmax`` of the last logits. The
+attention_mask=mask, cache=cache)`` (``past_key_values=`` where the model's forward has
+no ``cache`` argument), then ``argmax`` of the last logits. Where the position written in the cache comes
+from ``cache_position`` (older transformers 5.x) or from the cache's own position
+tensor (``StaticLayer.cumulative_length``, transformers 5.24), both are device tensors
+updated in place, so a replay writes the next position. The
 prompt (prefill) runs uncaptured. On CUDA the first decode step runs eagerly on a side
 stream (it compiles the q2gemv kernels and allocates their per-stream workspace, which
 must not happen while capturing), then that stream captures one step into a
@@ -26,6 +30,7 @@ every step runs eagerly, the same function. Greedy tokens equal
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +75,9 @@ class CapturedDecoder:
             )
         self._states: dict[int, _State] = {}
         self._keys = torch.arange(max_len, device=self.device)
+        # newer transformers 5.x (5.24) call it cache; past_key_values there only warns
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     def _state(self, batch: int) -> _State:
         st = self._states.get(batch)
@@ -98,7 +106,7 @@ class CapturedDecoder:
             position_ids=st.pos.view(1, 1).expand(batch, 1),
             cache_position=st.pos,
             attention_mask=mask,
-            past_key_values=st.cache,
+            **{self._cache_kw: st.cache},
             use_cache=True,
         )
         st.tokens.copy_(out.logits[:, -1, :].argmax(dim=-1, keepdim=True))
@@ -131,7 +139,7 @@ class CapturedDecoder:
         out = self.model(
             input_ids=ids,
             cache_position=torch.arange(prompt, device=self.device),
-            past_key_values=st.cache,
+            **{self._cache_kw: st.cache},
             use_cache=True,
             logits_to_keep=1,
         )
