@@ -355,3 +355,16 @@ def test_captured_decoder_refusals():
         decoder.generate(prompts(1, length=5), 4)
     with pytest.raises(ValueError, match="input_ids"):
         decoder.generate(torch.zeros(5, dtype=torch.long), 1)
+
+
+def test_captured_decoder_prefill_then_steps():
+    model = tiny_llama(layers=1)
+    ids = prompts(2, length=4, seed=8)
+    want = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    decoder = CapturedDecoder(model, max_len=7)
+    with pytest.raises(RuntimeError, match="prefill"):
+        decoder.step()
+    got = [decoder.prefill(ids)] + [decoder.step() for _ in range(2)]
+    assert torch.equal(torch.cat([ids, *got], dim=1), want[:, :7])
+    with pytest.raises(ValueError, match="max_len=7"):
+        decoder.step()

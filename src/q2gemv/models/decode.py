@@ -43,6 +43,7 @@ class _State:
     pos: torch.Tensor  # [1] int64: the position of tokens
     graph: torch.cuda.CUDAGraph | None = None
     stream: torch.cuda.Stream | None = None
+    length: int = 0  # tokens in the sequence: the prompt and those generated
 
 
 class CapturedDecoder:
@@ -55,8 +56,9 @@ class CapturedDecoder:
         capture: capture the decode step in a CUDA graph (default: when the model is on
             CUDA). False runs every step eagerly (CPU, debugging).
 
-    One static cache and one graph per batch size, made at the first ``generate`` of
-    that batch size and reused (the cache is reset in place) by later calls.
+    One static cache and one graph per batch size, made at the first ``generate`` (or
+    ``prefill``) of that batch size and reused (the cache is reset in place) by later
+    calls. ``generate(ids, n)`` is ``prefill(ids)`` then ``n - 1`` times ``step()``.
     """
 
     def __init__(self, model: torch.nn.Module, max_len: int, *, capture: bool | None = None):
@@ -74,6 +76,7 @@ class CapturedDecoder:
                 f"capture: CUDA graphs need a CUDA model, this one is on {self.device}"
             )
         self._states: dict[int, _State] = {}
+        self._current: _State | None = None
         self._keys = torch.arange(max_len, device=self.device)
         # newer transformers 5.x (5.24) call it cache; past_key_values there only warns
         params = inspect.signature(model.forward).parameters
@@ -113,11 +116,12 @@ class CapturedDecoder:
         st.pos.add_(1)
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        """Greedy continuation: ``[B, P]`` prompt ids -> ``[B, P + max_new_tokens]`` ids.
+    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Run the prompt (uncaptured) into the batch size's static cache; the first new tokens.
 
-        All prompts have the same length ``P`` (no padding); ``P + max_new_tokens``
-        must not exceed ``max_len``. No stop token: exactly ``max_new_tokens`` are made.
+        ``input_ids``: ``[B, P]`` token ids, every prompt of the same length ``P``
+        (no padding), ``P < max_len``. Returns the greedy next tokens ``[B, 1]`` (int64);
+        :meth:`step` continues from them.
         """
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
             raise ValueError("input_ids: expected a [batch, prompt] tensor of token ids")
@@ -126,13 +130,10 @@ class CapturedDecoder:
                 f"input_ids: expected int64 ids with a prompt of >= 1 token, got "
                 f"{input_ids.dtype} {tuple(input_ids.shape)}"
             )
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens: expected an int, got {max_new_tokens!r}")
         batch, prompt = input_ids.shape
-        if max_new_tokens < 1 or prompt + max_new_tokens > self.max_len:
+        if prompt >= self.max_len:
             raise ValueError(
-                f"max_new_tokens: expected 1..{self.max_len - prompt} (max_len {self.max_len} "
-                f"minus the prompt's {prompt} tokens), got {max_new_tokens}"
+                f"input_ids: a prompt of {prompt} tokens leaves no room in max_len={self.max_len}"
             )
         ids = input_ids.to(device=self.device, dtype=torch.long)
         st = self._state(batch)
@@ -145,11 +146,44 @@ class CapturedDecoder:
         )
         st.tokens.copy_(out.logits[:, -1, :].argmax(dim=-1, keepdim=True))
         st.pos.fill_(prompt)
-        new = [st.tokens.clone()]
-        for _ in range(max_new_tokens - 1):
-            self._advance(st)
-            new.append(st.tokens.clone())
-        return torch.cat([ids, *new], dim=1)
+        st.length = prompt + 1
+        self._current = st
+        return st.tokens.clone()
+
+    @torch.inference_mode()
+    def step(self) -> torch.Tensor:
+        """One decode step after :meth:`prefill` (a graph replay once captured); tokens ``[B, 1]``.
+
+        The sequence (prompt and generated tokens) may grow to ``max_len`` tokens.
+        """
+        st = self._current
+        if st is None:
+            raise RuntimeError("step: call prefill(input_ids) first")
+        if st.length >= self.max_len:
+            raise ValueError(
+                f"step: the sequence has reached max_len={self.max_len} tokens (the static cache)"
+            )
+        self._advance(st)
+        st.length += 1
+        return st.tokens.clone()
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        """Greedy continuation: ``[B, P]`` prompt ids -> ``[B, P + max_new_tokens]`` ids.
+
+        All prompts have the same length ``P`` (no padding); ``P + max_new_tokens``
+        must not exceed ``max_len``. No stop token: exactly ``max_new_tokens`` are made.
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise TypeError(f"max_new_tokens: expected an int, got {max_new_tokens!r}")
+        prompt = input_ids.shape[-1] if isinstance(input_ids, torch.Tensor) else 0
+        if max_new_tokens < 1 or prompt + max_new_tokens > self.max_len:
+            raise ValueError(
+                f"max_new_tokens: expected 1..{self.max_len - prompt} (max_len {self.max_len} "
+                f"minus the prompt's {prompt} tokens), got {max_new_tokens}"
+            )
+        new = [self.prefill(input_ids)]
+        new += [self.step() for _ in range(max_new_tokens - 1)]
+        return torch.cat([input_ids.to(device=self.device, dtype=torch.long), *new], dim=1)
 
     def _advance(self, st: _State) -> None:
         if not self.capture:
