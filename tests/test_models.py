@@ -301,11 +301,18 @@ def write_modelopt(model, path) -> None:
     save_file(tensors, str(path))
 
 
-def test_load_safetensors_gives_the_logits_of_quantize_model(tmp_path):
+@pytest.mark.parametrize("meta", [False, True])
+def test_load_safetensors_gives_the_logits_of_quantize_model(tmp_path, meta):
+    from transformers import LlamaForCausalLM
+
     source = tiny_llama(seed=0)
     path = tmp_path / "nvfp4.safetensors"
     write_modelopt(source, path)
-    target = tiny_llama(seed=1)
+    if meta:  # no random initialization: every tensor comes from the checkpoint
+        with torch.device("meta"):
+            target = LlamaForCausalLM(source.config).to(torch.bfloat16)
+    else:
+        target = tiny_llama(seed=1)
     assert load_safetensors(path, target) is target
     assert sum(isinstance(m, Nvfp4Linear) for m in target.modules()) == 14
     quantize_model(source, "nvfp4")

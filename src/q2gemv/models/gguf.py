@@ -51,6 +51,7 @@ import torch
 from ..formats.q2_0 import Q2Weight
 from ..io.gguf import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
 from ..torch import Q2Linear
+from .meta import finish_meta_model
 
 ARCHITECTURES = ("llama",)
 
@@ -228,6 +229,12 @@ def _plan(gf: GgufFile, q2: dict[str, Q2Weight], model, numerics: str | None):
                 rows = np.asarray(w.raw).reshape(w.n, -1)[hf_rows_from_gguf(w.n, heads)]
                 w = Q2Weight.from_bytes(rows.reshape(-1), w.n, w.k, w.group)
             bias = getattr(linear, "bias", None)
+            if bias is not None and bias.is_meta:
+                raise GgufError(
+                    gf.path,
+                    f"{module} has a bias, which a llama.cpp Llama file does not hold",
+                    tensor=t.name,
+                )
             new_layers[module] = Q2Linear(w, bias, numerics=numerics)
         elif t.type_id in FLOAT_TYPES:
             value = _float_tensor(gf, t)
@@ -247,15 +254,6 @@ def _plan(gf: GgufFile, q2: dict[str, Q2Weight], model, numerics: str | None):
             gf.path, f"the file has no tensor for {len(missing)} parameter(s): {missing[:8]}"
         )
     return new_params, new_layers
-
-
-def _fresh_rotary(model) -> None:
-    """Rebuild rotary-embedding modules made on the meta device (their buffers are computed)."""
-    for name, mod in list(model.named_modules()):
-        if name.endswith("rotary_emb") and any(b.is_meta for b in mod.buffers()):
-            parent_name, _, attr = name.rpartition(".")
-            parent = model.get_submodule(parent_name) if parent_name else model
-            setattr(parent, attr, type(mod)(config=model.config))
 
 
 def load_gguf(
@@ -315,12 +313,7 @@ def load_gguf(
         parent_name, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent_name), attr, layer.to(_device_of(model)))
     if built:
-        if model.config.tie_word_embeddings:
-            model.tie_weights()
-        _fresh_rotary(model)
-        left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-        if left:
-            raise GgufError(path, f"not loaded from the file: {left[:8]}")
+        finish_meta_model(model, path)
     return model.eval()
 
 

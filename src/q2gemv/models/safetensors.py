@@ -18,6 +18,7 @@ import torch
 
 from ..io.safetensors import SafetensorsError, load_nvfp4_weights
 from ..torch import Nvfp4Linear
+from .meta import finish_meta_model
 
 PLAIN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 IGNORED_SUFFIXES = ("input_scale", "input_global_scale")
@@ -45,7 +46,9 @@ def load_safetensors(
         path: a ``.safetensors`` file or a directory of shards.
         model: the float model of the checkpoint's architecture (e.g. a transformers
             ``LlamaForCausalLM`` built from its config); its parameter names are the
-            checkpoint's names.
+            checkpoint's names. It may be built on the meta device (``with
+            torch.device("meta"):``, no random initialization): its tensors are then
+            taken from the checkpoint and the layers land on the CPU.
         numerics: the ``Nvfp4Linear`` layers' numerics contract (None: library default).
 
     Returns ``model`` (eval mode). Every parameter of ``model`` (tied ones once) must
@@ -86,6 +89,13 @@ def load_safetensors(
                 f"is [{linear.out_features}, {linear.in_features}]",
             )
         bias = linear.bias
+        if bias is not None and bias.is_meta and f"{prefix}.bias" not in where:
+            raise SafetensorsError(
+                file,
+                f"NVFP4 layer {prefix!r}: the model's bias is on the meta device and the "
+                "checkpoint has no bias for it",
+                tensor=f"{prefix}.bias",
+            )
         if f"{prefix}.bias" in where:
             bias = where[f"{prefix}.bias"][1].get_tensor(f"{prefix}.bias")
             taken.add(f"{prefix}.bias")
@@ -125,9 +135,19 @@ def load_safetensors(
         )
     with torch.no_grad():
         for name, value in values.items():
-            state[name].copy_(value.to(state[name].dtype))
+            old = state[name]
+            value = value.to(old.dtype)
+            if old.is_meta:  # a model built on the meta device: take the tensor as it is
+                module_name, _, attr = name.rpartition(".")
+                module = model.get_submodule(module_name) if module_name else model
+                new = torch.nn.Parameter(value, requires_grad=False) if name in params else value
+                setattr(module, attr, new)
+            else:
+                old.copy_(value)
     for prefix, layer in new_layers.items():
         parent_name, _, attr = prefix.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, layer.to(params[f"{prefix}.weight"].device))
+        device = params[f"{prefix}.weight"].device
+        setattr(parent, attr, layer.to("cpu" if device.type == "meta" else device))
+    finish_meta_model(model, str(root))
     return model.eval()
