@@ -98,7 +98,9 @@ def test_quantize_model_generates_like_reference_layers(fmt):
     ids = prompts(2)
     with torch.no_grad():
         assert_same_bits(model(ids).logits, ref(ids).logits, f"{fmt} logits")
-    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    kw = dict(
+        max_new_tokens=6, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
     got, want = model.generate(ids, **kw), ref.generate(ids, **kw)
     assert torch.equal(got, want) and got.shape == (2, 12)
 
@@ -343,7 +345,9 @@ def test_captured_decoder_equals_generate():
     model = tiny_llama()
     quantize_model(model, "q2_0")
     ids = prompts(3, length=5, seed=7)
-    want = model.generate(ids, max_new_tokens=7, do_sample=False, pad_token_id=0)
+    want = model.generate(
+        ids, max_new_tokens=7, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
     decoder = CapturedDecoder(model, max_len=16)
     assert not decoder.capture
     assert torch.equal(decoder.generate(ids, 7), want)
@@ -367,7 +371,9 @@ def test_captured_decoder_refusals():
 def test_captured_decoder_prefill_then_steps():
     model = tiny_llama(layers=1)
     ids = prompts(2, length=4, seed=8)
-    want = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    want = model.generate(
+        ids, max_new_tokens=4, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
     decoder = CapturedDecoder(model, max_len=7)
     with pytest.raises(RuntimeError, match="prefill"):
         decoder.step()
@@ -419,3 +425,16 @@ def test_bench_decode_dry_run(tmp_path, capsys):
     assert all(float(r["tokens_per_s"]) > 0 and r["graph_vs_eager"] == "equal" for r in rows)
     assert (tmp_path / "cpu_dry_run_decode_profile.csv").exists()
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("q2_0 ")
+
+
+def test_example_model_decode(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "model_decode.py"
+    spec = importlib.util.spec_from_file_location("model_decode_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.main("cpu") == 0
+    out = capsys.readouterr().out
+    assert "bit-equal to quantize_model's: True" in out and out.rstrip().endswith("OK")
