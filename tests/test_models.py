@@ -438,3 +438,17 @@ def test_example_model_decode(capsys):
     assert example.main("cpu") == 0
     out = capsys.readouterr().out
     assert "bit-equal to quantize_model's: True" in out and out.rstrip().endswith("OK")
+
+
+def test_readme_models_section_runs():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = re.search(r"^## Models \(transformers\)\n(.*?)(?=^## )", text, re.S | re.M)
+    assert section, "README.md has no '## Models (transformers)' section"
+    blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
+    assert blocks, "the README's models section has no python block"
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md#models", "exec"), scope)
+    assert tuple(scope["tokens"].shape) == (2, 24)
