@@ -38,6 +38,10 @@ CUDA graphs: run each layer once on the capturing stream before the capture
 (that compiles the kernels and, for the exact contract, allocates its
 per-stream workspace: nothing may be allocated with ``cudaMalloc`` while
 capturing). The op has no autograd formula: the modules are for inference.
+
+Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
+:func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors` and
+:class:`CapturedDecoder` (the loaders and the decoder need transformers).
 """
 
 from __future__ import annotations
