@@ -81,6 +81,19 @@ def prompts(batch: int, length: int = 6, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 192, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
+def test_import_q2gemv_torch_does_not_import_transformers():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, q2gemv.torch as qt; "
+        "assert callable(qt.quantize_model) and callable(qt.load_gguf); "
+        "print(sorted(m for m in ('transformers', 'safetensors', 'gguf') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 # -- quantize_model ------------------------------------------------------------------------
 
 
