@@ -16,10 +16,25 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "q2gemv"
 
 # module (or package prefix) -> prefixes it must never import
 LOWER = ("formats", "fpmath", "reference", "launch", "tiers", "kernels", "check")
-HIGHER = ("cuda", "api", "bench", "device", "prepared", "golden", "verify", "cli", "io", "torch")
+HIGHER = (
+    "cuda",
+    "api",
+    "bench",
+    "device",
+    "prepared",
+    "golden",
+    "verify",
+    "cli",
+    "io",
+    "torch",
+    "models",
+)
 FORBIDDEN = {low: HIGHER for low in LOWER}
 # The kernels and their launchers: below the public entry points, the golden suite and the CLI.
-FORBIDDEN["cuda"] = ("api", "prepared", "golden", "verify", "cli", "torch")
+FORBIDDEN["cuda"] = ("api", "prepared", "golden", "verify", "cli", "torch", "models")
+# The model level builds on q2gemv.torch's layers; the machinery swap.py holds is below
+# them (torch.py imports it) and so imports none of them.
+FORBIDDEN["models.swap"] = ("torch", "models.quantize", "models.gguf", "models.decode")
 # The public entry points import api; api imports nothing that imports it back, except:
 FORBIDDEN["device"] = ("api", "prepared")
 # Explicit, documented exceptions: (importer, imported) -> why.

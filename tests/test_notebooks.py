@@ -30,6 +30,7 @@ EXPECTED = {
     "03_w4a16_tiers.ipynb",
     "04_performance.ipynb",
     "05_exact_contract.ipynb",
+    "06_models.ipynb",
 }
 
 

@@ -38,12 +38,17 @@ CUDA graphs: run each layer once on the capturing stream before the capture
 (that compiles the kernels and, for the exact contract, allocates its
 per-stream workspace: nothing may be allocated with ``cudaMalloc`` while
 capturing). The op has no autograd formula: the modules are for inference.
+
+Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
+:func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors` and
+:class:`CapturedDecoder` (the loaders and the decoder need transformers).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -54,6 +59,7 @@ from .api import resolve_numerics
 from .formats.bf16 import BF16
 from .formats.nvfp4 import Nvfp4Weight
 from .formats.q2_0 import Q2Weight, quantize_q2_0, row_bytes
+from .models.swap import find_linears, swap_linears
 
 __all__ = [
     "Q2Linear",
@@ -62,6 +68,12 @@ __all__ = [
     "nvfp4_linear",
     "replace_linears",
     "clear_device_weight_cache",
+    "quantize_model",
+    "QuantizeReport",
+    "load_gguf",
+    "config_from_gguf",
+    "load_safetensors",
+    "CapturedDecoder",
 ]
 
 
@@ -347,10 +359,29 @@ def _check_numerics(family: str, numerics: str | None) -> str | None:
     return numerics
 
 
+def _add_bias_impl(y: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``y + bias`` in bf16 (one rounding): the bias add of both layers, as an opaque op."""
+    return y + bias.to(torch.bfloat16)
+
+
+# An op of its own so that torch.compile keeps the bf16 rounding of y + bias: as a plain
+# add, inductor fuses it with a following GELU/SiLU and skips that rounding (127 of 256
+# outputs then differ from eager; issue 24).
+add_bias = torch.library.custom_op(
+    "q2gemv::add_bias", mutates_args=(), schema="(Tensor y, Tensor bias) -> Tensor"
+)(_add_bias_impl)
+
+
+@add_bias.register_fake
+def _add_bias_fake(y, bias):
+    return torch.empty_like(y)
+
+
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     if bias is None:
         return y
-    return y + bias.to(torch.bfloat16)
+    op = _add_bias_impl if _eager_direct(y) else torch.ops.q2gemv.add_bias
+    return op(y, bias)
 
 
 class _QuantizedLinear(torch.nn.Module):
@@ -620,19 +651,34 @@ def replace_linears(
         where: optional ``where(qualified_name, linear) -> bool``; only Linears it
             accepts are replaced (default: all).
 
+    Every replacement is built before any is set, so a failure (e.g. ``in_features``
+    not a multiple of the group) raises, naming the layer, with the model unchanged.
+    A Linear shared by several parents is replaced everywhere by one new module.
+    Linears whose parent reads their ``.weight`` directly (``torch.nn.MultiheadAttention``'s
+    ``out_proj``, ``torch.nn.TransformerEncoderLayer``'s ``linear1``/``linear2``) are left
+    as they are, with a ``UserWarning`` naming them (see :mod:`q2gemv.models.swap`).
+
     Returns ``{qualified name: new module}`` of what was replaced (``module`` itself
     is never replaced, even when it is a Linear: build that one directly).
     """
-    targets = [
-        (name, mod)
-        for name, mod in module.named_modules()
-        if name and isinstance(mod, torch.nn.Linear) and (where is None or where(name, mod))
-    ]
-    done: dict[str, torch.nn.Module] = {}
-    for name, linear in targets:
-        parent_name, _, attr = name.rpartition(".")
-        parent = module.get_submodule(parent_name) if parent_name else module
-        new = make(linear)
-        setattr(parent, attr, new)
-        done[name] = new
-    return done
+
+    def skip(name: str, linear: torch.nn.Linear) -> str | None:
+        return None if where is None or where(name, linear) else "where"
+
+    targets, skipped = find_linears(module, skip)
+    kept = {name: why for name, why in skipped.items() if why != "where"}
+    if kept:
+        warnings.warn(
+            "replace_linears left these Linears as they are: "
+            + "; ".join(f"{name} ({why})" for name, why in kept.items()),
+            stacklevel=2,
+        )
+    return swap_linears(targets, make)
+
+
+# -- model level (q2gemv.models), re-exported here ------------------------------------------
+# Imported last: those modules build on the layers above (they import this module).
+from .models.decode import CapturedDecoder  # noqa: E402
+from .models.gguf import config_from_gguf, load_gguf  # noqa: E402
+from .models.quantize import QuantizeReport, quantize_model  # noqa: E402
+from .models.safetensors import load_safetensors  # noqa: E402

@@ -1,0 +1,11 @@
+"""Model-level torch integration (needs torch; the loaders and the decoder need transformers).
+
+* :mod:`.swap`: find a module's ``torch.nn.Linear`` layers, check every one, then swap
+  (the machinery under :func:`q2gemv.torch.replace_linears` and :func:`quantize_model`);
+* :mod:`.quantize`: :func:`quantize_model`;
+* :mod:`.gguf`: :func:`load_gguf`, :func:`config_from_gguf` (llama.cpp GGUF files);
+* :mod:`.safetensors`: :func:`load_safetensors` (NVFP4 ModelOpt / compressed-tensors);
+* :mod:`.decode`: :class:`CapturedDecoder` (static KV cache, one CUDA graph per batch size).
+
+The public names are re-exported by :mod:`q2gemv.torch`.
+"""

@@ -1,0 +1,113 @@
+"""``quantize_model``: swap every quantizable ``torch.nn.Linear`` of a model for a q2gemv layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..api import resolve_numerics
+from ..formats.nvfp4 import BLOCK
+from ..formats.q2_0 import GROUPS
+from ..torch import Nvfp4Linear, Q2Linear
+from .swap import find_linears, swap_linears
+
+FORMATS = ("q2_0", "nvfp4")
+
+
+@dataclass
+class QuantizeReport:
+    """What :func:`quantize_model` did.
+
+    Attributes:
+        fmt: ``"q2_0"`` or ``"nvfp4"``.
+        group: the Q2_0 group (None for NVFP4).
+        replaced: qualified name -> the new layer (every name of a shared Linear).
+        skipped: qualified name -> why it was left a ``torch.nn.Linear``.
+    """
+
+    fmt: str
+    group: int | None
+    replaced: dict[str, torch.nn.Module] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [
+            f"quantize_model({self.fmt}"
+            + (f", group={self.group}" if self.group else "")
+            + f"): {len(self.replaced)} Linear layers replaced, {len(self.skipped)} skipped"
+        ]
+        lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> str | None:
+    for p in patterns:
+        if name == p or name.endswith("." + p):
+            return p
+    return None
+
+
+def quantize_model(
+    model: torch.nn.Module,
+    fmt: str = "q2_0",
+    *,
+    group: int = 128,
+    skip: tuple[str, ...] | list[str] = ("lm_head",),
+    numerics: str | None = None,
+) -> QuantizeReport:
+    """Quantize ``model``'s ``torch.nn.Linear`` layers in place to q2gemv layers.
+
+    Args:
+        model: a transformers decoder (Llama, Qwen2/3, Mistral, Gemma...) or any
+            ``torch.nn.Module``.
+        fmt: ``"q2_0"`` (:meth:`Q2Linear.from_linear`, GGUF ``block_q2_0``, method
+            ``"ggml"``) or ``"nvfp4"`` (:meth:`Nvfp4Linear.from_linear`, ModelOpt recipe).
+        group: the Q2_0 group, 64 or 128 (ignored for NVFP4).
+        skip: names left in floating point: a Linear is skipped when its qualified
+            name equals an entry or ends with ``"." + entry`` (default: the LM head).
+        numerics: the layers' numerics contract (None: the library default).
+
+    Skipped, with the reason in the report: names in ``skip``; ``in_features`` not a
+    multiple of the group (Q2_0) or of 16 (NVFP4); a weight on the ``meta`` device;
+    Linears whose parent reads their ``.weight`` directly (``nn.MultiheadAttention``,
+    ``nn.TransformerEncoderLayer``). Every other Linear is quantized before any is
+    swapped: a failure (a non-finite weight for NVFP4, say) raises naming the layer
+    and leaves ``model`` unchanged. A Linear shared by several parents becomes one
+    q2gemv layer in all of them. The new layers are on each Linear's device; their
+    bias (if any) is kept in bf16.
+
+    Returns a :class:`QuantizeReport` (``print(report)`` lists the skipped layers).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt: expected one of {FORMATS}, got {fmt!r}")
+    if fmt == "q2_0" and (isinstance(group, bool) or group not in GROUPS):
+        raise ValueError(f"group: expected one of {GROUPS}, got {group!r}")
+    if isinstance(skip, str) or not all(isinstance(s, str) for s in skip):
+        raise TypeError(f"skip: expected a tuple of layer names, got {skip!r}")
+    skip = tuple(skip)
+    multiple = group if fmt == "q2_0" else BLOCK
+    resolve_numerics("q2_0" if fmt == "q2_0" else "w4a16", numerics)  # ValueError naming numerics
+
+    def reason(name: str, linear: torch.nn.Linear) -> str | None:
+        hit = _matches(name, skip)
+        if hit is not None:
+            return f"in skip ({hit!r})"
+        if linear.weight.is_meta:
+            return "its weight is on the meta device (nothing to quantize)"
+        if linear.in_features % multiple:
+            return f"in_features={linear.in_features} is not a multiple of {multiple}"
+        return None
+
+    if fmt == "q2_0":
+
+        def make(lin: torch.nn.Linear) -> torch.nn.Module:
+            return Q2Linear.from_linear(lin, group=group, numerics=numerics)
+    else:
+
+        def make(lin: torch.nn.Linear) -> torch.nn.Module:
+            return Nvfp4Linear.from_linear(lin, numerics=numerics)
+
+    targets, skipped = find_linears(model, reason)
+    replaced = swap_linears(targets, make)
+    return QuantizeReport(fmt, group if fmt == "q2_0" else None, replaced, skipped)

@@ -1,0 +1,508 @@
+"""``q2gemv.models`` (re-exported by ``q2gemv.torch``): a tiny transformers Llama end to end.
+
+CPU only (the layers run q2gemv's reference backend). Every comparison is of bits or
+token ids: ``quantize_model`` against layers computed by ``q2gemv.gemv(...,
+backend="reference")`` directly; a llama.cpp-style GGUF file (written with the ``gguf``
+package, Q/K rows permuted as llama.cpp's converter does) against ``quantize_model`` on
+the same weights; an NVFP4 ModelOpt checkpoint against ``quantize_model(fmt="nvfp4")``;
+the captured decoder (run eagerly here) against ``model.generate``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import q2gemv  # noqa: E402
+from q2gemv.io import GgufError, SafetensorsError  # noqa: E402
+from q2gemv.torch import (  # noqa: E402
+    CapturedDecoder,
+    Nvfp4Linear,
+    Q2Linear,
+    config_from_gguf,
+    load_gguf,
+    load_safetensors,
+    quantize_model,
+)
+
+from .model_cases import tiny_llama, write_llama_gguf  # noqa: E402
+
+PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def u16(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape, what
+    q2gemv.check.assert_bits_equal(u16(got), u16(want), what)
+
+
+class ReferenceLinear(torch.nn.Module):
+    """``x @ W.T`` by ``q2gemv.gemv(backend="reference")`` on a host weight (no q2gemv.torch)."""
+
+    def __init__(self, weight) -> None:
+        super().__init__()
+        self.weight_q = weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x.detach().reshape(-1, self.weight_q.k).contiguous().view(torch.int16).numpy()
+        y = q2gemv.gemv(a.view(q2gemv.BF16), self.weight_q, backend="reference")
+        y = torch.from_numpy(np.ascontiguousarray(y).view(np.int16)).view(torch.bfloat16)
+        return y.reshape(*x.shape[:-1], self.weight_q.n)
+
+
+def reference_model(model, fmt: str, group: int = 128):
+    """``model`` with every projection replaced by a ReferenceLinear of the same quantized weight."""
+    ref = copy.deepcopy(model)
+    for layer in ref.model.layers:
+        for parent in (layer.self_attn, layer.mlp):
+            for attr in PROJ:
+                lin = getattr(parent, attr, None)
+                if lin is None:
+                    continue
+                w = lin.weight.detach().float().numpy()
+                qw = (
+                    q2gemv.quantize_q2_0(w, group=group)
+                    if fmt == "q2_0"
+                    else q2gemv.Nvfp4Weight.from_float(w)
+                )
+                setattr(parent, attr, ReferenceLinear(qw))
+    return ref
+
+
+def prompts(batch: int, length: int = 6, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 192, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_import_q2gemv_torch_does_not_import_transformers():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, q2gemv.torch as qt; "
+        "assert callable(qt.quantize_model) and callable(qt.load_gguf); "
+        "print(sorted(m for m in ('transformers', 'safetensors', 'gguf') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# -- quantize_model ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["q2_0", "nvfp4"])
+def test_quantize_model_generates_like_reference_layers(fmt):
+    model = tiny_llama()
+    ref = reference_model(model, fmt)
+    report = quantize_model(model, fmt)
+    layer_type = Q2Linear if fmt == "q2_0" else Nvfp4Linear
+    assert len(report.replaced) == 14 and all(
+        isinstance(m, layer_type) for m in report.replaced.values()
+    )
+    assert list(report.skipped) == ["lm_head"] and "skip" in report.skipped["lm_head"]
+    assert isinstance(model.lm_head, torch.nn.Linear)
+    ids = prompts(2)
+    with torch.no_grad():
+        assert_same_bits(model(ids).logits, ref(ids).logits, f"{fmt} logits")
+    kw = dict(
+        max_new_tokens=6, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
+    got, want = model.generate(ids, **kw), ref.generate(ids, **kw)
+    assert torch.equal(got, want) and got.shape == (2, 12)
+
+
+def test_quantize_model_skips_and_reports():
+    torch.manual_seed(0)
+    shared = torch.nn.Linear(128, 128)
+    model = torch.nn.ModuleDict(
+        {
+            "a": torch.nn.Sequential(shared, torch.nn.ReLU()),
+            "b": torch.nn.Sequential(shared),
+            "small": torch.nn.Linear(64, 32),  # K=64: not a multiple of group 128
+            "attn": torch.nn.MultiheadAttention(128, 4),  # reads out_proj.weight itself
+            "lm_head": torch.nn.Linear(128, 8),
+        }
+    ).to(torch.bfloat16)
+    report = quantize_model(model, "q2_0", group=128)
+    assert set(report.replaced) == {"a.0", "b.0"}
+    assert model["a"][0] is model["b"][0] and isinstance(model["a"][0], Q2Linear)
+    assert set(report.skipped) == {"small", "attn.out_proj", "lm_head"}
+    assert "not a multiple of 128" in report.skipped["small"]
+    assert "MultiheadAttention reads out_proj.weight" in report.skipped["attn.out_proj"]
+    assert "small" in str(report) and "2 Linear layers replaced" in str(report)
+    x = torch.randn(3, 1, 128).to(torch.bfloat16)
+    model["attn"](x, x, x)  # still works
+
+
+def test_quantize_model_group_64_takes_the_small_layer():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32)).to(torch.bfloat16)
+    report = quantize_model(model, group=64, skip=())
+    assert list(report.replaced) == ["0"] and model[0].group == 64
+
+
+def test_quantize_model_all_or_nothing():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 16))
+    with torch.no_grad():
+        model[1].weight[3, 5] = float("inf")
+    before = [type(m) for m in model]
+    with pytest.raises(ValueError, match="layer '1'"):
+        quantize_model(model, "nvfp4", skip=())
+    assert [type(m) for m in model] == before
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(fmt="q4"), "fmt: expected"),
+        (dict(group=96), "group: expected"),
+        (dict(skip="lm_head"), "skip: expected"),
+        (dict(numerics="fast"), "numerics"),
+    ],
+)
+def test_quantize_model_refuses_bad_arguments(kwargs, match):
+    model = torch.nn.Sequential(torch.nn.Linear(128, 16))
+    with pytest.raises((ValueError, TypeError), match=match):
+        quantize_model(model, **kwargs)
+    assert isinstance(model[0], torch.nn.Linear)
+
+
+# -- batch invariance -------------------------------------------------------------------------
+
+
+def test_batch_invariance_of_the_q2gemv_layers():
+    model = tiny_llama()
+    quantize_model(model, "q2_0")
+    outputs: dict[str, list[torch.Tensor]] = {}
+
+    def hook(name):
+        return lambda mod, args, out: outputs.setdefault(name, []).append(out)
+
+    for name, mod in model.named_modules():
+        if isinstance(mod, Q2Linear):
+            mod.register_forward_hook(hook(name))
+    ids = prompts(3, seed=5)
+    with torch.no_grad():
+        alone = model(ids[1:2]).logits
+        batch = model(ids).logits
+    assert len(outputs) == 14
+    for name, (one, three) in outputs.items():
+        assert_same_bits(three[1:2], one, name)
+    assert_same_bits(batch[1:2], alone, "logits")
+
+
+# -- GGUF -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("group, type_id, tie", [(128, 142, False), (64, 42, True)])
+def test_load_gguf_gives_the_logits_of_quantize_model(tmp_path, group, type_id, tie):
+    model = tiny_llama(tie=tie)
+    path = tmp_path / "tiny.gguf"
+    write_llama_gguf(model, path, group=group, type_id=type_id)
+    cfg = config_from_gguf(path)
+    for key in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+    ):
+        assert getattr(cfg, key) == getattr(model.config, key), key
+    loaded = load_gguf(path)
+    q2 = [m for m in loaded.modules() if isinstance(m, Q2Linear)]
+    assert len(q2) == 14 and all(m.group == group for m in q2)
+    quantize_model(model, "q2_0", group=group)
+    ids = prompts(2, seed=3)
+    with torch.no_grad():
+        assert_same_bits(loaded(ids).logits, model(ids).logits, "gguf vs quantize_model")
+
+
+def test_load_gguf_into_a_given_model(tmp_path):
+    path = tmp_path / "tiny.gguf"
+    source = tiny_llama(seed=0)
+    write_llama_gguf(source, path)
+    target = tiny_llama(seed=1)  # same shapes, other weights
+    assert load_gguf(path, target) is target
+    quantize_model(source, "q2_0")
+    ids = prompts(1, seed=4)
+    with torch.no_grad():
+        assert_same_bits(target(ids).logits, source(ids).logits, "loaded into a given model")
+
+
+def _gguf_with(tmp_path, extra: dict, arch: str = "llama"):
+    """A tiny GGUF written by hand-picked tensors (for the refusals)."""
+    import gguf
+
+    path = tmp_path / "bad.gguf"
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in (("block_count", 1), ("embedding_length", 128)):
+        w.add_uint32(f"{arch}.{key}", value)
+    w.add_uint32(f"{arch}.feed_forward_length", 256)
+    w.add_uint32(f"{arch}.attention.head_count", 4)
+    w.add_tensor("token_embd.weight", np.zeros((192, 128), np.float32))
+    for name, (array, raw_dtype) in extra.items():
+        w.add_tensor(name, array, raw_dtype=raw_dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_load_gguf_refusals_name_the_tensor(tmp_path):
+    import gguf
+
+    model = tiny_llama(layers=1)
+    before = copy.deepcopy(model.state_dict())
+    cases = {
+        "rope_freqs.weight": ({"rope_freqs.weight": (np.ones(16, np.float32), None)}, "rope"),
+        "blk.0.attn_v.weight": (
+            {
+                "blk.0.attn_v.weight": (
+                    np.zeros((64, 4 * 18), np.uint8),
+                    gguf.GGMLQuantizationType.Q4_0,
+                )
+            },
+            "type Q4_0 is not supported",
+        ),
+        "blk.0.ffn_norm.weight": (
+            {"blk.0.ffn_norm.weight": (np.ones(64, np.float32), None)},
+            r"shape \[64\] does not match",
+        ),
+    }
+    for tensor, (extra, match) in cases.items():
+        path = _gguf_with(tmp_path, extra)
+        with pytest.raises(GgufError, match=match) as info:
+            load_gguf(path, model)
+        assert info.value.tensor == tensor
+    missing = _gguf_with(tmp_path, {})
+    with pytest.raises(GgufError, match="no tensor for"):
+        load_gguf(missing, model)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), f"{name} changed by a refused load"
+    with pytest.raises(GgufError, match="general.architecture is 'qwen2'"):
+        config_from_gguf(_gguf_with(tmp_path, {}, arch="qwen2"))
+
+
+# -- NVFP4 safetensors ------------------------------------------------------------------------
+
+
+def write_modelopt(model, path) -> None:
+    """A ModelOpt NVFP4 checkpoint of ``model``: projections NVFP4, the rest bf16."""
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, p in model.state_dict().items():
+        prefix = name.removesuffix(".weight")
+        if name.endswith(".weight") and prefix.rpartition(".")[2] in PROJ:
+            w = q2gemv.Nvfp4Weight.from_float(p.float().numpy())
+            tensors[name] = torch.from_numpy(np.array(w.packed))
+            scales = torch.from_numpy(np.array(w.scales))
+            tensors[f"{prefix}.weight_scale"] = scales.view(torch.float8_e4m3fn)
+            tensors[f"{prefix}.weight_scale_2"] = torch.tensor(float(w.global_scale))
+            tensors[f"{prefix}.input_scale"] = torch.tensor(1.0)  # W4A4 state: ignored
+        else:
+            tensors[name] = p.contiguous()
+    save_file(tensors, str(path))
+
+
+@pytest.mark.parametrize("meta", [False, True])
+def test_load_safetensors_gives_the_logits_of_quantize_model(tmp_path, meta):
+    from transformers import LlamaForCausalLM
+
+    source = tiny_llama(seed=0)
+    path = tmp_path / "nvfp4.safetensors"
+    write_modelopt(source, path)
+    if meta:  # no random initialization: every tensor comes from the checkpoint
+        with torch.device("meta"):
+            target = LlamaForCausalLM(source.config).to(torch.bfloat16)
+    else:
+        target = tiny_llama(seed=1)
+    assert load_safetensors(path, target) is target
+    assert sum(isinstance(m, Nvfp4Linear) for m in target.modules()) == 14
+    quantize_model(source, "nvfp4")
+    ids = prompts(2, seed=6)
+    with torch.no_grad():
+        assert_same_bits(target(ids).logits, source(ids).logits, "safetensors vs quantize_model")
+
+
+def test_load_safetensors_refusals(tmp_path):
+    from safetensors.torch import save_file
+
+    model = tiny_llama(layers=1)
+    path = tmp_path / "bad.safetensors"
+    write_modelopt(model, path)
+    bigger = tiny_llama(layers=2)
+    with pytest.raises(SafetensorsError, match="no tensor for"):
+        load_safetensors(path, bigger)
+    save_file({"extra.weight": torch.zeros(3)}, str(tmp_path / "x.safetensors"))
+    with pytest.raises(SafetensorsError, match="'extra.weight'.*no parameter"):
+        load_safetensors(tmp_path / "x.safetensors", model)
+    assert isinstance(model.model.layers[0].mlp.up_proj, torch.nn.Linear)
+
+
+# -- the captured decoder (uncaptured on the CPU) -------------------------------------------
+
+
+def test_captured_decoder_equals_generate():
+    model = tiny_llama()
+    quantize_model(model, "q2_0")
+    ids = prompts(3, length=5, seed=7)
+    want = model.generate(
+        ids, max_new_tokens=7, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
+    decoder = CapturedDecoder(model, max_len=16)
+    assert not decoder.capture
+    assert torch.equal(decoder.generate(ids, 7), want)
+    assert torch.equal(decoder.generate(ids, 7), want)  # the cache is reset and reused
+    assert torch.equal(decoder.generate(ids[:1], 7), want[:1])  # another batch size
+
+
+def test_captured_decoder_refusals():
+    model = tiny_llama(layers=1)
+    with pytest.raises(ValueError, match="max_len"):
+        CapturedDecoder(model, max_len=1)
+    with pytest.raises(ValueError, match="capture"):
+        CapturedDecoder(model, max_len=8, capture=True)
+    decoder = CapturedDecoder(model, max_len=8)
+    with pytest.raises(ValueError, match="max_new_tokens: expected 1..3"):
+        decoder.generate(prompts(1, length=5), 4)
+    with pytest.raises(ValueError, match="input_ids"):
+        decoder.generate(torch.zeros(5, dtype=torch.long), 1)
+
+
+def test_captured_decoder_prefill_then_steps():
+    model = tiny_llama(layers=1)
+    ids = prompts(2, length=4, seed=8)
+    want = model.generate(
+        ids, max_new_tokens=4, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
+    decoder = CapturedDecoder(model, max_len=7)
+    with pytest.raises(RuntimeError, match="prefill"):
+        decoder.step()
+    got = [decoder.prefill(ids)] + [decoder.step() for _ in range(2)]
+    assert torch.equal(torch.cat([ids, *got], dim=1), want[:, :7])
+    with pytest.raises(ValueError, match="max_len=7"):
+        decoder.step()
+
+
+# -- the decode benchmark's CPU-safe parts ----------------------------------------------------
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decode.py"
+    spec = importlib.util.spec_from_file_location("bench_decode", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_decode_arguments():
+    bench = _bench()
+    args = bench.parse_args(["--out", "x"])
+    assert (args.layers, args.batches, args.prompt, args.new) == (32, (1, 4, 8, 16), 128, 128)
+    assert args.formats == bench.FORMATS and args.repeats == 2
+    args = bench.parse_args(
+        ["--out", "x", "--layers", "4", "--batches", "2,8", "--formats", "q2_0"]
+    )
+    assert (args.layers, args.batches, args.formats) == (4, (2, 8), ("q2_0",))
+    for bad in (["--formats", "int4"], ["--batches", "0"], ["--new", "1"], ["--batches", "a"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--out", "x", *bad])
+
+
+def test_bench_decode_dry_run(tmp_path, capsys):
+    import csv
+
+    bench = _bench()
+    assert bench.main(["--dry-run", "--out", str(tmp_path), "--formats", "bf16,q2_0"]) == 0
+    with open(tmp_path / "cpu_dry_run_decode.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["format"], r["batch"], r["status"]) for r in rows] == [
+        ("bf16", "1", "ok"),
+        ("q2_0", "1", "ok"),
+    ]
+    assert all(float(r["tokens_per_s"]) > 0 and r["graph_vs_eager"] == "equal" for r in rows)
+    assert (tmp_path / "cpu_dry_run_decode_profile.csv").exists()
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("q2_0 ")
+
+
+def test_example_model_decode(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "model_decode.py"
+    spec = importlib.util.spec_from_file_location("model_decode_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.main("cpu") == 0
+    out = capsys.readouterr().out
+    assert "bit-equal to quantize_model's: True" in out and out.rstrip().endswith("OK")
+
+
+def test_readme_models_section_runs():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = re.search(r"^## Models \(transformers\)\n(.*?)(?=^## )", text, re.S | re.M)
+    assert section, "README.md has no '## Models (transformers)' section"
+    blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
+    assert blocks, "the README's models section has no python block"
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md#models", "exec"), scope)
+    assert tuple(scope["tokens"].shape) == (2, 24)
+
+
+# -- GPU (skipped without a real CUDA device) -------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["q2_0", "nvfp4"])
+def test_cuda_captured_decoder_equals_eager_steps(fmt):
+    model = tiny_llama()
+    quantize_model(model, fmt)
+    model = model.cuda()
+    for batch in (1, 3):
+        ids = prompts(batch, length=5, seed=9 + batch).cuda()
+        captured = CapturedDecoder(model, max_len=20)
+        eager = CapturedDecoder(model, max_len=20, capture=False)
+        assert captured.capture
+        got = captured.generate(ids, 12)
+        assert torch.equal(got, eager.generate(ids, 12)), f"batch {batch}"
+        # a second generate reuses the cache (reset in place) and the graph made above
+        assert torch.equal(captured.generate(ids, 12), got), f"batch {batch}, replayed again"
+
+
+@pytest.mark.gpu
+def test_cuda_model_layers_equal_the_cpu_reference():
+    model = tiny_llama()
+    quantize_model(model, "q2_0")
+    cpu_layers = {n: copy.deepcopy(m) for n, m in model.named_modules() if isinstance(m, Q2Linear)}
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def hook(name):
+        return lambda mod, args, out: seen.setdefault(name, (args[0].cpu(), out.cpu()))
+
+    model = model.cuda()
+    for name, mod in model.named_modules():
+        if name in cpu_layers:
+            mod.register_forward_hook(hook(name))
+    with torch.no_grad():
+        model(prompts(2, seed=10).cuda())
+    assert set(seen) == set(cpu_layers)
+    for name, (x, y) in seen.items():
+        assert_same_bits(y, cpu_layers[name](x), f"{name} on CUDA vs the CPU reference")
