@@ -1,0 +1,188 @@
+"""Hardening round 3 (issue 24): atomic writes, one global-scale validator, fixed-width
+integer sizes, any buffer, immutable copies and prepared operands, bounded tier planning.
+
+Host-side checks only; nothing here launches a kernel (the device weight is built around
+host stand-ins of device arrays where a constructor needs one).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from q2gemv import _atomic
+from q2gemv.formats.q2_0 import quantize_q2_0
+from q2gemv.io.gguf import load_q2_weights, save_q2_weights
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _q2(n: int = 2, k: int = 128, group: int = 64, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return quantize_q2_0(rng.standard_normal((n, k)).astype(np.float32), group=group)
+
+
+# -- 1. atomic writes ------------------------------------------------------------------------
+
+
+def test_saving_over_the_mapped_source_keeps_the_process_and_the_file(tmp_path):
+    """load_q2_weights maps the file; saving over it used to truncate it in place (SIGBUS).
+
+    Run in a child process: before the fix the child died of SIGBUS (it would kill pytest).
+    """
+    p = tmp_path / "w.gguf"
+    save_q2_weights(p, {"a": _q2(4, 256, 64, 1), "b": _q2(3, 128, 128, 2)})
+    code = textwrap.dedent(
+        f"""
+        import numpy as np
+        from q2gemv.io.gguf import load_q2_weights, save_q2_weights
+        p = {str(p)!r}
+        ws = load_q2_weights(p)
+        before = {{k: w.raw.tobytes() for k, w in ws.items()}}
+        save_q2_weights(p, ws)                      # over the file ws is mapped from
+        assert {{k: w.raw.tobytes() for k, w in ws.items()}} == before  # old map intact
+        ws[\"b\"] = ws.pop(\"a\")                     # save again, different content
+        save_q2_weights(p, ws)
+        print(\"ok\")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.strip() == "ok"
+    back = load_q2_weights(p)
+    assert list(back) == ["b"]
+    assert back["b"].raw.tobytes() == _q2(4, 256, 64, 1).raw.tobytes()
+    assert sorted(os.listdir(tmp_path)) == ["w.gguf"]
+
+
+class _FailingFile:
+    """Wraps a real file; its write raises ``exc`` once ``after`` bytes have been written."""
+
+    def __init__(self, f, after: int, exc: BaseException) -> None:
+        self._f, self._left, self._exc = f, after, exc
+
+    def write(self, data) -> int:
+        data = memoryview(data).cast("B") if not isinstance(data, str) else data
+        if len(data) > self._left:
+            self._f.write(data[: self._left])
+            self._left = 0
+            raise self._exc
+        self._left -= len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self._f.__exit__(*exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt(), RuntimeError("x")],
+    ids=["disk-full", "interrupt", "exception"],
+)
+def test_a_failed_save_leaves_the_original_and_no_temporary(tmp_path, monkeypatch, exc):
+    p = tmp_path / "w.gguf"
+    save_q2_weights(p, {"a": _q2()})
+    original = p.read_bytes()
+    real_fdopen, real_open = os.fdopen, builtins.open
+
+    def failing(real):
+        def opener(file, mode="r", *a, **kw):
+            f = real(file, mode, *a, **kw)
+            return _FailingFile(f, 100, exc) if set(mode) & set("wax+") else f
+
+        return opener
+
+    # Every way a writer could open its file fails after 100 bytes.
+    monkeypatch.setattr(os, "fdopen", failing(real_fdopen))
+    monkeypatch.setattr(builtins, "open", failing(real_open))
+    bigger = {"a": _q2(8, 256, 64, 3), "b": _q2(8, 256, 128, 4)}
+    with pytest.raises(type(exc)):
+        save_q2_weights(p, bigger)
+    monkeypatch.undo()
+    assert p.read_bytes() == original
+    assert sorted(os.listdir(tmp_path)) == ["w.gguf"]
+
+
+def test_a_failed_fsync_leaves_the_original(tmp_path, monkeypatch):
+    """A full disk can surface at fsync (delayed allocation): still nothing replaced."""
+    p = tmp_path / "w.gguf"
+    save_q2_weights(p, {"a": _q2()})
+    original = p.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        save_q2_weights(p, {"b": _q2(4, 128, 64, 5)})
+    monkeypatch.undo()
+    assert p.read_bytes() == original
+    assert sorted(os.listdir(tmp_path)) == ["w.gguf"]
+
+
+def test_atomic_write_keeps_mode_and_follows_symlinks(tmp_path):
+    real = tmp_path / "real.bin"
+    real.write_bytes(b"old")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.bin"
+    link.symlink_to(real)
+    _atomic.write_bytes(link, b"new")
+    assert link.is_symlink() and real.read_bytes() == b"new"
+    assert (os.stat(real).st_mode & 0o777) == 0o640
+    assert sorted(os.listdir(tmp_path)) == ["link.bin", "real.bin"]
+
+
+def _writers(tree: ast.AST) -> list[int]:
+    """Lines of ``tree`` that write a file themselves: open() for writing, pathlib's
+    write_bytes/write_text, ndarray.tofile, np.save/savez, safetensors' save_file."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "_atomic":
+            continue  # the helper itself
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        if name in ("write_bytes", "write_text", "tofile", "save", "savez", "save_file"):
+            lines.append(node.lineno)
+        elif name == "open":
+            modes = [a for a in node.args[1:2]] + [
+                k.value for k in node.keywords if k.arg == "mode"
+            ]
+            if any(isinstance(m, ast.Constant) and set(str(m.value)) & set("wax+") for m in modes):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_writer_scan_finds_writers():
+    tree = ast.parse(
+        "open(p, 'wb')\nopen(p, mode='a')\nq.write_text(s)\nnp.save(p, a)\nopen(p)\n_atomic.write_text(p, s)"
+    )
+    assert _writers(tree) == [1, 2, 3, 4]
+
+
+def test_every_package_writer_goes_through_the_atomic_helper():
+    """No module of the package writes a file itself: q2gemv._atomic is the one place."""
+    pkg = SRC / "q2gemv"
+    bad = []
+    for path in sorted(pkg.rglob("*.py")):
+        if path.name != "_atomic.py":
+            text = path.read_text()
+            bad += [f"{path.relative_to(pkg)}:{i}" for i in _writers(ast.parse(text))]
+    assert bad == []
