@@ -186,3 +186,121 @@ def test_every_package_writer_goes_through_the_atomic_helper():
             text = path.read_text()
             bad += [f"{path.relative_to(pkg)}:{i}" for i in _writers(ast.parse(text))]
     assert bad == []
+
+
+# -- 4. one global-scale validator ------------------------------------------------------------
+
+BAD_SCALES = [
+    1e39,
+    -1e39,
+    1e-46,
+    2**200,
+    2**2000,
+    np.float64(1e39),
+    1 + 0j,
+    np.complex64(2),
+    np.array([1 + 0j]),
+    np.array([1.0, 2.0], np.float32),
+    True,
+    "1.0",
+]
+BAD_IDS = [
+    "1e39", "-1e39", "1e-46", "2**200", "2**2000", "f64-1e39", "complex", "np-complex",
+    "complex-array", "size-2", "bool", "str",
+]  # fmt: skip
+
+
+def _nvfp4_parts():
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    w = Nvfp4Weight.from_float(np.linspace(-3, 3, 64, dtype=np.float32).reshape(2, 32))
+    return np.array(w.packed), np.array(w.scales)
+
+
+def _host_error(g) -> tuple[type, str]:
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    packed, scales = _nvfp4_parts()
+    with pytest.raises((TypeError, ValueError)) as e:
+        Nvfp4Weight(packed, scales, g)
+    return e.type, str(e.value)
+
+
+@pytest.mark.parametrize("g", BAD_SCALES, ids=BAD_IDS)
+def test_device_weight_refuses_what_the_host_weight_refuses(g):
+    """DeviceNvfp4Weight.from_buffers used to take 1e39 (-> inf), 1e-46 (-> 0), a NumPy
+    complex, and to raise OverflowError for 2**2000."""
+    from numba import cuda
+
+    from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
+
+    packed, scales = _nvfp4_parts()
+    want_type, want_msg = _host_error(g)
+    d_p, d_s = cuda.to_device(packed), cuda.to_device(scales)
+    with pytest.raises(want_type) as e:
+        DeviceNvfp4Weight.from_buffers(d_p, d_s, g)
+    assert str(e.value) == want_msg
+
+
+@pytest.mark.parametrize(
+    "g", [np.array([0.375]), np.float64(0.1), 3, float("inf"), float("nan"), 2.0**-149]
+)
+def test_device_weight_accepts_what_the_host_weight_accepts(g):
+    """A size-1 array used to be refused by from_buffers though Nvfp4Weight takes it."""
+    from numba import cuda
+
+    from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    packed, scales = _nvfp4_parts()
+    host = Nvfp4Weight(packed, scales, g)
+    dw = DeviceNvfp4Weight.from_buffers(cuda.to_device(packed), cuda.to_device(scales), g)
+    assert isinstance(dw.global_scale, np.float32)
+    assert np.float32(dw.global_scale).view(np.uint32) == np.float32(host.global_scale).view(
+        np.uint32
+    )
+
+
+TORCH_BAD = [1e39, -1e39, 1e-46, 2.0**200]  # the op's schema takes a float
+
+
+@pytest.mark.parametrize("g", TORCH_BAD, ids=str)
+def test_torch_op_refuses_what_the_host_weight_refuses(g):
+    """torch.ops.q2gemv.nvfp4_linear(..., 1e39) used to return inf/NaN outputs."""
+    torch = pytest.importorskip("torch")
+    import q2gemv.torch  # noqa: F401  (registers the op)
+
+    packed, scales = _nvfp4_parts()
+    x = torch.ones((1, 32), dtype=torch.bfloat16)
+    want_type, want_msg = _host_error(g)
+    with pytest.raises(want_type) as e:
+        torch.ops.q2gemv.nvfp4_linear(x, torch.from_numpy(packed), torch.from_numpy(scales), g)
+    assert str(e.value) == want_msg
+
+
+@pytest.mark.parametrize("g", TORCH_BAD, ids=str)
+def test_nvfp4linear_load_state_dict_refuses_what_the_host_weight_refuses(g):
+    """load_state_dict with global_scale=1e39 used to give a layer with inf/NaN outputs."""
+    pytest.importorskip("torch")
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+    from q2gemv.torch import Nvfp4Linear
+
+    packed, scales = _nvfp4_parts()
+    layer = Nvfp4Linear(Nvfp4Weight(packed, scales, 0.5))
+    state = layer.state_dict()
+    key = next(k for k in state if k.endswith("_extra_state"))
+    state[key] = {**state[key], "global_scale": g}
+    want_type, want_msg = _host_error(g)
+    with pytest.raises(want_type) as e:
+        Nvfp4Linear(Nvfp4Weight(packed, scales, 0.5)).load_state_dict(state)
+    assert str(e.value) == want_msg
+
+
+def test_the_validator_names_its_argument_and_is_used_by_the_divisor_path():
+    from q2gemv.formats.nvfp4 import check_global_scale, global_scale_from_divisor
+
+    assert check_global_scale(np.array([[0.1]])) == float(np.float32(0.1))
+    with pytest.raises(ValueError, match=r"^weight_global_scale: expected a value representable"):
+        global_scale_from_divisor(1e39)
+    with pytest.raises(TypeError, match=r"^x: expected a real number, got complex"):
+        check_global_scale(1j, "x")

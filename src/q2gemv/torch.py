@@ -52,7 +52,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .api import resolve_numerics
 from .formats.bf16 import BF16
-from .formats.nvfp4 import Nvfp4Weight
+from .formats.nvfp4 import Nvfp4Weight, check_global_scale
 from .formats.q2_0 import Q2Weight, quantize_q2_0, row_bytes
 
 __all__ = [
@@ -270,7 +270,9 @@ def _nvfp4_linear_impl(
         x: ``torch.bfloat16`` activations [..., k], on the CPU or a CUDA device.
         packed: E2M1 codes, ``torch.uint8`` [n, k // 2] (even k in the low nibble).
         scales: E4M3 block-scale bits, ``torch.uint8`` [n, k // 16].
-        global_scale: the per-tensor multiplier (an fp32 value).
+        global_scale: the per-tensor multiplier (an fp32 value); a finite value fp32
+            cannot hold (``1e39``, ``1e-46``) is refused as :class:`~q2gemv.Nvfp4Weight`
+            refuses it (:func:`q2gemv.formats.nvfp4.check_global_scale`).
         numerics: ``"seed"``, ``"exact"`` or None (the
             library default), as for :func:`q2gemv.gemv`.
 
@@ -283,6 +285,7 @@ def _nvfp4_linear_impl(
     _check_x(x, k)
     _check_buffer(packed, "packed", x, (n, k // 2))
     _check_buffer(scales, "scales", x, (n, k // 16))
+    global_scale = check_global_scale(global_scale)  # Nvfp4Weight's rules, before any work
     lead = tuple(x.shape[:-1])
     x2 = _rows(x, k)
     if x.device.type == "cuda":
@@ -595,7 +598,7 @@ class Nvfp4Linear(_QuantizedLinear):
                 f"state: expected an Nvfp4Linear state with {shape} and a float global_scale, "
                 f"got {state!r}"
             )
-        self.global_scale = float(np.float32(state["global_scale"]))
+        self.global_scale = check_global_scale(state["global_scale"])
 
     def extra_repr(self) -> str:
         return (
