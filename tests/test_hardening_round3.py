@@ -304,3 +304,66 @@ def test_the_validator_names_its_argument_and_is_used_by_the_divisor_path():
         global_scale_from_divisor(1e39)
     with pytest.raises(TypeError, match=r"^x: expected a real number, got complex"):
         check_global_scale(1j, "x")
+
+
+# -- 5. fixed-width integer sizes --------------------------------------------------------------
+
+
+def test_q2_sizes_in_fixed_width_ints_do_not_wrap():
+    """np.int16(4000) * 18 wrapped to 6464 (accepted 6464 bytes); 2**40 * ... wrapped to 0."""
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    with pytest.raises(ValueError, match=r"^raw: expected exactly 72000 bytes for n=4000 k=64"):
+        Q2Weight.from_bytes(bytes(6464), np.int16(4000), np.int16(64), 64)
+    want = 2**40 * (2**40 // 128) * 34
+    with pytest.raises(ValueError, match=rf"^raw: expected exactly {want} bytes"):
+        Q2Weight(np.zeros(0, np.uint8), np.int64(2**40), np.int64(2**40), 128)
+    with pytest.raises(ValueError, match=r"^raw: expected exactly 1800 bytes for n=100"):
+        Q2Weight.from_bytes(bytes(8), np.int8(100), np.int8(64), np.int8(64))
+
+
+def test_q2_numpy_int_sizes_give_python_ints_and_the_same_weight():
+    from q2gemv.formats.q2_0 import Q2Weight, row_bytes
+
+    w = _q2(3, 128, 64)
+    v = Q2Weight.from_bytes(w.raw.tobytes(), np.int8(3), np.uint8(128), np.int16(64))
+    assert (type(v.n), type(v.k), type(v.group)) == (int, int, int)
+    assert (v.n, v.k, v.group) == (3, 128, 64) and v.raw.tobytes() == w.raw.tobytes()
+    assert row_bytes(np.int32(2**31 - 64), np.int8(64)) == (2**31 - 64) // 64 * 18
+    assert type(row_bytes(np.int16(128), 64)) is int
+
+
+def test_quantize_takes_a_numpy_int_group():
+    """quantize_q2_0(group=np.int8(64)) raised OverflowError."""
+    x = np.random.default_rng(0).standard_normal((2, 128)).astype(np.float32)
+    got = quantize_q2_0(x, group=np.int8(64))
+    assert got.group == 64 and type(got.group) is int
+    assert got.raw.tobytes() == quantize_q2_0(x, group=64).raw.tobytes()
+
+
+@pytest.mark.parametrize(
+    "n,k,exc,needle",
+    [
+        (np.float32(3), 128, TypeError, r"^n: expected an int, got float32"),
+        (3, True, TypeError, r"^k: expected an int, got bool"),
+        (np.uint8(0), 128, ValueError, r"^n: expected >= 1, got 0"),
+        (2, np.int8(-64), ValueError, r"^k: expected >= 1, got -64"),
+    ],
+)
+def test_q2_size_messages_still_name_the_argument(n, k, exc, needle):
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    with pytest.raises(exc, match=needle):
+        Q2Weight.from_bytes(bytes(68), n, k, 128)
+
+
+def test_device_q2_from_buffers_sizes_do_not_wrap():
+    from numba import cuda
+
+    from q2gemv.cuda.q2_0 import DeviceQ2Weight
+
+    d = cuda.to_device(np.zeros(6464, np.uint8))
+    with pytest.raises(ValueError, match=r"^raw: expected 72000 bytes for n=4000 k=64"):
+        DeviceQ2Weight.from_buffers(d, np.int16(4000), np.int16(64), 64)
+    w = DeviceQ2Weight.from_buffers(cuda.to_device(np.zeros(36, np.uint8)), np.int8(2), 64, 64)
+    assert (type(w.n), type(w.k), type(w.group)) == (int, int, int)

@@ -28,6 +28,7 @@ read it as 16-bit halves. Kernels consume these bytes unchanged (keep-packed).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,8 +44,30 @@ GGUF_TYPE_PQ2_0 = 142  # newer PrismML builds: group 128
 
 def block_bytes(group: int) -> int:
     """Bytes of one ``block_q2_0`` of ``group`` codes: 2 (fp16 d) + group/4."""
-    check_group(group)
-    return SCALE_BYTES + group // 4
+    return SCALE_BYTES + check_group(group) // 4
+
+
+def as_size(v, name: str) -> int:
+    """A size argument (``n``, ``k``, ...) as a Python int, before any arithmetic on it.
+
+    Sizes are multiplied together (``n * row_bytes``), so a NumPy fixed-width
+    integer (``np.int16(4000) * 18``) would wrap around silently: every size is
+    converted with :func:`operator.index` first, and the arithmetic is done on
+    Python ints, which do not overflow.
+
+    Args:
+        v: an int, a NumPy integer, or any object with ``__index__``; not a bool.
+        name: the argument named in the error message.
+
+    Raises:
+        TypeError: naming ``name`` when ``v`` is a bool or not an integer.
+    """
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(v).__name__}") from None
 
 
 def check_group(group: int) -> int:
@@ -55,14 +78,18 @@ def check_group(group: int) -> int:
             accepted, a bool is not).
 
     Returns:
-        ``int(group)``.
+        ``operator.index(group)``.
 
     Raises:
         ValueError: naming ``group`` when it is not 64 or 128.
     """
-    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group not in GROUPS:
+    try:
+        g = as_size(group, "group")
+    except TypeError:
+        g = None
+    if g not in GROUPS:
         raise ValueError(f"group: expected 64 or 128, got {group!r}")
-    return int(group)
+    return g
 
 
 def row_bytes(k: int, group: int) -> int:
@@ -70,26 +97,29 @@ def row_bytes(k: int, group: int) -> int:
 
     Args:
         k: codes per row (input features); a multiple of ``group`` for a valid
-            row (a remainder is dropped, not rejected).
+            row (a remainder is dropped, not rejected). Any integer type; the
+            arithmetic is done on Python ints (:func:`as_size`).
         group: codes per block, 64 or 128.
 
     Returns:
-        The row's size in bytes (34 per 128 codes, 18 per 64 codes).
+        The row's size in bytes (34 per 128 codes, 18 per 64 codes), a Python int.
 
     Raises:
+        TypeError: naming ``k`` when it is not an integer.
         ValueError: when ``group`` is not 64 or 128 (from :func:`check_group`).
     """
-    return (k // group) * block_bytes(group)
+    return (as_size(k, "k") // check_group(group)) * block_bytes(group)
 
 
-def _check_nk(n: int, k: int, group: int) -> None:
+def _check_nk(n: int, k: int, group: int) -> tuple[int, int]:
+    """``(n, k)`` as Python ints (:func:`as_size`), each >= 1, ``k`` a multiple of ``group``."""
+    n, k = as_size(n, "n"), as_size(k, "k")
     for name, v in (("n", n), ("k", k)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
         if v < 1:
             raise ValueError(f"{name}: expected >= 1, got {v}")
     if k % group:
         raise ValueError(f"k: expected a multiple of group={group}, got k={k}")
+    return n, k
 
 
 def group_from_nbytes(nbytes: int, n_elements: int) -> int:
@@ -214,8 +244,8 @@ class Q2Weight:
     group: int = 128
 
     def __post_init__(self) -> None:
-        check_group(self.group)
-        _check_nk(self.n, self.k, self.group)
+        group = check_group(self.group)
+        n, k = _check_nk(self.n, self.k, group)  # Python ints: no fixed-width overflow below
         raw = self.raw
         if not isinstance(raw, np.ndarray):
             raise TypeError(f"raw: expected a numpy uint8 array, got {type(raw).__name__}")
@@ -223,18 +253,17 @@ class Q2Weight:
             raise TypeError(f"raw: expected dtype uint8, got {raw.dtype}")
         if raw.ndim != 1:
             raise ValueError(f"raw: expected a 1-D byte array, got shape {raw.shape}")
-        want = self.n * row_bytes(self.k, self.group)
+        want = n * row_bytes(k, group)
         if raw.size != want:
             raise ValueError(
-                f"raw: expected exactly {want} bytes for n={self.n} k={self.k} "
-                f"group={self.group}, got {raw.size}"
+                f"raw: expected exactly {want} bytes for n={n} k={k} group={group}, got {raw.size}"
             )
         if not raw.flags.c_contiguous:
             raise ValueError("raw: expected a contiguous byte array")
         object.__setattr__(self, "raw", frozen(raw))  # the ownership rule: class docstring
-        object.__setattr__(self, "n", int(self.n))
-        object.__setattr__(self, "k", int(self.k))
-        object.__setattr__(self, "group", int(self.group))
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "k", k)
+        object.__setattr__(self, "group", group)
 
     # -- constructors -------------------------------------------------------
     @classmethod
@@ -273,7 +302,7 @@ class Q2Weight:
         ``scales`` may be float16 (taken as is) or float32 (rounded to fp16,
         round-to-nearest-even, overflow -> Inf).
         """
-        check_group(group)
+        group = check_group(group)
         if not isinstance(codes, np.ndarray) or codes.dtype != np.uint8:
             got = codes.dtype if isinstance(codes, np.ndarray) else type(codes).__name__
             raise TypeError(f"codes: expected a uint8 array, got {got}")
@@ -393,7 +422,7 @@ def quantize_q2_0(
     fp32), ``code = clamp(round_half_even(x / gamma), -1, 1) + 1``,
     ``d = fp16(gamma)``; a block with gamma == 0 is all code 1 (zero).
     """
-    check_group(group)
+    group = check_group(group)
     w = np.asarray(w)
     if w.dtype.kind != "f":
         raise TypeError(f"w: expected a float array, got {w.dtype}")
