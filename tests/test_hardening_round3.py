@@ -7,9 +7,11 @@ host stand-ins of device arrays where a constructor needs one).
 
 from __future__ import annotations
 
+import array
 import ast
 import builtins
 import errno
+import mmap
 import os
 import subprocess
 import sys
@@ -367,3 +369,79 @@ def test_device_q2_from_buffers_sizes_do_not_wrap():
         DeviceQ2Weight.from_buffers(d, np.int16(4000), np.int16(64), 64)
     w = DeviceQ2Weight.from_buffers(cuda.to_device(np.zeros(36, np.uint8)), np.int8(2), 64, 64)
     assert (type(w.n), type(w.k), type(w.group)) == (int, int, int)
+
+
+# -- 6. any buffer, through memoryview ----------------------------------------------------------
+
+
+class _NoDunderBuffer:
+    """Mixin: hides ``__buffer__`` (as on Python 3.10/3.11) while the C buffer slot still works."""
+
+    def __getattribute__(self, name):
+        if name == "__buffer__":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+class _OldMmap(_NoDunderBuffer, mmap.mmap):
+    pass
+
+
+class _OldArray(_NoDunderBuffer, array.array):
+    pass
+
+
+def test_from_bytes_takes_a_read_only_file_map_without_a_copy(tmp_path):
+    """mmap.mmap raised TypeError on Python 3.10/3.11 (no __buffer__ there)."""
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    w = _q2(2, 128, 64)
+    p = tmp_path / "raw.bin"
+    p.write_bytes(w.raw.tobytes())
+    with open(p, "rb") as f:
+        for cls in (mmap.mmap, _OldMmap):
+            m = cls(f.fileno(), 0, access=mmap.ACCESS_READ)
+            assert not hasattr(m, "__buffer__") or cls is mmap.mmap
+            v = Q2Weight.from_bytes(m, 2, 128, 64)
+            assert v.raw.tobytes() == w.raw.tobytes()
+            assert np.shares_memory(v.raw, np.frombuffer(m, np.uint8))  # wrapped, not copied
+            with pytest.raises(ValueError):
+                v.raw.flags.writeable = True
+            del v
+
+
+@pytest.mark.parametrize("cls", [mmap.mmap, _OldMmap])
+def test_from_bytes_copies_a_writeable_map(cls):
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    w = _q2(2, 128, 64)
+    m = cls(-1, w.nbytes)
+    m[:] = w.raw.tobytes()
+    v = Q2Weight.from_bytes(m, 2, 128, 64)
+    m[:4] = b"\xff\xff\xff\xff"
+    assert v.raw.tobytes() == w.raw.tobytes()
+
+
+@pytest.mark.parametrize("cls", [array.array, _OldArray])
+@pytest.mark.parametrize("typecode", ["B", "H", "I"])
+def test_from_bytes_takes_an_array_array(cls, typecode):
+    """array.array raised TypeError on Python 3.10/3.11; its item size does not matter."""
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    w = _q2(2, 128, 64)  # 36 bytes: a whole number of 1-, 2- and 4-byte items
+    a = cls(typecode)
+    a.frombytes(w.raw.tobytes())
+    v = Q2Weight.from_bytes(a, 2, 128, 64)
+    assert v.raw.tobytes() == w.raw.tobytes()
+    a[0] = 0
+    assert v.raw.tobytes() == w.raw.tobytes()  # copied: the array is writeable
+
+
+def test_from_bytes_refusals_name_raw():
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    with pytest.raises(TypeError, match=r"^raw: expected a buffer .*got list"):
+        Q2Weight.from_bytes([0] * 36, 2, 128, 64)
+    strided = memoryview(bytes(72))[::2]
+    with pytest.raises(ValueError, match=r"^raw: expected a C-contiguous buffer"):
+        Q2Weight.from_bytes(strided, 2, 128, 64)

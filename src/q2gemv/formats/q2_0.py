@@ -217,6 +217,25 @@ def unpack_scales(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
     return d.view("<f2").reshape(n, k // group).astype(np.float16)
 
 
+def _buffer_bytes(raw) -> np.ndarray:
+    """The bytes of any buffer-protocol object as a 1-D uint8 array over its memory (no copy).
+
+    Goes through ``memoryview`` (Python 3.10+), not ``__buffer__`` (3.12+ only).
+    The array's base is the memoryview, which keeps ``raw`` alive and tells
+    :mod:`q2gemv.formats._frozen` whether ``raw`` is writeable.
+    """
+    try:
+        mv = memoryview(raw)
+    except TypeError:
+        raise TypeError(
+            "raw: expected a buffer (bytes, bytearray, memoryview, mmap, array.array, ...) "
+            f"or a uint8 ndarray, got {type(raw).__name__}"
+        ) from None
+    if not mv.c_contiguous:
+        raise ValueError("raw: expected a C-contiguous buffer")
+    return np.frombuffer(mv, np.uint8)  # the raw bytes, whatever mv's item format
+
+
 @dataclass(frozen=True, eq=False)
 class Q2Weight:
     """An immutable ``block_q2_0`` weight matrix [n, k]: the GGUF bytes, unchanged.
@@ -271,10 +290,13 @@ class Q2Weight:
         """Wrap GGUF ``block_q2_0`` bytes (any buffer: bytes, memoryview, mmap, ndarray).
 
         Args:
-            raw: the block bytes of a row-major [n, k] matrix: bytes,
-                bytearray, memoryview, a buffer object such as an mmap, or a
-                1-D contiguous uint8 ndarray of exactly
-                ``n * (k // group) * (2 + group // 4)`` bytes.
+            raw: the block bytes of a row-major [n, k] matrix: any object
+                that supports the buffer protocol (bytes, bytearray,
+                memoryview, ``mmap.mmap``, ``array.array``, ...; taken through
+                ``memoryview``, so on every supported Python, not only those
+                with ``__buffer__``) holding exactly
+                ``n * (k // group) * (2 + group // 4)`` bytes in C order, or a
+                1-D contiguous uint8 ndarray of that many bytes.
             n: output features (rows), >= 1.
             k: input features (codes per row), >= 1 and a multiple of ``group``.
             group: codes per block, 64 or 128 (default 128).
@@ -287,12 +309,11 @@ class Q2Weight:
 
         Raises:
             ValueError/TypeError naming the argument on a wrong length, dtype,
-            shape, ``n``, ``k`` or ``group``.
+            shape, ``n``, ``k`` or ``group``; TypeError naming ``raw`` when it
+            is not a buffer, ValueError when the buffer is not contiguous.
         """
-        if isinstance(raw, (bytes, bytearray, memoryview)):
-            raw = np.frombuffer(raw, dtype=np.uint8)
-        elif hasattr(raw, "__buffer__") and not isinstance(raw, np.ndarray):
-            raw = np.frombuffer(raw, dtype=np.uint8)
+        if not isinstance(raw, np.ndarray):
+            raw = _buffer_bytes(raw)
         return cls(raw, n, k, group)
 
     @classmethod
