@@ -10,9 +10,11 @@ from __future__ import annotations
 import array
 import ast
 import builtins
+import copy
 import errno
 import mmap
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -445,3 +447,67 @@ def test_from_bytes_refusals_name_raw():
     strided = memoryview(bytes(72))[::2]
     with pytest.raises(ValueError, match=r"^raw: expected a C-contiguous buffer"):
         Q2Weight.from_bytes(strided, 2, 128, 64)
+
+
+# -- 7. copies as immutable as originals; prepared operands fixed -----------------------------
+
+
+def _weights():
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    nv = Nvfp4Weight.from_float(np.linspace(-2, 5, 96, dtype=np.float32).reshape(3, 32))
+    return [("q2", _q2(2, 128, 64), ("raw",)), ("nvfp4", nv, ("packed", "scales"))]
+
+
+def _copies(w):
+    return {
+        "pickle": pickle.loads(pickle.dumps(w)),
+        "pickle-0": pickle.loads(pickle.dumps(w, protocol=0)),
+        "deepcopy": copy.deepcopy(w),
+        "copy": copy.copy(w),
+    }
+
+
+@pytest.mark.parametrize("kind", ["q2", "nvfp4"])
+def test_copies_of_a_weight_cannot_be_made_writeable(kind):
+    """After pickle or deepcopy, raw.flags.writeable = True used to succeed and writes landed."""
+    _, w, fields = next(x for x in _weights() if x[0] == kind)
+    for how, c in _copies(w).items():
+        assert type(c) is type(w), how
+        for f in fields:
+            arr = getattr(c, f)
+            assert arr.tobytes() == getattr(w, f).tobytes(), (how, f)
+            with pytest.raises(ValueError):
+                arr.flags.writeable = True
+            base = arr.base
+            while isinstance(base, np.ndarray):  # no view down the chain can be either
+                with pytest.raises(ValueError):
+                    base.flags.writeable = True
+                base = base.base
+    if kind == "nvfp4":
+        assert all(c.global_scale == w.global_scale for c in _copies(w).values())
+
+
+def test_a_copy_of_a_nan_global_scale_keeps_its_bits():
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    w = Nvfp4Weight(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), float("-nan"))
+    got = pickle.loads(pickle.dumps(w)).global_scale
+    assert np.float32(got).view(np.uint32) == np.float32(w.global_scale).view(np.uint32)
+
+
+def test_prepared_bits_cannot_be_made_writeable():
+    """prepare(a).bits.flags.writeable = True used to succeed: the bits could then change
+    behind the device operands (cuda and reference results differed)."""
+    import ml_dtypes
+
+    import q2gemv
+
+    for one_d in (False, True):
+        a = np.arange(1, 2 * 64 + 1, dtype=np.float32).reshape(2, 64).astype(ml_dtypes.bfloat16)
+        x = a[0] if one_d else a
+        p = q2gemv.prepare(x, backend="reference")
+        with pytest.raises(ValueError):
+            p.bits.flags.writeable = True
+        x.view(np.uint16)[...] = 0  # the caller's array does not reach it either
+        assert p.bits.all()

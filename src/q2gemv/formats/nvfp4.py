@@ -291,7 +291,9 @@ class Nvfp4Weight:
     or of ``bytes``) are wrapped without a copy; any other array (writeable,
     a read-only view of a writeable one, or strided) is copied once into
     immutable memory. Neither can be flagged writeable again, and later
-    writes to the caller's arrays do not reach the weight.
+    writes to the caller's arrays do not reach the weight. ``pickle``,
+    ``copy.copy`` and ``copy.deepcopy`` rebuild through the constructor from
+    ``bytes``, so a copy is exactly as immutable.
     """
 
     packed: np.ndarray = field(repr=False)
@@ -318,6 +320,17 @@ class Nvfp4Weight:
         object.__setattr__(self, "packed", frozen(packed))
         object.__setattr__(self, "scales", frozen(scales))
         object.__setattr__(self, "global_scale", check_global_scale(self.global_scale))
+
+    def __reduce__(self):
+        """Pickle, ``copy`` and ``deepcopy`` rebuild through the constructor from ``bytes``.
+
+        The default would restore ``packed``/``scales`` as arrays owning their
+        memory, which can be flagged writeable again; rebuilt from immutable
+        ``bytes``, a copy is as read-only as the original (the global scale,
+        a Python float, keeps its bits).
+        """
+        state = (self.packed.tobytes(), self.packed.shape, self.scales.tobytes())
+        return (_rebuild_nvfp4, (type(self), *state, self.global_scale))
 
     # -- shape ------------------------------------------------------------------
     @property
@@ -507,3 +520,13 @@ class Nvfp4Weight:
         if not math.isfinite(self.global_scale):
             findings.append(f"non-finite global scale: {self.global_scale}")
         return findings
+
+
+def _rebuild_nvfp4(
+    cls: type[Nvfp4Weight], packed: bytes, shape: tuple[int, int], scales: bytes, global_scale
+) -> Nvfp4Weight:
+    """Unpickle an :class:`Nvfp4Weight` (:meth:`Nvfp4Weight.__reduce__`): views of the bytes."""
+    n, half_k = shape
+    p = np.frombuffer(packed, dtype=np.uint8).reshape(n, half_k)
+    s = np.frombuffer(scales, dtype=np.uint8).reshape(n, 2 * half_k // BLOCK)
+    return cls(p, s, global_scale)

@@ -247,7 +247,9 @@ class Q2Weight:
     memory. Either way ``raw`` can never be flagged writeable again, and
     writing to the caller's original buffer afterwards cannot change the
     weight. Only mutating a mapped file on disk under a loaded weight is
-    undefined (docs/guarantees.md).
+    undefined (docs/guarantees.md). ``pickle``, ``copy.copy`` and
+    ``copy.deepcopy`` rebuild through the constructor from ``bytes``, so a
+    copy is exactly as immutable.
 
     Attributes:
         raw: 1-D uint8, exactly ``n * (k // group) * (2 + group // 4)`` bytes,
@@ -283,6 +285,15 @@ class Q2Weight:
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "k", k)
         object.__setattr__(self, "group", group)
+
+    def __reduce__(self):
+        """Pickle, ``copy`` and ``deepcopy`` rebuild through the constructor from ``bytes``.
+
+        The default would restore ``raw`` as an array owning its memory, which
+        can be flagged writeable again; rebuilt from an immutable ``bytes``
+        object, a copy is as read-only as the original.
+        """
+        return (_rebuild_q2, (type(self), self.raw.tobytes(), self.n, self.k, self.group))
 
     # -- constructors -------------------------------------------------------
     @classmethod
@@ -398,6 +409,11 @@ class Q2Weight:
         from ._upload import upload
 
         return upload(self, stream)
+
+
+def _rebuild_q2(cls: type[Q2Weight], raw: bytes, n: int, k: int, group: int) -> Q2Weight:
+    """Unpickle a :class:`Q2Weight` (:meth:`Q2Weight.__reduce__`): a view of ``raw``, no copy."""
+    return cls(np.frombuffer(raw, dtype=np.uint8), n, k, group)
 
 
 # -- quantizers ---------------------------------------------------------------
