@@ -295,9 +295,14 @@ def test_nvfp4linear_load_state_dict_refuses_what_the_host_weight_refuses(g):
     key = next(k for k in state if k.endswith("_extra_state"))
     state[key] = {**state[key], "global_scale": g}
     want_type, want_msg = _host_error(g)
+    other = Nvfp4Linear(Nvfp4Weight(np.zeros_like(packed), np.full_like(scales, 0x38), 2.0))
+    before = {k: v.clone() for k, v in other.state_dict().items() if k != key}
     with pytest.raises(want_type) as e:
-        Nvfp4Linear(Nvfp4Weight(packed, scales, 0.5)).load_state_dict(state)
+        other.load_state_dict(state)
     assert str(e.value) == want_msg
+    # refused as a whole: no buffer was replaced beside the old global scale
+    assert other.global_scale == 2.0
+    assert all(other.state_dict()[k].equal(v) for k, v in before.items())
 
 
 def test_the_validator_names_its_argument_and_is_used_by_the_divisor_path():

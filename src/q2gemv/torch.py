@@ -591,6 +591,10 @@ class Nvfp4Linear(_QuantizedLinear):
 
     def set_extra_state(self, state: dict) -> None:
         """Take the loaded ``state``'s global scale; its n and k must be this layer's."""
+        self.global_scale = self._loaded_global_scale(state)
+
+    def _loaded_global_scale(self, state: dict) -> float:
+        """The global scale of a loaded extra ``state``, checked as :class:`Nvfp4Weight` checks it."""
         shape = {"format": "nvfp4", "n": self.n, "k": self.k}
         got = {key: state.get(key) for key in shape}
         if got != shape or not isinstance(state.get("global_scale"), float):
@@ -598,7 +602,16 @@ class Nvfp4Linear(_QuantizedLinear):
                 f"state: expected an Nvfp4Linear state with {shape} and a float global_scale, "
                 f"got {state!r}"
             )
-        self.global_scale = check_global_scale(state["global_scale"])
+        return check_global_scale(state["global_scale"])
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # torch copies the buffers before it calls set_extra_state: check the extra state
+        # first, so a refused global scale leaves the layer as it was (not new packed/scales
+        # beside the old scale).
+        extra = state_dict.get(prefix + "_extra_state")
+        if isinstance(extra, dict):
+            self._loaded_global_scale(extra)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return (
