@@ -516,6 +516,9 @@ def test_prepared_bits_cannot_be_made_writeable():
             p.bits.flags.writeable = True
         x.view(np.uint16)[...] = 0  # the caller's array does not reach it either
         assert p.bits.all()
+    hand = q2gemv.PreparedActivations(np.ones((1, 64), np.uint16), False, "reference")
+    with pytest.raises(ValueError):
+        hand.bits.flags.writeable = True
 
 
 # -- 8. tier planning: plan's bounds and type checks, bounded memory ---------------------------

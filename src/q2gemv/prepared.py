@@ -61,6 +61,11 @@ class PreparedActivations:
     operands: object | None = None
     device_bits: object | None = None
 
+    def __post_init__(self) -> None:
+        # A hand-built one holds its bits as prepare() does: in memory nothing can write.
+        if isinstance(self.bits, np.ndarray):
+            object.__setattr__(self, "bits", frozen(self.bits))
+
     @property
     def m(self) -> int:
         """The number of activation rows, M."""
