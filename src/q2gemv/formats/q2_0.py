@@ -129,6 +129,7 @@ def group_from_nbytes(nbytes: int, n_elements: int) -> int:
     type id alone (id 42 means group 64 in mainline ggml, group 128 in older
     PrismML files). Raises ValueError when neither group fits.
     """
+    nbytes, n_elements = as_size(nbytes, "nbytes"), as_size(n_elements, "n_elements")
     for g in GROUPS:
         if n_elements % g == 0 and (n_elements // g) * block_bytes(g) == nbytes:
             return g
