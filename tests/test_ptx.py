@@ -16,7 +16,8 @@ import pytest
 
 from q2gemv.cuda.ptx import FAMILIES
 
-GROUPS = [("q2_0", "w4a16", "q2_0_layout"), ("exact",), ("exact_w4a16",)]  # one process each, in parallel
+# one process each, in parallel
+GROUPS = [("q2_0", "w4a16", "q2_0_layout"), ("exact",), ("exact_w4a16",)]
 
 
 @pytest.fixture(scope="module")

@@ -46,8 +46,7 @@ W4_EXACT_KERNELS = kernels.table("w4a16", "exact")
 EXACT_Q2_KERNEL = "q2_0_gemv_exact"
 EXACT_W4_KERNEL = "w4a16_gemv_exact"
 NUMERICS = ("exact", "seed")
-# The kernels take row counts and offsets as int32: no plan goes beyond this many rows.
-PLAN_MAX_M = 2**31 - 1
+PLAN_MAX_M = launch.PLAN_MAX_M  # int32 row counts: the one bound of every planner
 EXPLAIN_MAX_LAUNCHES = 8  # explain lists this many launches, then summarises the rest
 
 

@@ -83,6 +83,11 @@ def check_chunks(chunks, m: int, max_m: int, multiple: int = 1) -> list[tuple[in
     return chunks
 
 
+# The kernels take row counts and offsets as int32: no plan goes beyond this many rows
+# (q2gemv.plan, q2gemv.tiers.plan_w4a16 / explain_tier / select_tier all refuse more).
+PLAN_MAX_M = 2**31 - 1
+
+
 class ChunkPlan(Sequence):
     """Launches ``(row0, rows, kernel)`` of ``m`` rows in chunks of ``step``, never materialised.
 

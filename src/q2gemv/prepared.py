@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
+from .formats._frozen import frozen
 from .formats.bf16 import as_bf16_bits
 from .kernels import Q2_EXACT_MAX_M
 from .launch import ChunkPlan
@@ -40,9 +41,11 @@ class PreparedActivations:
     """Activations converted once by :func:`prepare`; pass it to :func:`q2gemv.gemv` as ``a``.
 
     Attributes:
-        bits: uint16 bf16 bit patterns [M, K], a read-only private copy (so a
-            later change to the caller's array cannot desynchronise them from
-            the device operands).
+        bits: uint16 bf16 bit patterns [M, K], a private copy in immutable
+            memory (:mod:`q2gemv.formats._frozen`: a view of a ``bytes``
+            object, so ``bits.flags.writeable = True`` raises), so neither a
+            later change to the caller's array nor a write through ``bits``
+            can desynchronise them from the device operands.
         was_1d: the input was [K]; ``gemv`` then returns [N].
         backend: ``"reference"`` or ``"cuda"``: where the operands were made.
         operands: on the cuda backend, the device
@@ -57,6 +60,11 @@ class PreparedActivations:
     backend: str
     operands: object | None = None
     device_bits: object | None = None
+
+    def __post_init__(self) -> None:
+        # A hand-built one holds its bits as prepare() does: in memory nothing can write.
+        if isinstance(self.bits, np.ndarray):
+            object.__setattr__(self, "bits", frozen(self.bits))
 
     @property
     def m(self) -> int:
@@ -105,8 +113,9 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     if bits.ndim not in (1, 2):
         raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
     was_1d = bits.ndim == 1
-    bits = np.array(bits.reshape(1, -1) if was_1d else bits, dtype=np.uint16, order="C")
-    bits.flags.writeable = False
+    # A private copy in immutable memory (formats._frozen): not even
+    # bits.flags.writeable = True can make it change behind the device operands.
+    bits = frozen(np.ascontiguousarray(bits.reshape(1, -1) if was_1d else bits, dtype=np.uint16))
     if bits.shape[1] % EXACT_K_MULTIPLE:
         raise ValueError(
             f"a: the exact contract's kernels need K a multiple of {EXACT_K_MULTIPLE} (as every "

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import kernels
+from .launch import PLAN_MAX_M, ChunkPlan
 
 W4A16_BATCHM_WIDTHS: tuple[int, ...] = (4, 5, 6, 7, 8)
 
@@ -78,12 +79,39 @@ W4A16_KERNEL_MAX_M = kernels.table("w4a16", "seed")
 
 
 def _check_m(m) -> int:
+    """``m`` as a Python int in ``0 ..`` :data:`~q2gemv.launch.PLAN_MAX_M` (``q2gemv.plan``'s bound).
+
+    TypeError naming ``m`` for a bool or a non-integer; ValueError for a
+    negative ``m`` or one beyond the kernels' int32 row counts.
+    """
     if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)):
         raise TypeError(f"m: expected an int, got {type(m).__name__}")
     m = int(m)
     if m < 0:
         raise ValueError(f"m: expected >= 0, got {m}")
+    if m > PLAN_MAX_M:
+        raise ValueError(
+            f"m: expected at most {PLAN_MAX_M} rows (the kernels take int32 row counts), got {m}"
+        )
     return m
+
+
+def _check_exact_m(exact_m, allow_none: bool = True) -> bool | None:
+    """``exact_m`` as a bool (or None where the switch's value is meant); TypeError naming it.
+
+    A truthy string such as ``"no"`` must not switch the exact-M tiers on.
+    """
+    if exact_m is None and allow_none:
+        return None
+    if not isinstance(exact_m, (bool, np.bool_)):
+        want = "a bool or None" if allow_none else "a bool"
+        raise TypeError(f"exact_m: expected {want}, got {type(exact_m).__name__}")
+    return bool(exact_m)
+
+
+def _check_tiers(tiers) -> None:
+    if not isinstance(tiers, W4a16BatchmTiers):
+        raise TypeError(f"tiers: expected a W4a16BatchmTiers, got {type(tiers).__name__}")
 
 
 def _check_present(present) -> tuple[bool, ...]:
@@ -123,8 +151,7 @@ def select_tier(m: int, present: Sequence[bool], exact_m: bool) -> int | None:
     """
     m = _check_m(m)
     present = _check_present(present)
-    if not isinstance(exact_m, (bool, np.bool_)):
-        raise TypeError(f"exact_m: expected a bool, got {type(exact_m).__name__}")
+    exact_m = _check_exact_m(exact_m, allow_none=False)
     if m == 0:
         return None
     for i, w in enumerate(W4A16_BATCHM_WIDTHS):
@@ -295,8 +322,8 @@ class W4a16BatchmTiers:
         return tuple(k is not None for k in self.kernels)
 
     def _select(self, m: int, exact_m: bool | None) -> int | None:
-        em = exact_m_tiers_enabled() if exact_m is None else bool(exact_m)
-        return select_tier(m, self.present(), em)
+        em = _check_exact_m(exact_m)
+        return select_tier(m, self.present(), exact_m_tiers_enabled() if em is None else em)
 
     def kernel(self, m: int, *, exact_m: bool | None = None) -> str | None:
         """Name of the narrowest present tier covering ``m``, or None (the family declines).
@@ -339,9 +366,7 @@ def _chunk_kernel(rows: int, tiers: W4a16BatchmTiers, exact_m: bool) -> str:
     return BATCH16 if rows <= 16 else BATCH32
 
 
-def plan_w4a16(
-    m: int, tiers: W4a16BatchmTiers, *, exact_m: bool | None = None
-) -> list[tuple[int, int, str]]:
+def plan_w4a16(m: int, tiers: W4a16BatchmTiers, *, exact_m: bool | None = None) -> ChunkPlan:
     """Launches ``(row0, rows, kernel_name)`` covering ``m`` activation rows, in row order.
 
     Rows are cut into chunks of 32 (the last one shorter); each chunk of
@@ -350,16 +375,28 @@ def plan_w4a16(
     and ``w4a16_gemv_batch32`` for ``r <= 32``. The wide tiers are assumed
     present (this package builds them on every target). Empty for ``m == 0``.
     Pure apart from reading the cached exact-M switch when ``exact_m`` is None.
+
+    Args:
+        m: activation rows, an int in ``0 ..`` :data:`~q2gemv.launch.PLAN_MAX_M`
+            (``2**31 - 1``, the bound of :func:`q2gemv.plan`).
+        tiers: the resolved :class:`W4a16BatchmTiers`.
+        exact_m: a bool overriding :func:`exact_m_tiers_enabled`, or None.
+
+    Returns:
+        A :class:`~q2gemv.launch.ChunkPlan`: a sequence never materialised
+        (O(1) memory for any ``m``; ``len``, indexing and iteration as a list;
+        it compares equal to the list of its launches).
+
+    Raises:
+        TypeError: naming ``m`` (not an int, or a bool), ``tiers`` or
+            ``exact_m`` (not a bool or None: a string such as ``"no"`` is refused).
+        ValueError: naming ``m`` when negative or above ``2**31 - 1``.
     """
     m = _check_m(m)
-    if not isinstance(tiers, W4a16BatchmTiers):
-        raise TypeError(f"tiers: expected a W4a16BatchmTiers, got {type(tiers).__name__}")
-    em = exact_m_tiers_enabled() if exact_m is None else bool(exact_m)
-    plan = []
-    for r0 in range(0, m, WIDE_MAX_M):
-        rows = min(WIDE_MAX_M, m - r0)
-        plan.append((r0, rows, _chunk_kernel(rows, tiers, em)))
-    return plan
+    _check_tiers(tiers)
+    em = _check_exact_m(exact_m)
+    em = exact_m_tiers_enabled() if em is None else em
+    return ChunkPlan(m, WIDE_MAX_M, lambda rows: _chunk_kernel(rows, tiers, em))
 
 
 def check_plan(plan, m: int, max_m: dict[str, int] | None = None) -> list[tuple[int, int, str]]:
@@ -406,10 +443,16 @@ def explain_tier(m: int, tiers: W4a16BatchmTiers | None = None) -> str:
     its value came from, the chosen tier and why, and the launch plan.
     ``tiers=None`` resolves the table for the current target
     (:meth:`W4a16BatchmTiers.resolve`, which builds the kernels).
+
+    ``m`` is checked as :func:`plan_w4a16` checks it (an int in ``0 .. 2**31 - 1``,
+    the bound of :func:`q2gemv.plan`); ``tiers`` must be a :class:`W4a16BatchmTiers`
+    or None. The launch list is summarised past a few launches, so the text
+    stays short for any ``m``.
     """
     m = _check_m(m)
     if tiers is None:
         tiers = W4a16BatchmTiers.resolve()
+    _check_tiers(tiers)
     sw = env_switches()
     present = tiers.present()
     lines = [f"m = {m}"]

@@ -57,7 +57,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .api import resolve_numerics
 from .formats.bf16 import BF16
-from .formats.nvfp4 import Nvfp4Weight
+from .formats.nvfp4 import Nvfp4Weight, check_global_scale
 from .formats.q2_0 import Q2Weight, quantize_q2_0, row_bytes
 from .models.swap import find_linears, swap_linears
 
@@ -282,7 +282,9 @@ def _nvfp4_linear_impl(
         x: ``torch.bfloat16`` activations [..., k], on the CPU or a CUDA device.
         packed: E2M1 codes, ``torch.uint8`` [n, k // 2] (even k in the low nibble).
         scales: E4M3 block-scale bits, ``torch.uint8`` [n, k // 16].
-        global_scale: the per-tensor multiplier (an fp32 value).
+        global_scale: the per-tensor multiplier (an fp32 value); a finite value fp32
+            cannot hold (``1e39``, ``1e-46``) is refused as :class:`~q2gemv.Nvfp4Weight`
+            refuses it (:func:`q2gemv.formats.nvfp4.check_global_scale`).
         numerics: ``"seed"``, ``"exact"`` or None (the
             library default), as for :func:`q2gemv.gemv`.
 
@@ -295,6 +297,7 @@ def _nvfp4_linear_impl(
     _check_x(x, k)
     _check_buffer(packed, "packed", x, (n, k // 2))
     _check_buffer(scales, "scales", x, (n, k // 16))
+    global_scale = check_global_scale(global_scale)  # Nvfp4Weight's rules, before any work
     lead = tuple(x.shape[:-1])
     x2 = _rows(x, k)
     if x.device.type == "cuda":
@@ -619,6 +622,10 @@ class Nvfp4Linear(_QuantizedLinear):
 
     def set_extra_state(self, state: dict) -> None:
         """Take the loaded ``state``'s global scale; its n and k must be this layer's."""
+        self.global_scale = self._loaded_global_scale(state)
+
+    def _loaded_global_scale(self, state: dict) -> float:
+        """The global scale of a loaded extra ``state``, checked as :class:`Nvfp4Weight` checks it."""
         shape = {"format": "nvfp4", "n": self.n, "k": self.k}
         got = {key: state.get(key) for key in shape}
         if got != shape or not isinstance(state.get("global_scale"), float):
@@ -626,7 +633,16 @@ class Nvfp4Linear(_QuantizedLinear):
                 f"state: expected an Nvfp4Linear state with {shape} and a float global_scale, "
                 f"got {state!r}"
             )
-        self.global_scale = float(np.float32(state["global_scale"]))
+        return check_global_scale(state["global_scale"])
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # torch copies the buffers before it calls set_extra_state: check the extra state
+        # first, so a refused global scale leaves the layer as it was (not new packed/scales
+        # beside the old scale).
+        extra = state_dict.get(prefix + "_extra_state")
+        if isinstance(extra, dict):
+            self._loaded_global_scale(extra)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return (

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import _atomic
 from .formulas import BYTES_FORMULA, FMA_FLOOR_FORMULA, L2_ROTATE_FACTOR, bytes_moved, fma_floor_s
 from .matrix import Q2_M1_REFERENCE, W4A16_SWEEP_SHAPES, Case, Settings
 
@@ -171,7 +172,7 @@ def _fmt_cell(v) -> str:
 def write_csv(rows: Iterable[dict], path: Path, fields: Sequence[str] = FIELDS) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    with _atomic.atomic_write(path, text=True, newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(fields), extrasaction="ignore")
         w.writeheader()
         for r in rows:
@@ -625,10 +626,12 @@ def write_outputs(report: Report, st: Settings) -> dict[str, Path]:
     if report.graph_check:
         paths["graph"] = write_csv(report.graph_check, out / f"{p}_graph_check.csv", GRAPH_FIELDS)
     md = out / f"{p}_summary.md"
-    md.write_text(summary_markdown(report, st))
+    _atomic.write_text(md, summary_markdown(report, st))
     paths["summary"] = md
     js = out / f"{p}_run.json"
-    js.write_text(json.dumps({**report.meta, "command": st.command}, indent=2, default=str) + "\n")
+    _atomic.write_text(
+        js, json.dumps({**report.meta, "command": st.command}, indent=2, default=str) + "\n"
+    )
     paths["meta"] = js
     return paths
 

@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+from .. import _atomic
+
 FAMILIES = ("q2_0", "w4a16", "exact", "exact_w4a16", "q2_0_layout")  # cuda modules with ptx_specs()
 
 
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump:
         args.dump.mkdir(parents=True, exist_ok=True)
         for name, ptx in ptxs.items():
-            (args.dump / f"{name}.ptx").write_text(ptx)
+            _atomic.write_text(args.dump / f"{name}.ptx", ptx)
     json.dump({name: summarise(ptx) for name, ptx in ptxs.items()}, sys.stdout, indent=1)
     print()
     return 0

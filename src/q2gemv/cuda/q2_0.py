@@ -576,8 +576,7 @@ class DeviceQ2Weight:
         from .interop import check_device_array
 
         group = fmt.check_group(self.group)
-        fmt._check_nk(self.n, self.k, group)
-        n, k = int(self.n), int(self.k)
+        n, k = fmt._check_nk(self.n, self.k, group)  # Python ints (fmt.as_size)
         if self.b16 is None and self.bh is None:
             if self.codes is None or self.scales is None:
                 raise ValueError("b16: expected the GGUF bytes, or codes and scales (the layout)")
@@ -675,7 +674,7 @@ class DeviceQ2Weight:
         from .interop import as_device_buffer
 
         group = fmt.check_group(group)
-        fmt._check_nk(n, k, group)
+        n, k = fmt._check_nk(n, k, group)  # Python ints: no fixed-width overflow below
         d = as_device_buffer(raw, "raw")
         if np.dtype(d.dtype).itemsize != 1 or np.dtype(d.dtype).kind not in "ui":
             raise TypeError(f"raw: expected uint8 bytes, got {d.dtype}")
@@ -683,7 +682,7 @@ class DeviceQ2Weight:
             raise ValueError(
                 f"raw: expected a C-contiguous 1-D or 2-D byte array, got shape {d.shape}"
             )
-        want = int(n) * fmt.row_bytes(int(k), group)
+        want = n * fmt.row_bytes(k, group)
         if d.size != want:
             raise ValueError(
                 f"raw: expected {want} bytes for n={n} k={k} group={group}, got {d.size}"
@@ -695,7 +694,7 @@ class DeviceQ2Weight:
         if np.dtype(flat.dtype) != np.uint8:
             flat = flat.view(np.uint8)
         b16 = flat.view(np.uint16)
-        dw = cls(b16, b16.view(np.float16), int(n), int(k), group)
+        dw = cls(b16, b16.view(np.float16), n, k, group)
         dw.exec_layout()
         return dw
 

@@ -65,7 +65,7 @@ from numba import cuda, float32, uint16, uint32, uint64
 from .. import kernels, tiers
 from ..backends import simulator_lock
 from ..formats.bf16 import as_bf16_rows, bits_to_bf16
-from ..formats.nvfp4 import BLOCK, Nvfp4Weight
+from ..formats.nvfp4 import BLOCK, Nvfp4Weight, check_global_scale
 from ..launch import check_launch_rows
 from ..tiers import W4a16BatchmTiers, check_plan, plan_w4a16
 from ._dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
@@ -377,7 +377,8 @@ class DeviceNvfp4Weight:
     Built by :meth:`upload`; a hand-built one is checked at construction:
     ``n``/``k`` ints (n >= 1, k a positive multiple of 16), ``wp`` uint32
     [n, k/8] and ``scales`` uint8 [n, k/16] C-contiguous device arrays, so a
-    kernel never reads past them.
+    kernel never reads past them; ``global_scale`` by
+    :func:`q2gemv.formats.nvfp4.check_global_scale`, then kept as ``np.float32``.
     """
 
     wp: object  # device uint32 [n, k/8]: the packed nibbles, two words per group
@@ -401,9 +402,7 @@ class DeviceNvfp4Weight:
         n, k = int(self.n), int(self.k)
         check_device_array(self.wp, "wp", np.uint32, (n, k // 8))
         check_device_array(self.scales, "scales", np.uint8, (n, k // BLOCK))
-        g = self.global_scale
-        if isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, float, np.number)):
-            raise TypeError(f"global_scale: expected a real number, got {type(g).__name__}")
+        g = check_global_scale(self.global_scale)  # the host weight's rules and messages
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "k", k)
         object.__setattr__(self, "global_scale", np.float32(g))
@@ -427,7 +426,11 @@ class DeviceNvfp4Weight:
                 the same bytes as uint32 [n, k/8]; C-contiguous, 4-byte aligned.
             scales: the E4M3 block scales' bits, uint8 [n, k/16], C-contiguous
                 (a ``torch.float8_e4m3fn`` tensor: pass ``.view(torch.uint8)``).
-            global_scale: the per-tensor multiplier (a real number, kept as fp32).
+            global_scale: the per-tensor multiplier: a real scalar or size-1
+                array, rounded to fp32, checked by
+                :func:`q2gemv.formats.nvfp4.check_global_scale` as
+                :class:`~q2gemv.Nvfp4Weight` checks it (a finite value fp32
+                cannot hold is refused; ``inf``/``nan`` are kept).
 
         Each buffer is a numba device array or anything with
         ``__cuda_array_interface__`` (CUDA torch tensor, CuPy array), kept alive

@@ -183,16 +183,35 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
 # -- global scale ----------------------------------------------------------------
 
 
-def _scalar_f32(x, name: str) -> float:
-    """A real scalar (or size-1 array) rounded to fp32 (RNE), returned as a Python float.
+def check_global_scale(x, name: str = "global_scale") -> float:
+    """Validate an NVFP4 global scale and return it as fp32 (a Python float that is exactly one).
+
+    The one validator of every entry point that takes a global scale
+    (:class:`Nvfp4Weight`, :meth:`q2gemv.cuda.DeviceNvfp4Weight.from_buffers`,
+    ``torch.ops.q2gemv.nvfp4_linear``, :class:`q2gemv.torch.Nvfp4Linear`'s
+    ``load_state_dict``, the safetensors loader through :class:`Nvfp4Weight`),
+    so each accepts and refuses the same values with the same messages.
+
+    Args:
+        x: a real scalar (Python or NumPy int/float) or a size-1 real array,
+            rounded to fp32 (RNE) when it is not already one.
+        name: the argument named in the error messages.
+
+    Returns:
+        ``float(np.float32(x))``.
+
+    Raises:
+        TypeError: naming ``name`` for a bool, a complex number, a string or
+            any other non-real value.
+        ValueError: naming ``name`` for an array of more than one element, or
+            a finite value that fp32 cannot represent: one that would round
+            to +-Inf (``2**200``, ``1e39``, or a Python int too large for any
+            float such as ``2**2000``) or a non-zero one that would round to 0
+            (``1e-46``). Silently turning a finite scale into Inf or 0 would
+            change every output.
 
     IEEE specials given as such (``inf``, ``nan``) are kept: they propagate as
-    documented (:meth:`Nvfp4Weight.validate` reports them). A finite value
-    that fp32 cannot represent is refused with a ValueError naming ``name``:
-    one that would round to +-Inf (``2**200``, ``1e39``, or a Python int too
-    large for any float such as ``2**2000``) or a non-zero one that would
-    round to 0 (``1e-46``). Silently turning a finite scale into Inf or 0
-    would change every output.
+    documented (:meth:`Nvfp4Weight.validate` reports them).
     """
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{name}: expected a real number, got bool")
@@ -233,7 +252,7 @@ def global_scale_from_divisor(weight_global_scale) -> float:
     ``fp32(e2m1 * s / g_ct)`` by about one fp32 ulp. ``g_ct = 0`` gives
     ``+Inf``, reported by :meth:`Nvfp4Weight.validate`.
     """
-    g_ct = np.float32(_scalar_f32(weight_global_scale, "weight_global_scale"))
+    g_ct = np.float32(check_global_scale(weight_global_scale, "weight_global_scale"))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         return float(np.float32(1.0) / g_ct)
 
@@ -272,7 +291,9 @@ class Nvfp4Weight:
     or of ``bytes``) are wrapped without a copy; any other array (writeable,
     a read-only view of a writeable one, or strided) is copied once into
     immutable memory. Neither can be flagged writeable again, and later
-    writes to the caller's arrays do not reach the weight.
+    writes to the caller's arrays do not reach the weight. ``pickle``,
+    ``copy.copy`` and ``copy.deepcopy`` rebuild through the constructor from
+    ``bytes``, so a copy is exactly as immutable.
     """
 
     packed: np.ndarray = field(repr=False)
@@ -298,7 +319,18 @@ class Nvfp4Weight:
             )
         object.__setattr__(self, "packed", frozen(packed))
         object.__setattr__(self, "scales", frozen(scales))
-        object.__setattr__(self, "global_scale", _scalar_f32(self.global_scale, "global_scale"))
+        object.__setattr__(self, "global_scale", check_global_scale(self.global_scale))
+
+    def __reduce__(self):
+        """Pickle, ``copy`` and ``deepcopy`` rebuild through the constructor from ``bytes``.
+
+        The default would restore ``packed``/``scales`` as arrays owning their
+        memory, which can be flagged writeable again; rebuilt from immutable
+        ``bytes``, a copy is as read-only as the original (the global scale,
+        a Python float, keeps its bits).
+        """
+        state = (self.packed.tobytes(), self.packed.shape, self.scales.tobytes())
+        return (_rebuild_nvfp4, (type(self), *state, self.global_scale))
 
     # -- shape ------------------------------------------------------------------
     @property
@@ -488,3 +520,13 @@ class Nvfp4Weight:
         if not math.isfinite(self.global_scale):
             findings.append(f"non-finite global scale: {self.global_scale}")
         return findings
+
+
+def _rebuild_nvfp4(
+    cls: type[Nvfp4Weight], packed: bytes, shape: tuple[int, int], scales: bytes, global_scale
+) -> Nvfp4Weight:
+    """Unpickle an :class:`Nvfp4Weight` (:meth:`Nvfp4Weight.__reduce__`): views of the bytes."""
+    n, half_k = shape
+    p = np.frombuffer(packed, dtype=np.uint8).reshape(n, half_k)
+    s = np.frombuffer(scales, dtype=np.uint8).reshape(n, 2 * half_k // BLOCK)
+    return cls(p, s, global_scale)

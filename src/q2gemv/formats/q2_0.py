@@ -28,6 +28,7 @@ read it as 16-bit halves. Kernels consume these bytes unchanged (keep-packed).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,8 +44,30 @@ GGUF_TYPE_PQ2_0 = 142  # newer PrismML builds: group 128
 
 def block_bytes(group: int) -> int:
     """Bytes of one ``block_q2_0`` of ``group`` codes: 2 (fp16 d) + group/4."""
-    check_group(group)
-    return SCALE_BYTES + group // 4
+    return SCALE_BYTES + check_group(group) // 4
+
+
+def as_size(v, name: str) -> int:
+    """A size argument (``n``, ``k``, ...) as a Python int, before any arithmetic on it.
+
+    Sizes are multiplied together (``n * row_bytes``), so a NumPy fixed-width
+    integer (``np.int16(4000) * 18``) would wrap around silently: every size is
+    converted with :func:`operator.index` first, and the arithmetic is done on
+    Python ints, which do not overflow.
+
+    Args:
+        v: an int, a NumPy integer, or any object with ``__index__``; not a bool.
+        name: the argument named in the error message.
+
+    Raises:
+        TypeError: naming ``name`` when ``v`` is a bool or not an integer.
+    """
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(v).__name__}") from None
 
 
 def check_group(group: int) -> int:
@@ -55,14 +78,18 @@ def check_group(group: int) -> int:
             accepted, a bool is not).
 
     Returns:
-        ``int(group)``.
+        ``operator.index(group)``.
 
     Raises:
         ValueError: naming ``group`` when it is not 64 or 128.
     """
-    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group not in GROUPS:
+    try:
+        g = as_size(group, "group")
+    except TypeError:
+        g = None
+    if g not in GROUPS:
         raise ValueError(f"group: expected 64 or 128, got {group!r}")
-    return int(group)
+    return g
 
 
 def row_bytes(k: int, group: int) -> int:
@@ -70,26 +97,29 @@ def row_bytes(k: int, group: int) -> int:
 
     Args:
         k: codes per row (input features); a multiple of ``group`` for a valid
-            row (a remainder is dropped, not rejected).
+            row (a remainder is dropped, not rejected). Any integer type; the
+            arithmetic is done on Python ints (:func:`as_size`).
         group: codes per block, 64 or 128.
 
     Returns:
-        The row's size in bytes (34 per 128 codes, 18 per 64 codes).
+        The row's size in bytes (34 per 128 codes, 18 per 64 codes), a Python int.
 
     Raises:
+        TypeError: naming ``k`` when it is not an integer.
         ValueError: when ``group`` is not 64 or 128 (from :func:`check_group`).
     """
-    return (k // group) * block_bytes(group)
+    return (as_size(k, "k") // check_group(group)) * block_bytes(group)
 
 
-def _check_nk(n: int, k: int, group: int) -> None:
+def _check_nk(n: int, k: int, group: int) -> tuple[int, int]:
+    """``(n, k)`` as Python ints (:func:`as_size`), each >= 1, ``k`` a multiple of ``group``."""
+    n, k = as_size(n, "n"), as_size(k, "k")
     for name, v in (("n", n), ("k", k)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
         if v < 1:
             raise ValueError(f"{name}: expected >= 1, got {v}")
     if k % group:
         raise ValueError(f"k: expected a multiple of group={group}, got k={k}")
+    return n, k
 
 
 def group_from_nbytes(nbytes: int, n_elements: int) -> int:
@@ -99,6 +129,7 @@ def group_from_nbytes(nbytes: int, n_elements: int) -> int:
     type id alone (id 42 means group 64 in mainline ggml, group 128 in older
     PrismML files). Raises ValueError when neither group fits.
     """
+    nbytes, n_elements = as_size(nbytes, "nbytes"), as_size(n_elements, "n_elements")
     for g in GROUPS:
         if n_elements % g == 0 and (n_elements // g) * block_bytes(g) == nbytes:
             return g
@@ -187,6 +218,25 @@ def unpack_scales(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
     return d.view("<f2").reshape(n, k // group).astype(np.float16)
 
 
+def _buffer_bytes(raw) -> np.ndarray:
+    """The bytes of any buffer-protocol object as a 1-D uint8 array over its memory (no copy).
+
+    Goes through ``memoryview`` (Python 3.10+), not ``__buffer__`` (3.12+ only).
+    The array's base is the memoryview, which keeps ``raw`` alive and tells
+    :mod:`q2gemv.formats._frozen` whether ``raw`` is writeable.
+    """
+    try:
+        mv = memoryview(raw)
+    except TypeError:
+        raise TypeError(
+            "raw: expected a buffer (bytes, bytearray, memoryview, mmap, array.array, ...) "
+            f"or a uint8 ndarray, got {type(raw).__name__}"
+        ) from None
+    if not mv.c_contiguous:
+        raise ValueError("raw: expected a C-contiguous buffer")
+    return np.frombuffer(mv, np.uint8)  # the raw bytes, whatever mv's item format
+
+
 @dataclass(frozen=True, eq=False)
 class Q2Weight:
     """An immutable ``block_q2_0`` weight matrix [n, k]: the GGUF bytes, unchanged.
@@ -198,7 +248,9 @@ class Q2Weight:
     memory. Either way ``raw`` can never be flagged writeable again, and
     writing to the caller's original buffer afterwards cannot change the
     weight. Only mutating a mapped file on disk under a loaded weight is
-    undefined (docs/guarantees.md).
+    undefined (docs/guarantees.md). ``pickle``, ``copy.copy`` and
+    ``copy.deepcopy`` rebuild through the constructor from ``bytes``, so a
+    copy is exactly as immutable.
 
     Attributes:
         raw: 1-D uint8, exactly ``n * (k // group) * (2 + group // 4)`` bytes,
@@ -214,8 +266,8 @@ class Q2Weight:
     group: int = 128
 
     def __post_init__(self) -> None:
-        check_group(self.group)
-        _check_nk(self.n, self.k, self.group)
+        group = check_group(self.group)
+        n, k = _check_nk(self.n, self.k, group)  # Python ints: no fixed-width overflow below
         raw = self.raw
         if not isinstance(raw, np.ndarray):
             raise TypeError(f"raw: expected a numpy uint8 array, got {type(raw).__name__}")
@@ -223,18 +275,26 @@ class Q2Weight:
             raise TypeError(f"raw: expected dtype uint8, got {raw.dtype}")
         if raw.ndim != 1:
             raise ValueError(f"raw: expected a 1-D byte array, got shape {raw.shape}")
-        want = self.n * row_bytes(self.k, self.group)
+        want = n * row_bytes(k, group)
         if raw.size != want:
             raise ValueError(
-                f"raw: expected exactly {want} bytes for n={self.n} k={self.k} "
-                f"group={self.group}, got {raw.size}"
+                f"raw: expected exactly {want} bytes for n={n} k={k} group={group}, got {raw.size}"
             )
         if not raw.flags.c_contiguous:
             raise ValueError("raw: expected a contiguous byte array")
         object.__setattr__(self, "raw", frozen(raw))  # the ownership rule: class docstring
-        object.__setattr__(self, "n", int(self.n))
-        object.__setattr__(self, "k", int(self.k))
-        object.__setattr__(self, "group", int(self.group))
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "k", k)
+        object.__setattr__(self, "group", group)
+
+    def __reduce__(self):
+        """Pickle, ``copy`` and ``deepcopy`` rebuild through the constructor from ``bytes``.
+
+        The default would restore ``raw`` as an array owning its memory, which
+        can be flagged writeable again; rebuilt from an immutable ``bytes``
+        object, a copy is as read-only as the original.
+        """
+        return (_rebuild_q2, (type(self), self.raw.tobytes(), self.n, self.k, self.group))
 
     # -- constructors -------------------------------------------------------
     @classmethod
@@ -242,10 +302,13 @@ class Q2Weight:
         """Wrap GGUF ``block_q2_0`` bytes (any buffer: bytes, memoryview, mmap, ndarray).
 
         Args:
-            raw: the block bytes of a row-major [n, k] matrix: bytes,
-                bytearray, memoryview, a buffer object such as an mmap, or a
-                1-D contiguous uint8 ndarray of exactly
-                ``n * (k // group) * (2 + group // 4)`` bytes.
+            raw: the block bytes of a row-major [n, k] matrix: any object
+                that supports the buffer protocol (bytes, bytearray,
+                memoryview, ``mmap.mmap``, ``array.array``, ...; taken through
+                ``memoryview``, so on every supported Python, not only those
+                with ``__buffer__``) holding exactly
+                ``n * (k // group) * (2 + group // 4)`` bytes in C order, or a
+                1-D contiguous uint8 ndarray of that many bytes.
             n: output features (rows), >= 1.
             k: input features (codes per row), >= 1 and a multiple of ``group``.
             group: codes per block, 64 or 128 (default 128).
@@ -258,12 +321,11 @@ class Q2Weight:
 
         Raises:
             ValueError/TypeError naming the argument on a wrong length, dtype,
-            shape, ``n``, ``k`` or ``group``.
+            shape, ``n``, ``k`` or ``group``; TypeError naming ``raw`` when it
+            is not a buffer, ValueError when the buffer is not contiguous.
         """
-        if isinstance(raw, (bytes, bytearray, memoryview)):
-            raw = np.frombuffer(raw, dtype=np.uint8)
-        elif hasattr(raw, "__buffer__") and not isinstance(raw, np.ndarray):
-            raw = np.frombuffer(raw, dtype=np.uint8)
+        if not isinstance(raw, np.ndarray):
+            raw = _buffer_bytes(raw)
         return cls(raw, n, k, group)
 
     @classmethod
@@ -273,7 +335,7 @@ class Q2Weight:
         ``scales`` may be float16 (taken as is) or float32 (rounded to fp16,
         round-to-nearest-even, overflow -> Inf).
         """
-        check_group(group)
+        group = check_group(group)
         if not isinstance(codes, np.ndarray) or codes.dtype != np.uint8:
             got = codes.dtype if isinstance(codes, np.ndarray) else type(codes).__name__
             raise TypeError(f"codes: expected a uint8 array, got {got}")
@@ -355,6 +417,11 @@ class Q2Weight:
         return upload(self, stream, keep_gguf=keep_gguf)
 
 
+def _rebuild_q2(cls: type[Q2Weight], raw: bytes, n: int, k: int, group: int) -> Q2Weight:
+    """Unpickle a :class:`Q2Weight` (:meth:`Q2Weight.__reduce__`): a view of ``raw``, no copy."""
+    return cls(np.frombuffer(raw, dtype=np.uint8), n, k, group)
+
+
 # -- quantizers ---------------------------------------------------------------
 
 
@@ -398,7 +465,7 @@ def quantize_q2_0(
     fp32), ``code = clamp(round_half_even(x / gamma), -1, 1) + 1``,
     ``d = fp16(gamma)``; a block with gamma == 0 is all code 1 (zero).
     """
-    check_group(group)
+    group = check_group(group)
     w = np.asarray(w)
     if w.dtype.kind != "f":
         raise TypeError(f"w: expected a float array, got {w.dtype}")

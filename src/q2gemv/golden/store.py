@@ -27,12 +27,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import zipfile
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
+from .. import _atomic
 
 MANIFEST = "manifest.json"
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -123,15 +124,11 @@ def write_manifest(data_dir: Path, man: dict) -> None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename.
+
+    :func:`q2gemv._atomic.write_bytes` (fsync'd; the temporary file removed on failure).
+    """
+    _atomic.write_bytes(path, data)
 
 
 def file_problem(data_dir: Path, name: str, entry: dict) -> str | None:
