@@ -46,9 +46,11 @@ Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -138,12 +140,12 @@ class _CudaBuffer:
 
 
 _DEVICE_WEIGHTS: dict[tuple, object] = {}
-_DEVICE_WEIGHTS_LOCK = threading.Lock()
-_DEVICE_WEIGHTS_MAX = 4096  # stale entries (freed buffers) are tiny; cleared past this many
+_DEVICE_WEIGHTS_LOCK = threading.RLock()  # _forget may run from a GC inside a locked region
+_DEVICE_WEIGHTS_MAX = 4096  # cleared past this many (NVFP4 entries of freed buffers are tiny)
 
 
 def clear_device_weight_cache() -> None:
-    """Forget every cached device-weight wrapper (they hold no GPU memory; this only resets)."""
+    """Forget every cached device weight (a Q2_0 one frees its execution layout's memory)."""
     with _DEVICE_WEIGHTS_LOCK:
         _DEVICE_WEIGHTS.clear()
 
@@ -161,14 +163,34 @@ def _cached(key: tuple, build: Callable[[], object]) -> object:
 
 
 def _q2_device_weight(raw: torch.Tensor, n: int, k: int, group: int):
+    """The device weight over ``raw``: its execution layout is a copy, so check it is current.
+
+    ``DeviceQ2Weight.from_buffers`` repacks the GGUF bytes into a layout of
+    its own; a cached one is reused only while ``raw`` is the same storage
+    (a freed buffer's address can come back holding another weight) at the
+    same version (``load_state_dict`` and other in-place writes bump it).
+    """
     key = ("q2_0", raw.device.index, raw.data_ptr(), raw.numel(), n, k, group)
+    storage, version = raw.untyped_storage(), raw._version
+    entry = _DEVICE_WEIGHTS.get(key)
+    if entry is not None and entry[0]() is storage and entry[1] == version:
+        return entry[2]
+    from .cuda.q2_0 import DeviceQ2Weight
 
-    def build():
-        from .cuda.q2_0 import DeviceQ2Weight
+    dw = DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
+    with _DEVICE_WEIGHTS_LOCK:
+        if len(_DEVICE_WEIGHTS) >= _DEVICE_WEIGHTS_MAX:
+            _DEVICE_WEIGHTS.clear()
+        _DEVICE_WEIGHTS[key] = (weakref.ref(storage, functools.partial(_forget, key)), version, dw)
+    return dw
 
-        return DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
 
-    return _cached(key, build)
+def _forget(key: tuple, ref: weakref.ref) -> None:
+    """Drop a Q2_0 entry (and its device layout) when its buffer's storage is freed."""
+    with _DEVICE_WEIGHTS_LOCK:
+        entry = _DEVICE_WEIGHTS.get(key)
+        if entry is not None and entry[0] is ref:
+            del _DEVICE_WEIGHTS[key]
 
 
 def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scale: float):
