@@ -45,7 +45,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda, int32, int64, uint16, uint32, uint64
+from numba import cuda, int32, int64, types, uint16, uint32, uint64
 
 from .. import launch
 from ..formats import q2_0 as fmt
@@ -297,38 +297,53 @@ def _make_q2_body(nt: int, group: int):
     # B operands of the next step in flight too, at M <= 2 only: at M = 4 / 8 their
     # registers cost occupancy (H200 16384^2: M=4 72.5 us with, 59.5 without; M=8 160 / 93)
     PREFETCH_B = nt == 1  # noqa: N806
+    TAIL = group == 64  # noqa: N806 - K may be an odd number of units (a half last step)
 
     @cuda.jit(device=True, inline="always")
     def load_w(CODES, SCALES, qc, qs, p, nb, wv, sv):  # noqa: N803
         """Step ``p``'s codes and scales (``qc``, ``qs`` index them)."""
         wv[0], wv[1], wv[2], wv[3] = ld_stream_u32x4(CODES, qc)
         for i in range(BPS):
-            ok = p * int32(BPS) + int32(i) < nb
-            sv[i] = uint32(SCALES[qs + ROWS_PER_CTA * i]) if ok else uint32(0)
+            if TAIL:  # the second block of a last, half step does not exist: scale 0
+                ok = int32(p * int32(BPS) + int32(i)) < nb
+                sv[i] = uint32(SCALES[uint64(qs + ROWS_PER_CTA * i)]) if ok else uint32(0)
+            else:
+                sv[i] = uint32(SCALES[uint64(qs + ROWS_PER_CTA * i)])
 
     @cuda.jit(device=True, inline="always")
-    def load_b(P32, ASUM, pidx, aidx, p, nu, bq, av):  # noqa: N803
-        """Step ``p``'s B operand of each tile and unit sums (``pidx``, ``aidx`` index them)."""
+    def load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av):  # noqa: N803
+        """Step ``p``'s B operand of each tile and unit sums (``pidx``, ``aidx`` index them).
+
+        Lanes of the constant columns (ones, zeros) load nothing: their B
+        registers keep the value :func:`fill_b` gave them before the loop (ncu:
+        the load pipe bounds the kernel when every lane loads its column). A
+        unit past K (the padded half of a last step) loads nothing either: its
+        codes are 0, so its block sum is 0 whatever B holds.
+        """
         for v in range(lay.STEP_UNITS):
-            here = p * int32(lay.STEP_UNITS) + int32(v) < nu
+            here = True
+            if TAIL:
+                here = int32(p * int32(lay.STEP_UNITS) + int32(v)) < nu
             for j in range(nt):
                 o = 4 * (v * nt + j)
-                # lanes of the constant columns load nothing (ncu: the load pipe bounds
-                # the kernel when every lane loads its column, zeros and ones included)
-                if pidx[j] >= 0 and here:
+                if bload[j] and here:
                     bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
-                else:
-                    fill = uint32(ONES) if pidx[j] == ONES_COL else uint32(0)
-                    for i2 in range(4):
-                        bq[o + i2] = fill
                 av[v * nt + j] = ASUM[uint64(aidx[j] + v)] if here else int32(0)
 
     @cuda.jit(device=True, inline="always")
+    def fill_b(pidx, bq):
+        """The constant B columns: ones (the code sums) or zeros (rows past M)."""
+        for v in range(lay.STEP_UNITS):
+            for j in range(nt):
+                fill = uint32(ONES) if pidx[j] == ONES_COL else uint32(0)
+                for i2 in range(4):
+                    bq[4 * (v * nt + j) + i2] = fill
+
+    @cuda.jit(device=True, inline="always")
     def advance(pidx, aidx):
-        """The B and unit-sum indices of each tile, WARPS steps on."""
+        """The B and unit-sum indices of each tile, WARPS steps on (unused by constant columns)."""
         for j in range(nt):
-            if pidx[j] >= 0:
-                pidx[j] += WARPS * lay.STEP_UNITS * 16
+            pidx[j] += WARPS * lay.STEP_UNITS * 16
             aidx[j] += WARPS * lay.STEP_UNITS
 
     @cuda.jit(device=True, inline="always")
@@ -411,7 +426,7 @@ def _make_q2_body(nt: int, group: int):
         n_rows = uint32(N)
         nu = int32(K // UNIT)
         nb = int32(K // group)
-        ns = (nu + int32(1)) >> int32(1)
+        ns = int32((nu + int32(1)) >> int32(1))
         rl = g + uint32(8) * (t & uint32(1))  # the weight row (in the tile) this lane sums
         # running indices of the step to load next (step `warp` first); each load adds WARPS steps
         qc = int64(tile * uint32(ns) + warp) * int64(STEP_WORDS) + int64(lane * uint32(4))
@@ -436,39 +451,58 @@ def _make_q2_body(nt: int, group: int):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
         bad = False
+        fill_b(pidx, bq)
+        bload = cuda.local.array(nt, types.boolean)
+        for j in range(nt):
+            bload[j] = pidx[j] >= 0  # this lane's column of tile j is a limb row
+        if PREFETCH_B:
+            fill_b(pidx, bn)
+        # Two register sets (wv/sv/bq/av and wn/sn/bn/an) take turns: the loop body is
+        # written twice so that no step copies one set into the other.
         p = int32(warp)
         if p < ns:
             load_w(CODES, SCALES, qc, qs, p, nb, wv, sv)
             qc += WARPS * STEP_WORDS
             qs += WARPS * BPS * ROWS_PER_CTA
             if PREFETCH_B:
-                load_b(P32, ASUM, pidx, aidx, p, nu, bq, av)
+                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
                 advance(pidx, aidx)
         while p < ns:
-            pn = p + int32(WARPS)
+            pn = int32(p + int32(WARPS))
             if pn < ns:  # the next step's operands in flight while this one is multiplied
                 load_w(CODES, SCALES, qc, qs, pn, nb, wn, sn)
                 qc += WARPS * STEP_WORDS
                 qs += WARPS * BPS * ROWS_PER_CTA
                 if PREFETCH_B:
-                    load_b(P32, ASUM, pidx, aidx, pn, nu, bn, an)
+                    load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bn, an)
                     advance(pidx, aidx)
             if not PREFETCH_B:
-                load_b(P32, ASUM, pidx, aidx, p, nu, bq, av)
+                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
                 advance(pidx, aidx)
             for i in range(BPS):
-                if p * int32(BPS) + int32(i) < nb:
-                    mac_block(t, wv, i * UPB, sv[i], bq, av, cf, acc_hi, acc_lo)
-                    bad = bad or (sv[i] & uint32(0x7C00)) == uint32(0x7C00)
-            for i in range(4):
-                wv[i] = wn[i]
-            for i in range(BPS):
-                sv[i] = sn[i]
+                mac_block(t, wv, i * UPB, sv[i], bq, av, cf, acc_hi, acc_lo)
+                bad = bad or (sv[i] & uint32(0x7C00)) == uint32(0x7C00)
+            p = pn
+            if p >= ns:
+                break
+            pn = int32(p + int32(WARPS))
+            if pn < ns:
+                load_w(CODES, SCALES, qc, qs, pn, nb, wv, sv)
+                qc += WARPS * STEP_WORDS
+                qs += WARPS * BPS * ROWS_PER_CTA
+                if PREFETCH_B:
+                    load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bq, av)
+                    advance(pidx, aidx)
             if PREFETCH_B:
-                for i in range(NB):
-                    bq[i] = bn[i]
-                for i in range(NAV):
-                    av[i] = an[i]
+                for i in range(BPS):
+                    mac_block(t, wn, i * UPB, sn[i], bn, an, cf, acc_hi, acc_lo)
+                    bad = bad or (sn[i] & uint32(0x7C00)) == uint32(0x7C00)
+            else:  # one B set (its registers cost occupancy), loaded for this step
+                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
+                advance(pidx, aidx)
+                for i in range(BPS):
+                    mac_block(t, wn, i * UPB, sn[i], bq, av, cf, acc_hi, acc_lo)
+                    bad = bad or (sn[i] & uint32(0x7C00)) == uint32(0x7C00)
             p = pn
         # the warps' partial sums -> shared memory -> one rounding per output
         for j in range(nt):
