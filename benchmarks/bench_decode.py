@@ -28,8 +28,10 @@ Decode: :class:`q2gemv.torch.CapturedDecoder` (static KV cache of ``--prompt +
 --new`` positions, the decode step captured in one CUDA graph per batch size), greedy,
 prompts of ``--prompt`` random tokens, ``--new`` new tokens, batch sizes ``--batches``.
 After one warm-up ``generate`` (which captures), ``--repeats`` times each: CUDA events
-around ``prefill`` alone and around ``generate``; ``ms_per_token`` = (generate -
-prefill) / (new - 1) (one decode step of the whole batch), ``tokens_per_s`` = batch /
+around ``prefill`` alone and, after it, around ``new - 1`` decode steps;
+``ms_per_token`` = their time / (new - 1) (one decode step of the whole batch; an
+earlier version took (generate - prefill) / (new - 1), which the prefill's varying
+host time made meaningless for the eager q2gemv layers), ``tokens_per_s`` = batch /
 that; ``speedup`` = the bf16 ``ms_per_token`` over this one at the same batch size.
 Medians of the repeats.
 
@@ -289,10 +291,14 @@ def time_decode(model, args, device, batch: int) -> dict:
     ids = torch.randint(0, model.config.vocab_size, (batch, args.prompt), generator=gen).to(device)
     elapsed = _timer(device)
     decoder.generate(ids, args.new)  # warm-up: compiles, captures
-    prefill = [elapsed(lambda: decoder.prefill(ids)) for _ in range(args.repeats)]
-    full = [elapsed(lambda: decoder.generate(ids, args.new)) for _ in range(args.repeats)]
-    pre, whole = statistics.median(prefill), statistics.median(full)
-    per_token = max(whole - pre, 1e-9) / (args.new - 1)
+    prefill, steps = [], []
+    for _ in range(args.repeats):
+        prefill.append(elapsed(lambda: decoder.prefill(ids)))
+        # the decode steps timed on their own: a prefill's host time (eager layers) varies
+        # by far more than a decode step lasts, so generate - prefill is no measurement
+        steps.append(elapsed(lambda: [decoder.step() for _ in range(args.new - 1)]))
+    pre = statistics.median(prefill)
+    per_token = statistics.median(steps) / (args.new - 1)
     row = dict(prefill_ms=pre, ms_per_token=per_token, tokens_per_s=batch / per_token * 1e3)
     if batch == 1:
         eager = CapturedDecoder(model, max_len=args.prompt + args.new, capture=False)
