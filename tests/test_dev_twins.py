@@ -269,12 +269,21 @@ def _ld_u32x4_kernel(src, out):
     out[t, 0], out[t, 1], out[t, 2], out[t, 3] = _dev.ld_u32x4(src, j)
 
 
-def test_ld_u32x4_reads_four_consecutive_words():
+@cuda.jit
+def _ld_stream_u32x4_kernel(src, out):
+    """As _ld_u32x4_kernel through ld_stream_u32x4 (the .L1::no_allocate form)."""
+    t = cuda.threadIdx.x
+    j = 4 * ((7 * t + 3) % 64)
+    out[t, 0], out[t, 1], out[t, 2], out[t, 3] = _dev.ld_stream_u32x4(src, j)
+
+
+@pytest.mark.parametrize("kernel", [_ld_u32x4_kernel, _ld_stream_u32x4_kernel])
+def test_ld_u32x4_reads_four_consecutive_words(kernel):
     rng = np.random.default_rng(42)
     src = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
     src[:4] = [0, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF]
     out = np.zeros((64, 4), np.uint32)
-    _ld_u32x4_kernel[1, 64](cuda.to_device(src), o_d := cuda.to_device(out))
+    kernel[1, 64](cuda.to_device(src), o_d := cuda.to_device(out))
     out = o_d.copy_to_host()
     idx = 4 * ((7 * np.arange(64) + 3) % 64)
     want = src.reshape(64, 4)[idx // 4]

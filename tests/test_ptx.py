@@ -92,6 +92,9 @@ def test_exact_gemv_uses_the_int8_tensor_cores(ptx_summary):
         s = ptx_summary[name]
         if name.startswith("q2_0_gemv_exact@"):
             assert s["mma.sync.aligned.m16n8k32"] >= 1, name
+            # the weight stream: the first step's load and the in-flight next step's, twice
+            # (the loop body is written once per register set), none of it through L1
+            assert s["ld.global.nc.L1::no_allocate"] >= 3, name
         else:
             assert s["mma.sync.aligned.m16n8k32"] == 0, name
         assert not s["uses_local_memory"], name

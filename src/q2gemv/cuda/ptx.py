@@ -62,6 +62,7 @@ def summarise(ptx: str) -> dict:
         "mma.s8.u8": count("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8"),
         "mma.s8.s8": count("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8"),
         "ld.global": count("ld.global"),
+        "ld.global.nc.L1::no_allocate": count("ld.global.nc.L1::no_allocate"),
         "ld.shared": count("ld.shared"),
     }
 
