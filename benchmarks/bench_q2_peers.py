@@ -1,0 +1,196 @@
+"""Exact Q2_0 GEMV beside its peers, in one run: public call, GEMV alone, torch bf16, gemlite.
+
+    export PYTHONPATH=$PWD/src:$PWD/.peers/gemlite-0.6.0.post2   # gemlite: `pip download gemlite`
+    python3 benchmarks/bench_q2_peers.py --out DIR                 # 4 shapes x M 1..32, g128
+    python3 benchmarks/bench_q2_peers.py --out DIR --shapes 16384x16384 --ms 1,8 --group 64
+
+Per (shape, M), all timed the same way (:class:`q2gemv.bench.timing.GraphTimer`: a CUDA
+graph of calls that rotates through enough weight copies to exceed 2x L2, median of
+``--repeats`` replays), torch tensors throughout:
+
+* ``public_us``: ``q2gemv.gemv(a, w, out=out)`` (``w`` from ``Q2Weight.to_device()``,
+  ``a`` torch bf16 [M, K]): the prepare and the GEMV, as a user calls it;
+* ``gemv_us``: the GEMV alone on activations prepared once (``q2gemv.prepare(a)``);
+* ``bf16_us``: ``torch.matmul(a, W.T, out=out)`` with a dense bf16 W (cuBLAS);
+* ``gemlite_us``: gemlite's ``A16Wn`` layer, 2-bit codes, group ``--group``, bf16
+  (when ``import gemlite`` works; else empty, with the reason in ``gemlite_note``).
+
+``floor_us`` is the Q2_0 weight bytes over the streaming-read ceiling measured in the
+same run. Bits: the public call's output of every (shape, M) with M in ``CHECK_MS`` is
+compared with :func:`q2gemv.reference.exact.q2_0_gemv_exact`. Writes
+``DIR/h200_q2_peers.csv`` and ``DIR/h200_q2_peers.png`` (time against M per shape),
+then prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SHAPES = ((16384, 16384), (5120, 5120), (17408, 5120), (5120, 17408))
+MS = (1, 2, 4, 8, 16, 32)
+CHECK_MS = (1, 16)
+L2_BYTES = 60 * 2**20
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="NxK,...")
+    p.add_argument("--ms", default=",".join(map(str, MS)))
+    p.add_argument("--group", type=int, default=128, choices=(64, 128))
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args(argv)
+    args.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    args.ms = [int(m) for m in args.ms.split(",")]
+    return args
+
+
+def gemlite_layers(n: int, k: int, group: int, copies: int):
+    """``copies`` gemlite A16W2 layers of random codes (scale 0.02), or (None, why)."""
+    try:
+        import torch
+        from gemlite.helper import A16Wn
+    except Exception as e:  # an optional peer: its absence is a row note, not a failure
+        return None, f"import: {type(e).__name__}: {e}"
+    layers = []
+    for _ in range(copies):
+        codes = torch.randint(0, 4, (n, k), dtype=torch.uint8, device="cuda")
+        scales = torch.full((n, k // group), 0.02, dtype=torch.bfloat16, device="cuda")
+        zeros = torch.full((n, k // group), 1.5, dtype=torch.bfloat16, device="cuda")
+        layers.append(
+            A16Wn(device="cuda").from_weights(codes, scales, zeros, W_nbits=2, group_size=group)
+        )
+    return layers, ""
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import ml_dtypes
+    import torch
+
+    import q2gemv
+    from q2gemv import bench
+    from q2gemv.bench import timing
+    from q2gemv.reference.exact import q2_0_gemv_exact
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_exact import random_weight
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    timer = timing.GraphTimer()
+    ceiling = timing.read_ceiling(timer)
+    print(f"read ceiling {ceiling / 1e9:.0f} GB/s", flush=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for n, k in args.shapes:
+        w = random_weight(rng, n, k, args.group)
+        copies = bench.rotation_copies(w.nbytes, L2_BYTES)
+        dws = [w.to_device() for _ in range(copies)]
+        dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        peers, note = gemlite_layers(n, k, args.group, copies)
+        for m in args.ms:
+            a16 = rng.standard_normal((m, k)).astype(np.float32).astype(ml_dtypes.bfloat16)
+            a = torch.from_numpy(a16.view(np.int16)).view(torch.bfloat16).to("cuda")
+            outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in dws]
+            prepared = q2gemv.prepare(a)
+            row = {"n": n, "k": k, "group": args.group, "m": m, "weight_bytes": w.nbytes}
+
+            def median_us(calls) -> float:
+                t = timer.time_sequence(calls, args.repeats).per_call_s
+                return float(np.median(t)) * 1e6
+
+            public = [
+                lambda h, d=d, o=o, a=a: q2gemv.gemv(a, d, out=o)
+                for d, o in zip(dws, outs, strict=True)
+            ]
+            row["public_us"] = median_us(public)
+            if m in CHECK_MS:
+                got = outs[0].cpu().view(torch.int16).numpy().view(np.uint16)
+                want = q2_0_gemv_exact(a16, w).view(np.uint16)
+                row["mismatch"] = int((got != want).sum())
+            alone = [
+                lambda h, d=d, o=o, p=prepared: q2gemv.gemv(p, d, out=o)
+                for d, o in zip(dws, outs, strict=True)
+            ]
+            row["gemv_us"] = median_us(alone)
+            bf16 = [
+                lambda h, W=W, o=o, a=a: torch.matmul(a, W.t(), out=o)
+                for W, o in zip(dense, outs, strict=True)
+            ]
+            row["bf16_us"] = median_us(bf16)
+            if peers is not None:
+                try:
+                    row["gemlite_us"] = median_us([lambda h, L=L, a=a: L(a) for L in peers])
+                except Exception as e:  # a peer that fails at one M is a note, not a stop
+                    row["gemlite_note"] = f"{type(e).__name__}: {e}"[:200]
+            else:
+                row["gemlite_note"] = note
+            row["floor_us"] = w.nbytes / ceiling * 1e6
+            row["vs_bf16"] = row["bf16_us"] / row["public_us"]
+            if "gemlite_us" in row:
+                row["vs_gemlite"] = row["gemlite_us"] / row["public_us"]
+            rows.append(row)
+            print(
+                f"{n}x{k} g{args.group} M={m:2d} public {row['public_us']:7.1f} us "
+                f"(gemv {row['gemv_us']:6.1f}) bf16 {row['bf16_us']:6.1f} "
+                f"gemlite {row.get('gemlite_us', float('nan')):6.1f} floor {row['floor_us']:5.1f} "
+                f"{row['vs_bf16']:5.2f}x bf16 mism {row.get('mismatch', '-')}",
+                flush=True,
+            )
+            timing.flush_deferred_frees()
+        del dws, dense, peers
+        timing.flush_deferred_frees()
+    write(rows, args.out)
+    bad = sum(r.get("mismatch", 0) for r in rows)
+    print("BITS:", "all checked cases bit-exact" if bad == 0 else f"{bad} mismatching elements")
+    return 1 if bad else 0
+
+
+def write(rows: list[dict], out: Path) -> None:
+    fields = list(dict.fromkeys(f for r in rows for f in r))
+    path = out / "h200_q2_peers.csv"
+    with open(path, "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=fields)
+        wr.writeheader()
+        for r in rows:
+            wr.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()})
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"wrote {path} (no matplotlib: no plot)")
+        return
+    shapes = list(dict.fromkeys((r["n"], r["k"]) for r in rows))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(4.5 * len(shapes), 4), squeeze=False)
+    for ax, (n, k) in zip(axes[0], shapes, strict=True):
+        sel = [r for r in rows if (r["n"], r["k"]) == (n, k)]
+        ms = [r["m"] for r in sel]
+        for key, label in (
+            ("public_us", "q2gemv exact (public call)"),
+            ("gemv_us", "q2gemv GEMV alone"),
+            ("bf16_us", "torch bf16"),
+            ("gemlite_us", "gemlite A16W2"),
+            ("floor_us", "Q2_0 read floor"),
+        ):
+            ys = [r.get(key, np.nan) for r in sel]
+            ax.plot(ms, ys, marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{n}x{k} g{sel[0]['group']}")
+        ax.set_xlabel("M")
+        ax.set_ylabel("us")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "h200_q2_peers.png", dpi=110)
+    print(f"wrote {path} and the plot")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
