@@ -315,8 +315,9 @@ def test_one_ulp_change_in_a_kernel_output_is_reported(full_suite, monkeypatch, 
         mod = sys.modules[fn.__module__]
         attr = kernel if hasattr(mod, kernel) else fn.__name__
     else:
-        mod = harness._cuda_module(case.family)
-        fn, attr = mod.run, "run"
+        from q2gemv.cuda import launcher as mod
+
+        fn, attr = mod.run_kernel, "run_kernel"
 
     def broken(*args, **kw):
         y = fn(*args, **kw)

@@ -15,7 +15,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "src" / "q2gemv"
 
 # module (or package prefix) -> prefixes it must never import
-LOWER = ("formats", "fpmath", "reference", "launch", "tiers", "kernels", "check")
+LOWER = ("formats", "fpmath", "reference", "launch", "tiers", "kernels", "defaults", "check")
 HIGHER = ("cuda", "api", "bench", "device", "prepared", "golden", "verify", "cli", "io", "torch")
 FORBIDDEN = {low: HIGHER for low in LOWER}
 # The kernels and their launchers: below the public entry points, the golden suite and the CLI.

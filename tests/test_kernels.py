@@ -92,3 +92,52 @@ def test_spec_refusals(kw, needle):
     )  # fmt: skip
     with pytest.raises(ValueError, match=needle):
         kernels.KernelSpec(**(base | kw))
+
+
+# -- the family specs --------------------------------------------------------------------------
+
+FAMILY_SPECS = kernels.families()
+
+
+def test_every_kernel_family_has_one_spec():
+    assert {f.name for f in FAMILY_SPECS} == {s.family for s in SPECS} == set(kernels.FAMILIES)
+    for f in FAMILY_SPECS:
+        assert kernels.family(f.name) is f
+    with pytest.raises(ValueError, match=r"^family: expected one of"):
+        kernels.family("q4_0")
+    with pytest.raises(ValueError, match=r"^family: expected one of"):
+        kernels.family(None)
+    with pytest.raises(ValueError, match=r"already registered"):
+        kernels.register_family(FAMILY_SPECS[0])
+
+
+@pytest.mark.parametrize("fam", FAMILY_SPECS, ids=lambda f: f.name)
+def test_family_spec_names_what_exists(fam):
+    """Every dotted name resolves; the exact kernel is the family's exact spec; seed rules plan."""
+    exact = kernels.get(fam.exact_kernel)
+    assert (exact.family, exact.contract) == (fam.name, "exact")
+    assert [s.name for s in kernels.specs(fam.name, "exact")] == [fam.exact_kernel]
+    assert fam.reference(fam.exact_kernel) is _resolve(exact.reference)
+    assert isinstance(fam.host_class(), type)
+    assert callable(kernels.resolve(fam.seed_plan)) and callable(kernels.resolve(fam.seed_reason))
+    assert isinstance(fam.device_module, str) and isinstance(fam.exact_module, str)
+    other = next(s for s in SPECS if s.family != fam.name)
+    with pytest.raises(ValueError, match=r"^kernel: "):
+        fam.reference(other.name)
+
+
+def test_family_of_finds_host_weights_and_refuses_the_rest():
+    import numpy as np
+
+    import q2gemv
+
+    q2 = q2gemv.quantize_q2_0(np.ones((4, 128), np.float32), 64)
+    assert kernels.family_of(q2) == (kernels.family("q2_0"), False)
+    w4 = q2gemv.Nvfp4Weight.from_float(np.ones((4, 32), np.float32))
+    assert kernels.family_of(w4) == (kernels.family("w4a16"), False)
+    assert kernels.family_of(np.ones(4)) is None and kernels.family_of(None) is None
+    assert {n: a is getattr(q2, n) for n, a in api.weight_arrays(q2).items()} == {"raw": True}
+    assert {n: a is getattr(w4, n) for n, a in api.weight_arrays(w4).items()} == {
+        "packed": True,
+        "scales": True,
+    }

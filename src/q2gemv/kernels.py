@@ -21,6 +21,8 @@ the same call with ``golden=False``; nothing else is patched.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -194,6 +196,135 @@ def golden_families() -> dict[str, tuple[str, ...]]:
     return out
 
 
+# -- the weight families ----------------------------------------------------------------------
+
+
+def resolve(dotted: str):
+    """The object a dotted name (``"pkg.module.attr"``) names, its module imported on first use."""
+    module, _, attr = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What one weight family *does*: where its weight classes and launch code live.
+
+    Every caller that used to ask "is this Q2_0?" (the API, the golden
+    harness, the benchmark, the device-array interop, the launcher) looks
+    the family up here (:func:`family`, :func:`family_of`) and reads the
+    answer from the spec. Dotted names are resolved on use, so importing
+    the registry imports neither NumPy nor numba.
+
+    Attributes:
+        name: the family (``"q2_0"``, ``"w4a16"``): :attr:`KernelSpec.family`.
+        title: the format's name in messages (``"Q2_0"``, ``"NVFP4"``).
+        host_weight: dotted name of the host weight class (``q2gemv.formats``).
+        device_module: dotted name of the module holding the device weight
+            class and the seed-contract launch interface:
+            ``as_device_weight(weight, stream)``, ``launch_args(name, d_a,
+            dw, d_out, rows)`` -> ``(grid, args)``, ``compiled(name, rows)``.
+        device_weight: the device weight class's name in ``device_module``.
+        exact_module: dotted name of the exact contract's module (its
+            interface: :mod:`q2gemv.cuda.launcher`, "exact-family interface").
+        exact_kernel: the family's exact kernel (a registered spec's name).
+        weight_arrays: attribute names of the host weight's byte arrays.
+        grouped: its weights carry a block size ``group`` chosen per weight.
+        prepared: serves :func:`q2gemv.prepare`'s activations (exact contract).
+        seed_plan, seed_reason: dotted names of the family's seed-contract
+            rule (:mod:`q2gemv.defaults`): its launches for ``(weight, m,
+            kernel)`` and the line :func:`q2gemv.explain` gives for them.
+    """
+
+    name: str
+    title: str
+    host_weight: str
+    device_module: str
+    device_weight: str
+    exact_module: str
+    exact_kernel: str
+    weight_arrays: tuple[str, ...]
+    grouped: bool
+    prepared: bool
+    seed_plan: str
+    seed_reason: str
+
+    def __post_init__(self) -> None:
+        if self.name not in FAMILIES:
+            raise ValueError(f"name: expected one of {FAMILIES}, got {self.name!r}")
+
+    def host_class(self) -> type:
+        """The host weight class (imports its format module)."""
+        return resolve(self.host_weight)
+
+    def device_class(self, *, loaded_only: bool = False) -> type | None:
+        """The device weight class; with ``loaded_only``, None unless its module is imported.
+
+        ``loaded_only`` answers without importing numba: a device weight can
+        only exist once its module is loaded.
+        """
+        if loaded_only:
+            mod = sys.modules.get(self.device_module)
+            return None if mod is None else getattr(mod, self.device_weight)
+        return getattr(self.device(), self.device_weight)
+
+    def device(self):
+        """The device module (imports numba)."""
+        return importlib.import_module(self.device_module)
+
+    def exact(self):
+        """The exact contract's module (imports numba)."""
+        return importlib.import_module(self.exact_module)
+
+    def reference(self, kernel: str):
+        """The NumPy reference of ``kernel`` (one of this family's registered kernels)."""
+        spec = get(kernel)
+        if spec.family != self.name:
+            raise ValueError(f"kernel: {kernel} is a {spec.family} kernel, not {self.name}")
+        return resolve(spec.reference)
+
+
+_FAMILIES: dict[str, FamilySpec] = {}
+
+
+def register_family(spec: FamilySpec) -> FamilySpec:
+    """Add ``spec`` (one per family name: a second of one name is a ValueError)."""
+    if not isinstance(spec, FamilySpec):
+        raise TypeError(f"spec: expected a FamilySpec, got {type(spec).__name__}")
+    if spec.name in _FAMILIES:
+        raise ValueError(f"spec: family {spec.name!r} is already registered")
+    _FAMILIES[spec.name] = spec
+    return spec
+
+
+def family(name: str) -> FamilySpec:
+    """The spec of family ``name``; ValueError naming ``family`` for an unknown one."""
+    spec = _FAMILIES.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise ValueError(f"family: expected one of {tuple(_FAMILIES)}, got {name!r}")
+    return spec
+
+
+def families() -> tuple[FamilySpec, ...]:
+    """Every registered family spec, in registration order."""
+    return tuple(_FAMILIES.values())
+
+
+def family_of(weight) -> tuple[FamilySpec, bool] | None:
+    """``(spec, on_device)`` of a host or device weight; None for anything else.
+
+    Imports each family's format module (NumPy) but never numba: a device
+    weight's class is only looked at once its module is loaded.
+    """
+    for spec in _FAMILIES.values():
+        if isinstance(weight, spec.host_class()):
+            return spec, False
+    for spec in _FAMILIES.values():
+        cls = spec.device_class(loaded_only=True)
+        if cls is not None and isinstance(weight, cls):
+            return spec, True
+    return None
+
+
 # -- the built-in kernels ---------------------------------------------------------------------
 
 _Q2REF = "q2gemv.reference.q2_0."
@@ -250,8 +381,26 @@ for _spec in (
     register(_spec)
 del _spec
 
+register_family(FamilySpec(
+    "q2_0", "Q2_0", "q2gemv.formats.q2_0.Q2Weight", "q2gemv.cuda.q2_0", "DeviceQ2Weight",
+    "q2gemv.cuda.exact", "q2_0_gemv_exact", ("raw",), grouped=True, prepared=True,
+    seed_plan="q2gemv.defaults.q2_0_seed_plan", seed_reason="q2gemv.defaults.q2_0_seed_reason",
+))  # fmt: skip
+register_family(FamilySpec(
+    "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.w4a16",
+    "DeviceNvfp4Weight", "q2gemv.cuda.exact_w4a16", "w4a16_gemv_exact", ("packed", "scales"),
+    grouped=False, prepared=False,
+    seed_plan="q2gemv.defaults.w4a16_seed_plan", seed_reason="q2gemv.defaults.w4a16_seed_reason",
+))  # fmt: skip
+
 __all__ = [
     "KernelSpec",
+    "FamilySpec",
+    "family",
+    "family_of",
+    "families",
+    "register_family",
+    "resolve",
     "register",
     "get",
     "specs",

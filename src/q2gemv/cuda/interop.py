@@ -132,10 +132,11 @@ def gemv_device(
     buffers, shapes, dtypes, stream, kernel and contract is a dictionary
     lookup and the launches (:func:`q2gemv.gemv`'s fast path).
     """
+    from .. import kernels
     from ..backends import simulator_lock
-    from . import launcher, q2_0, w4a16
+    from . import launcher
 
-    mod = q2_0 if family == "q2_0" else w4a16
+    mod = kernels.family(family).device()
     d_a, kind = as_bits(a, "a")
     st = resolve_stream(stream, a)
     with simulator_lock():

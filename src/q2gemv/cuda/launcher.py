@@ -52,10 +52,7 @@ def launches(
     """
     if numerics == "exact":
         return _exact_launches(exact_module(family), plan, dw, d_a, d_out, stream, ops, prepare)
-    if family == "q2_0":
-        from . import q2_0 as mod
-    else:
-        from . import w4a16 as mod
+    mod = kernels.family(family).device()  # the seed launch interface (kernels.FamilySpec)
     block = kernels.THREADS_PER_CTA  # every kernel's CTA (the thread maps assume 256)
     out = []
     for r0, rows, name in plan:
@@ -63,9 +60,7 @@ def launches(
         grid, args = mod.launch_args(name, va, dw, vo, rows)
         out.append((name, rows, grid, block, args))
     compiled = mod.compiled  # looked up now: tests replace it to prove nothing launches
-    if family == "q2_0":
-        return [(compiled(name, rows), g, b, a, name) for name, rows, g, b, a in out]
-    return [(compiled(name), g, b, a, name) for name, rows, g, b, a in out]
+    return [(compiled(name, rows), g, b, a, name) for name, rows, g, b, a in out]
 
 
 def exact_module(family: str):
@@ -77,13 +72,7 @@ def exact_module(family: str):
     ``(kernel, grid, args)``), ``THREADS`` and ``prepare_launch(m, k)``
     (``(kernel, grid, block)``).
     """
-    if family == "q2_0":
-        from . import exact as mod
-    elif family == "w4a16":
-        from . import exact_w4a16 as mod
-    else:  # a new exact family: its module with the interface above
-        raise ValueError(f"numerics: no exact-contract launcher for family {family!r}")
-    return mod
+    return kernels.family(family).exact()  # the module named by its kernels.FamilySpec
 
 
 def _exact_launches(mod, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
@@ -239,7 +228,26 @@ def run_host(family: str, numerics: str, plan, a_bits: np.ndarray, dw, stream=0)
     return out
 
 
+def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
+    """Run kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K]) -> uint16 [M, N].
+
+    The plan is the kernel's chunks of its ``max_m`` rows (one launch per row
+    for the M=1 kernels; an exact kernel's activation prepare runs once
+    before its chunks); ``weight`` is a host or device weight of the
+    kernel's family (uploaded here when on the host). For the golden
+    harness, scripts and tests; :func:`q2gemv.gemv` builds its own plan.
+    Raises the launcher's errors (naming ``kernel``, ``weight``, ``a_bits``)
+    before anything is launched.
+    """
+    spec = kernels.get(kernel)
+    dw = kernels.family(spec.family).device().as_device_weight(weight, stream)
+    check_bits(a_bits, dw.k)
+    plan = launch.ChunkPlan(a_bits.shape[0], spec.max_m, lambda rows: spec.name)
+    return run_host(spec.family, spec.contract, plan, a_bits, dw, stream)
+
+
 __all__ = [
+    "run_kernel",
     "launches",
     "launch_all",
     "BoundPlan",

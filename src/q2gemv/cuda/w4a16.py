@@ -329,8 +329,12 @@ MAX_M = kernels.table("w4a16", "seed")  # live: name -> rows per launch
 _BUILD_LOCK = threading.Lock()  # threads asking for one kernel at once build it once
 
 
-def compiled(name: str):
-    """The ``cuda.jit`` dispatcher of kernel ``name``, built (compiled) on first use."""
+def compiled(name: str, m: int | None = None):
+    """The ``cuda.jit`` dispatcher of kernel ``name``, built (compiled) on first use.
+
+    ``m`` (the launch's rows) is accepted for the launcher's one interface
+    (``compiled(name, rows)``) and unused: a tier is built once for every M.
+    """
     spec = spec_of(name)
     with _BUILD_LOCK:
         return _compiled(spec)
