@@ -53,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from q2gemv import bench
     from q2gemv.bench import timing
-    from q2gemv.cuda import launcher, q2_0
-    from q2gemv.cuda.prebound import prebind_q2
+    from q2gemv.cuda.q2_0 import seed as q2_0
+    from q2gemv.cuda.runtime import launcher
+    from q2gemv.cuda.runtime.prebound import prebind_q2
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -58,9 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     import q2gemv
     from q2gemv import bench
     from q2gemv.bench import timing
-    from q2gemv.cuda import exact_w4a16 as xw
-    from q2gemv.cuda import launcher, w4a16
-    from q2gemv.cuda.prebound import prebind_w4a16
+    from q2gemv.cuda.runtime import launcher
+    from q2gemv.cuda.runtime.prebound import prebind_w4a16
+    from q2gemv.cuda.w4a16 import exact as xw
+    from q2gemv.cuda.w4a16 import seed as w4a16
     from q2gemv.reference.exact import w4a16_gemv_exact
 
     if args.rt:

@@ -27,7 +27,7 @@ import numpy as np
 
 from q2gemv import Q2Weight, reference
 from q2gemv.check import compare_bits
-from q2gemv.cuda import q2_0 as q2cuda
+from q2gemv.cuda.q2_0 import seed as q2cuda
 from q2gemv.formats.bf16 import BF16
 
 SHAPES = ((5120, 5120), (17408, 5120), (5120, 17408))
@@ -83,7 +83,7 @@ def q2_rows(rng, quick: bool) -> list[dict]:
 
 
 def exact_rows(rng, quick: bool) -> list[dict]:
-    from q2gemv.cuda import exact as excuda
+    from q2gemv.cuda.q2_0 import exact as excuda
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     rows = []
@@ -106,8 +106,8 @@ def exact_rows(rng, quick: bool) -> list[dict]:
 
 def w4_exact_rows(rng, quick: bool) -> list[dict]:
     from q2gemv import Nvfp4Weight
-    from q2gemv.cuda import exact_w4a16 as xw
-    from q2gemv.cuda import w4a16 as wcuda
+    from q2gemv.cuda.w4a16 import exact as xw
+    from q2gemv.cuda.w4a16 import seed as wcuda
     from q2gemv.reference.exact import w4a16_gemv_exact
 
     rows = []
@@ -133,7 +133,7 @@ def w4_exact_rows(rng, quick: bool) -> list[dict]:
 
 def w4a16_rows(rng, quick: bool) -> list[dict]:
     try:
-        from q2gemv.cuda import w4a16 as wcuda
+        from q2gemv.cuda.w4a16 import seed as wcuda
         from q2gemv.formats.nvfp4 import Nvfp4Weight
         from q2gemv.reference.w4a16 import w4a16_gemv
     except ImportError as e:

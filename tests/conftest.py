@@ -25,7 +25,7 @@ SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 # clean-clone CI run; one of two parallel runs of tests/test_w4a16_cuda.py), and not
 # in two runs at the default interval. That race is understood and fixed: numba's
 # simulator allocated shared arrays with an unlocked check-then-set, so some threads
-# got a private "shared" array (cuda/_dev.py now allocates under a lock; a test forces
+# got a private "shared" array (cuda/runtime/dev.py now allocates under a lock; a test forces
 # the interleaving). Re-measured on a heavily loaded 2-core machine (load 30), one
 # process each, tests/test_w4a16_cuda.py: 5 ms 327 s wall, 168 s CPU; 0.2 ms 280 s
 # wall, 214 s CPU (more sys time); under pytest -n 2 the extra CPU competes with the
@@ -49,8 +49,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def no_launch(monkeypatch):
     """Any kernel lookup fails the test: a refusal must come before the launch."""
-    from q2gemv.cuda import q2_0 as q2cuda
-    from q2gemv.cuda import w4a16 as w4cuda
+    from q2gemv.cuda.q2_0 import seed as q2cuda
+    from q2gemv.cuda.w4a16 import seed as w4cuda
 
     def boom(name, *_):
         raise AssertionError(f"kernel {name} was reached: the bad call was not refused")

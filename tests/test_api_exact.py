@@ -109,7 +109,8 @@ def test_contradicting_kernel_and_numerics_is_a_value_error_naming_kernel():
 
 @pytest.mark.parametrize("bad", ["fast", "EXACT", "", 1, True, ["exact"]])
 def test_bad_numerics_is_a_value_error_naming_it_before_anything_runs(bad, monkeypatch):
-    from q2gemv.cuda import exact, interop
+    from q2gemv.cuda.q2_0 import exact
+    from q2gemv.cuda.runtime import interop
 
     def never(*args, **kwargs):
         raise AssertionError("ran before numerics was checked")
@@ -188,7 +189,7 @@ def test_prepare_on_the_reference_backend_is_bit_equal_and_reusable():
 
 
 def test_prepare_on_cuda_converts_once_and_uploads_nothing_new(monkeypatch):
-    from q2gemv.cuda import exact
+    from q2gemv.cuda.q2_0 import exact
 
     w, a = _case(seed=7, m=2, specials=True)
     dw = w.to_device()
@@ -232,7 +233,7 @@ def test_prepared_activations_serve_only_q2_exact():
 
 def test_batch_invariance_across_row_chunks():
     """M=17 crosses the 8-row launches twice (and would cross 16): each row == a one-row call."""
-    from q2gemv.cuda import exact
+    from q2gemv.cuda.q2_0 import exact
 
     rng = np.random.default_rng(8)
     w = random_weight(rng, 9, K, 128)
@@ -257,7 +258,7 @@ def test_batch_invariance_across_row_chunks():
 def test_device_activations_use_prepare_and_the_exact_kernel_on_the_callers_stream():
     from numba import cuda
 
-    from q2gemv.cuda import interop
+    from q2gemv.cuda.runtime import interop
 
     w, a = _case(seed=9, m=2)
     dw = w.to_device()

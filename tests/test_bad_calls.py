@@ -23,8 +23,8 @@ import q2gemv
 from q2gemv import Nvfp4Weight, Q2Weight, W4a16BatchmTiers, quantize_q2_0, select_tier
 from q2gemv import reference as ref
 from q2gemv.check import assert_bits_equal
-from q2gemv.cuda import q2_0 as q2cuda
-from q2gemv.cuda import w4a16 as w4cuda
+from q2gemv.cuda.q2_0 import seed as q2cuda
+from q2gemv.cuda.w4a16 import seed as w4cuda
 from q2gemv.formats.bf16 import BF16
 from q2gemv.io import load_nvfp4_weights, load_q2_weights, read_gguf, save_q2_weights
 from q2gemv.tiers import plan_w4a16

@@ -1,4 +1,4 @@
-"""The device helpers in q2gemv.cuda._dev, run as kernels (simulator twins in CI, GPU on a GPU).
+"""The device helpers in q2gemv.cuda.runtime.dev, run as kernels (simulator twins in CI, GPU on a GPU).
 
 Each helper must have exactly the semantics the references assume.
 """
@@ -11,7 +11,7 @@ import pytest
 from numba import cuda, float32, uint32
 
 from q2gemv.check import assert_bits_equal
-from q2gemv.cuda import _dev
+from q2gemv.cuda.runtime import dev as _dev
 from q2gemv.formats.bf16 import f32_to_bf16_bits
 from q2gemv.fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
 

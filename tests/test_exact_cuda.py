@@ -1,4 +1,4 @@
-"""The exact-contract kernels (q2gemv.cuda.exact) against q2gemv.reference.exact, bit for bit.
+"""The exact-contract kernels (q2gemv.cuda.q2_0.exact) against q2gemv.reference.exact, bit for bit.
 
 Only public entry points: ``run_q2``, ``prepare_device`` / ``q2_launches``,
 and the device helpers through one-CTA test kernels. The kernel body may be
@@ -14,8 +14,8 @@ from numba import cuda
 
 from q2gemv import Q2Weight
 from q2gemv.check import assert_bits_equal
-from q2gemv.cuda import exact as ex
 from q2gemv.cuda.q2_0 import as_device_weight
+from q2gemv.cuda.q2_0 import exact as ex
 from q2gemv.formats.bf16 import BF16
 from q2gemv.reference import exact as rex
 
@@ -156,7 +156,7 @@ def test_q2_launches_chunk_by_max_m():
 
 def test_prepared_operands_serve_two_weights():
     """One prepare, two GEMVs (the same ExactOperands, no second prepare): both bit-exact."""
-    from q2gemv.cuda import launcher
+    from q2gemv.cuda.runtime import launcher
 
     rng = np.random.default_rng(9)
     a = _acts(rng, 3, 128)

@@ -14,7 +14,7 @@ from numba import cuda
 
 from q2gemv import Nvfp4Weight
 from q2gemv.check import assert_bits_equal
-from q2gemv.cuda import exact_w4a16 as xw
+from q2gemv.cuda.w4a16 import exact as xw
 from q2gemv.formats.nvfp4 import E2M1_VALUES, E4M3_VALUES
 from q2gemv.reference import exact as rex
 

@@ -168,7 +168,7 @@ def _w4_property(data, max_n, max_groups, max_m, exact=False):
     if kernel is None:  # the seed contract's automatic tier plan
         got = q2gemv.gemv(a, w, backend="cuda", numerics="seed")
     else:  # a forced tier, chunked by its own max_m
-        from q2gemv.cuda import w4a16 as w4cuda
+        from q2gemv.cuda.w4a16 import seed as w4cuda
 
         got = w4cuda.w4a16_gemv(a, w, kernel=kernel)
     assert_bits_equal(got.view(np.uint16), want, label=f"{kernel} n={w.n} k={w.k} m={m}")

@@ -103,7 +103,7 @@ def test_suite_covers_every_kernel_shape_and_special(full_suite):
 def test_w4_exact_cases_cross_every_seam_of_the_kernel(full_suite):
     """w4a16_gemv_exact: 16-row tiles, steps of 128 elements split over 8 warps, the two load
     paths (K % 128), groups of 4 rows, 16 rows a launch; every scale and global-scale kind."""
-    from q2gemv.cuda import exact_w4a16 as xw
+    from q2gemv.cuda.w4a16 import exact as xw
 
     mine = [c for c in full_suite.gemv if c.family == "w4a16_exact"]
     assert {c.file for c in mine} <= {"gemv_w4a16_exact.npz", suite.MODEL_FILE}
@@ -123,7 +123,7 @@ def test_w4_exact_cases_cross_every_seam_of_the_kernel(full_suite):
 
 def test_exact_cases_cross_every_seam_of_the_exact_kernel(full_suite):
     """q2_0_gemv_exact: 16 weight rows per CTA, 8 warps splitting the blocks, MAX_M rows a launch."""
-    from q2gemv.cuda import exact
+    from q2gemv.cuda.q2_0 import exact
 
     mine = [c for c in full_suite.gemv if c.family == "q2_0_exact"]
     assert {c.file for c in mine} <= {"gemv_q2_0_exact.npz", suite.MODEL_FILE}
@@ -167,9 +167,9 @@ def test_exact_boundary_case_hits_ties_subnormals_and_overflow(full_suite):
 
 
 def test_golden_kernel_table_matches_the_kernel_modules():
-    from q2gemv.cuda import exact
-    from q2gemv.cuda import q2_0 as q2cuda
-    from q2gemv.cuda import w4a16 as w4cuda
+    from q2gemv.cuda.q2_0 import exact
+    from q2gemv.cuda.q2_0 import seed as q2cuda
+    from q2gemv.cuda.w4a16 import seed as w4cuda
 
     assert (
         gen.EXACT_KERNELS == ("q2_0_gemv_exact",) and gen.MAX_M[gen.EXACT_KERNELS[0]] == exact.MAX_M
@@ -193,7 +193,7 @@ def test_w4a16_shapes_cross_the_activation_tile(full_suite):
     a partial second tile) and by scripts/h200_check.py (K = 5120 and 17408,
     M up to 17: several tiles).
     """
-    from q2gemv.cuda import w4a16 as w4cuda
+    from q2gemv.cuda.w4a16 import seed as w4cuda
 
     for kernel in gen.W4A16_KERNELS:
         tile = w4cuda.TILE_K
@@ -315,7 +315,7 @@ def test_one_ulp_change_in_a_kernel_output_is_reported(full_suite, monkeypatch, 
         mod = sys.modules[fn.__module__]
         attr = kernel if hasattr(mod, kernel) else fn.__name__
     else:
-        from q2gemv.cuda import launcher as mod
+        from q2gemv.cuda.runtime import launcher as mod
 
         fn, attr = mod.run_kernel, "run_kernel"
 

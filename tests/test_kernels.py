@@ -120,7 +120,17 @@ def test_family_spec_names_what_exists(fam):
     assert fam.reference(fam.exact_kernel) is _resolve(exact.reference)
     assert isinstance(fam.host_class(), type)
     assert callable(kernels.resolve(fam.seed_plan)) and callable(kernels.resolve(fam.seed_reason))
-    assert isinstance(fam.device_module, str) and isinstance(fam.exact_module, str)
+    from q2gemv.cuda.runtime.launcher import ExactFamily
+
+    mod = fam.exact()
+    for name in ExactFamily.__annotations__.keys() | {
+        "check_k",
+        "prepare_launch",
+        "chunk_launches",
+    }:
+        assert hasattr(mod, name), (fam.exact_module, name)
+    assert callable(fam.seed().launch_args) and callable(fam.seed().compiled)
+    assert fam.device_class().family == fam.name
     other = next(s for s in SPECS if s.family != fam.name)
     with pytest.raises(ValueError, match=r"^kernel: "):
         fam.reference(other.name)

@@ -5,7 +5,7 @@ session may have selected), so they run in a subprocess with
 ``NUMBA_ENABLE_CUDASIM=0``; neither touches a driver:
 
 * the argument list numba's own ``_Kernel._prepare_args`` flattens, packed
-  the way :class:`~q2gemv.cuda.prebound.PreboundLaunch` packs it, has
+  the way :class:`~q2gemv.cuda.runtime.prebound.PreboundLaunch` packs it, has
   exactly the parameter sizes of the PTX entry (sm_90) of one kernel of each
   family (all kernels of a family share its signature);
 * the ``void*[]`` a PreboundLaunch hands to ``cuLaunchKernel`` (a fake
@@ -26,7 +26,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from q2gemv.cuda import prebound
+from q2gemv.cuda.runtime import prebound
 
 _FAKES = textwrap.dedent(
     """
@@ -36,7 +36,9 @@ _FAKES = textwrap.dedent(
     from numba.cuda.dispatcher import _Kernel
     from numba.cuda.core import sigutils
     from numba.cuda.cudadrv.devicearray import _StridedLayoutShim, _StridedMemoryViewShim
-    from q2gemv.cuda import prebound, q2_0, w4a16
+    from q2gemv.cuda.runtime import prebound
+    from q2gemv.cuda.q2_0 import seed as q2_0
+    from q2gemv.cuda.w4a16 import seed as w4a16
 
     class FakeDev:
         '''Looks like a numba device array to _prepare_args (no driver).'''

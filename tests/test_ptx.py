@@ -16,7 +16,7 @@ import pytest
 
 from q2gemv.cuda.ptx import FAMILIES
 
-GROUPS = [("q2_0", "w4a16"), ("exact",), ("exact_w4a16",)]  # one process each, in parallel
+GROUPS = [("q2_0", "w4a16"), ("q2_0_exact",), ("w4a16_exact",)]  # one process each, in parallel
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ EXPECTED = ["q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_batchm"]
 
 
 def _exact_names() -> list[str]:
-    from q2gemv.cuda import exact
+    from q2gemv.cuda.q2_0 import exact
 
     return [name for name, _, _ in exact.ptx_specs()]
 
@@ -100,7 +100,7 @@ def test_exact_gemv_uses_the_int8_tensor_cores(ptx_summary):
 def test_exact_w4a16_builds_use_signed_imma_and_no_float(ptx_summary):
     """Every w4a16_gemv_exact build (groups 1/2/4, one or two row tiles, both load paths)
     issues the k32 IMMA (s8 x u8 for limbs 0-1, s8 x s8 for the signed top limb)."""
-    from q2gemv.cuda import exact_w4a16
+    from q2gemv.cuda.w4a16 import exact as exact_w4a16
 
     names = [name for name, _, _ in exact_w4a16.ptx_specs()]
     assert "w4a16_exact_prepare" in names and len(names) == 1 + len(exact_w4a16.builds())

@@ -12,7 +12,7 @@ import pytest
 import q2gemv
 from q2gemv import reference
 from q2gemv.check import assert_bits_equal
-from q2gemv.cuda import q2_0 as q2cuda
+from q2gemv.cuda.q2_0 import seed as q2cuda
 
 from .q2_cases import random_acts, random_weight
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from q2gemv.check import assert_bits_equal
-from q2gemv.cuda import w4a16 as kw
+from q2gemv.cuda.w4a16 import seed as kw
 from q2gemv.formats.nvfp4 import Nvfp4Weight
 from q2gemv.reference.w4a16 import w4a16_gemv as reference
 from q2gemv.tiers import BATCH8_RT2, W4a16BatchmTiers, plan_w4a16

@@ -238,7 +238,7 @@ def gemv(
 
     Args:
         a: ``ml_dtypes.bfloat16`` activations, [K] or [M, K] (any M >= 0); or
-            activations already on the GPU (see :mod:`q2gemv.cuda.interop`):
+            activations already on the GPU (see :mod:`q2gemv.cuda.runtime.interop`):
             a numba/CuPy device array of uint16 bf16 bits or a CUDA
             ``torch.bfloat16`` tensor, which stay on the device; or the
             result of :func:`q2gemv.prepare` (Q2_0 weights, exact contract
@@ -393,7 +393,7 @@ def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
         fn = kernels.family(family).reference(launches[0][2])
         y = fn(bits_to_bf16(bits), weight).view(np.uint16)
     else:  # the plan's launches (exact: exact_prepare once, then the chunks), one launcher
-        from .cuda import launcher
+        from .cuda.runtime import launcher
 
         st = _host_stream(stream)
         y = launcher.run_host(family, mode, launches, bits, to_device(weight, st), st)
@@ -460,7 +460,7 @@ def _host_stream(stream):
 
 
 def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numerics: str, key=None):
-    """Device-resident activations: validate here, launch in :mod:`q2gemv.cuda.interop`."""
+    """Device-resident activations: validate here, launch in :mod:`q2gemv.cuda.runtime.interop`."""
     if backend not in (None, "cuda"):
         raise ValueError(f"backend: activations on the GPU need backend='cuda', got {backend!r}")
     shape = tuple(a.shape)
@@ -470,7 +470,7 @@ def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numeri
         raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {shape[-1]}")
     m = 1 if len(shape) == 1 else shape[0]
     launches = plan(weight, m, kernel, numerics=numerics)
-    from .cuda import interop
+    from .cuda.runtime import interop
 
     out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
     return interop.gemv_device(

@@ -219,13 +219,16 @@ class FamilySpec:
         name: the family (``"q2_0"``, ``"w4a16"``): :attr:`KernelSpec.family`.
         title: the format's name in messages (``"Q2_0"``, ``"NVFP4"``).
         host_weight: dotted name of the host weight class (``q2gemv.formats``).
-        device_module: dotted name of the module holding the device weight
-            class and the seed-contract launch interface:
-            ``as_device_weight(weight, stream)``, ``launch_args(name, d_a,
-            dw, d_out, rows)`` -> ``(grid, args)``, ``compiled(name, rows)``.
-        device_weight: the device weight class's name in ``device_module``.
+        seed_module: dotted name of the family's seed-contract kernels and
+            their launch interface: ``launch_args(name, d_a, dw, d_out,
+            rows)`` -> ``(grid, args)``, validated, and ``compiled(name,
+            rows)`` -> the dispatcher.
+        device_weight: dotted name of the device weight class; its module
+            defines ``as_device_weight(weight, stream)`` (a device weight as
+            it is, a host one uploaded).
         exact_module: dotted name of the exact contract's module (its
-            interface: :mod:`q2gemv.cuda.launcher`, "exact-family interface").
+            interface: :mod:`q2gemv.cuda.runtime.launcher`, "the exact-family
+            interface").
         exact_kernel: the family's exact kernel (a registered spec's name).
         weight_arrays: attribute names of the host weight's byte arrays.
         grouped: its weights carry a block size ``group`` chosen per weight.
@@ -238,7 +241,7 @@ class FamilySpec:
     name: str
     title: str
     host_weight: str
-    device_module: str
+    seed_module: str
     device_weight: str
     exact_module: str
     exact_kernel: str
@@ -263,13 +266,19 @@ class FamilySpec:
         only exist once its module is loaded.
         """
         if loaded_only:
-            mod = sys.modules.get(self.device_module)
-            return None if mod is None else getattr(mod, self.device_weight)
-        return getattr(self.device(), self.device_weight)
+            module, _, name = self.device_weight.rpartition(".")
+            mod = sys.modules.get(module)
+            return None if mod is None else getattr(mod, name)
+        return resolve(self.device_weight)
 
-    def device(self):
-        """The device module (imports numba)."""
-        return importlib.import_module(self.device_module)
+    def as_device_weight(self, weight, stream=0):
+        """``weight`` on the device: a device weight as it is, a host one uploaded on ``stream``."""
+        module = self.device_weight.rpartition(".")[0]
+        return importlib.import_module(module).as_device_weight(weight, stream)
+
+    def seed(self):
+        """The seed-contract module (imports numba)."""
+        return importlib.import_module(self.seed_module)
 
     def exact(self):
         """The exact contract's module (imports numba)."""
@@ -369,11 +378,11 @@ for _spec in (
     KernelSpec("w4a16_gemv_batch32", "w4a16", "seed", _W4REF + "w4a16_gemv_batch32",
                "w4a16_batchm", 8, 32, depth=1, unroll_words=False),
     # Q2_0, exact contract: exact_prepare once, then this kernel per chunk of max_m rows
-    # (q2gemv.cuda.exact; 16 weight rows per CTA = one m16 tile; 16-byte operand loads).
+    # (q2gemv.cuda.q2_0.exact; 16 weight rows per CTA = one m16 tile; 16-byte operand loads).
     KernelSpec("q2_0_gemv_exact", "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact",
                "q2_0_exact", 16, Q2_EXACT_MAX_M, per_m=True, a_align=16),
     # NVFP4, exact contract: its prepare once, then this kernel per chunk of max_m rows
-    # (q2gemv.cuda.exact_w4a16; 16 weight rows per CTA tile, 1 or 2 tiles a CTA; built per
+    # (q2gemv.cuda.w4a16.exact; 16 weight rows per CTA tile, 1 or 2 tiles a CTA; built per
     # group of 4 rows, M itself a kernel argument; 16-byte activation loads in the prepare).
     KernelSpec("w4a16_gemv_exact", "w4a16", "exact", "q2gemv.reference.exact.w4a16_gemv_exact",
                "w4a16_exact", 16, W4_EXACT_MAX_M, a_align=16, index_bits=64),
@@ -382,13 +391,15 @@ for _spec in (
 del _spec
 
 register_family(FamilySpec(
-    "q2_0", "Q2_0", "q2gemv.formats.q2_0.Q2Weight", "q2gemv.cuda.q2_0", "DeviceQ2Weight",
-    "q2gemv.cuda.exact", "q2_0_gemv_exact", ("raw",), grouped=True, prepared=True,
+    "q2_0", "Q2_0", "q2gemv.formats.q2_0.Q2Weight", "q2gemv.cuda.q2_0.seed",
+    "q2gemv.cuda.q2_0.weight.DeviceQ2Weight", "q2gemv.cuda.q2_0.exact", "q2_0_gemv_exact",
+    ("raw",), grouped=True, prepared=True,
     seed_plan="q2gemv.defaults.q2_0_seed_plan", seed_reason="q2gemv.defaults.q2_0_seed_reason",
 ))  # fmt: skip
 register_family(FamilySpec(
-    "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.w4a16",
-    "DeviceNvfp4Weight", "q2gemv.cuda.exact_w4a16", "w4a16_gemv_exact", ("packed", "scales"),
+    "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.w4a16.seed",
+    "q2gemv.cuda.w4a16.weight.DeviceNvfp4Weight", "q2gemv.cuda.w4a16.exact", "w4a16_gemv_exact",
+    ("packed", "scales"),
     grouped=False, prepared=False,
     seed_plan="q2gemv.defaults.w4a16_seed_plan", seed_reason="q2gemv.defaults.w4a16_seed_reason",
 ))  # fmt: skip

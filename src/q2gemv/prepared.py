@@ -18,7 +18,7 @@ per call, as with plain arrays). On the reference backend it keeps the bits
 Only Q2_0 weights under ``numerics="exact"`` accept a prepared input; any
 other use is a TypeError/ValueError naming ``a``. Activations already on the
 GPU go to :func:`q2gemv.gemv` directly (it prepares them on the caller's
-stream, :mod:`q2gemv.cuda.interop`).
+stream, :mod:`q2gemv.cuda.runtime.interop`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .formats.bf16 import as_bf16_bits
 from .kernels import Q2_EXACT_MAX_M
 from .launch import ChunkPlan
 
-EXACT_K_MULTIPLE = 64  # the exact kernels' unit of codes (q2gemv.cuda.exact.UNIT)
+EXACT_K_MULTIPLE = 64  # the exact kernels' unit of codes (q2gemv.cuda.q2_0.exact.UNIT)
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,7 +46,7 @@ class PreparedActivations:
         was_1d: the input was [K]; ``gemv`` then returns [N].
         backend: ``"reference"`` or ``"cuda"``: where the operands were made.
         operands: on the cuda backend, the device
-            :class:`~q2gemv.cuda.exact.ExactOperands` of ``exact_prepare``
+            :class:`~q2gemv.cuda.q2_0.exact.ExactOperands` of ``exact_prepare``
             (None for M = 0 and on the reference backend).
         device_bits: the uploaded bits the operands were made from (kept alive
             with them; None where there are no operands).
@@ -124,7 +124,7 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     require_cuda()
     from numba import cuda
 
-    from .cuda import exact
+    from .cuda.q2_0 import exact
 
     st = _host_stream(stream)
     with simulator_lock():
@@ -146,8 +146,8 @@ def run_prepared_cuda(p: PreparedActivations, weight, stream=0) -> np.ndarray:
     """
     from numba import cuda
 
-    from .cuda import launcher
     from .cuda.q2_0 import as_device_weight
+    from .cuda.runtime import launcher
 
     dw = as_device_weight(weight, stream)
     out = np.empty((p.m, dw.n), np.uint16)

@@ -11,7 +11,7 @@ Method (design.md §6), all in one process and one run:
   graph and replayed; CUDA events bracket each replay (or, with
   ``--timing sleep``, the calls are queued behind a spin kernel). The time of
   a case is the median over ``--repeats`` (>= 5) replays of replay time / L.
-  Kernels are launched through :class:`~q2gemv.cuda.prebound.PreboundLaunch`
+  Kernels are launched through :class:`~q2gemv.cuda.runtime.prebound.PreboundLaunch`
   (one driver call each), torch through ``F.linear``.
 * **Bytes moved** (the minimum a call must move; a chunked call still counts
   the weight once, so chunking shows up as lower GB/s):

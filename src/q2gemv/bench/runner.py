@@ -24,8 +24,8 @@ import numpy as np
 from numba import config, cuda
 
 from .. import api, kernels
-from ..cuda import prebound
-from ..cuda import q2_0 as q2cuda
+from ..cuda.q2_0 import seed as q2cuda
+from ..cuda.runtime import prebound
 from ..formats.bf16 import BF16
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.q2_0 import Q2Weight, block_bytes
@@ -283,7 +283,7 @@ class _W4Pool(_KernelPool):
 
     @staticmethod
     def _upload(w):
-        from ..cuda import w4a16
+        from ..cuda.w4a16 import seed as w4a16
 
         return w4a16.DeviceNvfp4Weight.upload(w)
 
@@ -293,7 +293,7 @@ class _W4Pool(_KernelPool):
 
     @staticmethod
     def _launch_raw(name, a, dw, out, rows, stream=0):
-        from ..cuda import w4a16
+        from ..cuda.w4a16 import seed as w4a16
 
         w4a16.launch_raw(name, a, dw, out, rows, stream)
 
@@ -490,7 +490,7 @@ def _dispatch(disp, pb: prebound.PreboundLaunch, stream) -> None:
 
 
 def _dispatcher(family: str, name: str, m: int):
-    return kernels.family(family).device().compiled(name, m)
+    return kernels.family(family).seed().compiled(name, m)
 
 
 def _launch_raw_on(family, name, a, dw, out, m, stream):
@@ -564,8 +564,9 @@ def _families_available(cases: list[Case], notes: list[str]) -> list[Case]:
     for fam in dict.fromkeys(c.family for c in cases if c.family in _POOLS):
         spec = kernels.family(fam)
         try:
-            mod = spec.device()
-            for name in (spec.device_weight, "launch_raw", "compiled", "spec_of"):
+            spec.device_class()
+            mod = spec.seed()
+            for name in ("launch_raw", "compiled", "spec_of"):
                 getattr(mod, name)
         except Exception as e:  # noqa: BLE001 - another engineer's module may be mid-change
             notes.append(f"{spec.title} kernels unavailable ({_short(e)}): their cases dropped")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import config, cuda, types, uint32, uint64
 
-from ..cuda.prebound import PreboundLaunch, stream_handle
+from ..cuda.runtime.prebound import PreboundLaunch, stream_handle
 
 SIMULATED: bool = bool(config.ENABLE_CUDASIM)
 READ_THREADS = 256

@@ -17,28 +17,31 @@ import re
 import sys
 from pathlib import Path
 
-FAMILIES = ("q2_0", "w4a16", "exact", "exact_w4a16")  # q2gemv.cuda modules with ptx_specs()
+from .. import kernels
+
+# compile unit -> module with ptx_specs(): each family's seed kernels ("q2_0") and exact
+# kernels ("q2_0_exact"), the modules its kernels.FamilySpec names (a new family is listed here
+# by registering it).
+MODULES = {
+    name: module
+    for f in kernels.families()
+    for name, module in ((f.name, f.seed_module), (f"{f.name}_exact", f.exact_module))
+}
+FAMILIES = tuple(MODULES)
 
 
 def kernel_specs(families=FAMILIES) -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of every kernel of ``families`` (default: the whole package).
 
-    The families compile independently (``exact`` alone takes about a minute
-    on one core), so callers may run them in separate processes.
+    The families compile independently (``q2_0_exact`` alone takes about a
+    minute on one core), so callers may run them in separate processes.
     """
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"families: unknown {unknown}, expected some of {list(FAMILIES)}")
     specs = []
     for fam in families:
-        try:
-            mod = importlib.import_module(f".{fam}", __package__)
-        except ImportError:  # a family may be optional while it is being built
-            if fam == "q2_0":
-                raise
-            continue
-        if hasattr(mod, "ptx_specs"):
-            specs += list(mod.ptx_specs())
+        specs += list(importlib.import_module(MODULES[fam]).ptx_specs())
     return specs
 
 

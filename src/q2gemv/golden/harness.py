@@ -96,10 +96,10 @@ class Runner:
             if fn not in self._cache:
                 self._cache[fn] = fn(bits_to_bf16(case.a_bits()), case.weight()).view(np.uint16)
             return self._cache[fn]
-        from ..cuda import launcher
+        from ..cuda.runtime import launcher
 
         if "w" not in self._cache:
-            self._cache["w"] = family_spec(case).device().as_device_weight(case.weight())
+            self._cache["w"] = family_spec(case).as_device_weight(case.weight())
         bits = np.ascontiguousarray(case.a_bits())
         # the kernel's chunks (an exact kernel: its activation prepare once, then the chunks)
         return launcher.run_kernel(kernel, bits, self._cache["w"])

@@ -1,7 +1,7 @@
 """The one launcher: a plan of launches ``(row0, rows, kernel)`` on device arrays, run or bound.
 
 Every CUDA path of the package goes through here: :func:`q2gemv.gemv` on host
-arrays (:func:`run_host`) and on device arrays (:mod:`q2gemv.cuda.interop`),
+arrays (:func:`run_host`) and on device arrays (:mod:`q2gemv.cuda.runtime.interop`),
 the golden harness and the scripts (through ``q2_0.run``, ``w4a16.run``,
 ``exact.run_q2``, thin wrappers of :func:`run_host`), and the benchmark.
 The plan itself comes from :func:`q2gemv.api.plan`; nothing here re-chunks it
@@ -15,7 +15,7 @@ Two steps:
   launches ``(dispatcher, grid, block, args, name)``; nothing is enqueued
   until every one is valid.
 * :func:`launch_all` enqueues them through numba's dispatcher, or
-  :class:`BoundPlan` binds them once (:class:`~q2gemv.cuda.prebound.PreboundLaunch`:
+  :class:`BoundPlan` binds them once (:class:`~q2gemv.cuda.runtime.prebound.PreboundLaunch`:
   one ``cuLaunchKernel`` each, the arguments packed at bind time) and
   enqueues them on every call. On the simulator a bound launch goes through
   the dispatcher (same code path, same bits).
@@ -23,11 +23,13 @@ Two steps:
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 from numba import cuda
 
-from .. import kernels, launch
-from ..backends import SIMULATOR_LOCK
+from ... import kernels, launch
+from ...backends import SIMULATOR_LOCK
 from .prebound import SIMULATED, PreboundLaunch
 
 
@@ -41,7 +43,7 @@ def launches(
         plan: ``(row0, rows, kernel)`` entries covering rows ``0..M`` once, in order.
         dw: the device weight of ``family``.
         stream: the stream the exact contract's workspace belongs to (exact only).
-        ops: exact only: the :class:`~q2gemv.cuda.exact.ExactOperands` to fill
+        ops: exact only: the :class:`~q2gemv.cuda.q2_0.exact.ExactOperands` to fill
             (None: new ones are allocated).
         prepare: exact only: False when ``ops`` already hold ``d_a``'s operands
             (:func:`q2gemv.prepare`): no ``exact_prepare`` launch.
@@ -51,8 +53,8 @@ def launches(
     ``kernel``) before anything is enqueued.
     """
     if numerics == "exact":
-        return _exact_launches(exact_module(family), plan, dw, d_a, d_out, stream, ops, prepare)
-    mod = kernels.family(family).device()  # the seed launch interface (kernels.FamilySpec)
+        return _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare)
+    mod = kernels.family(family).seed()  # the seed launch interface (kernels.FamilySpec)
     block = kernels.THREADS_PER_CTA  # every kernel's CTA (the thread maps assume 256)
     out = []
     for r0, rows, name in plan:
@@ -63,23 +65,40 @@ def launches(
     return [(compiled(name, rows), g, b, a, name) for name, rows, g, b, a in out]
 
 
-def exact_module(family: str):
-    """The exact contract's module of ``family``.
+class ExactFamily(Protocol):
+    """What a family's exact-contract module gives the launcher (the exact-family interface).
 
-    Each has the same interface: ``KERNEL`` and ``PREPARE`` (names),
-    ``Operands`` (``allocate(m, k, stream)``, ``prepare_args(d_a)``),
-    ``check_k``, ``chunk_launches(ops, dw, d_out, rows_of)`` (validated
-    ``(kernel, grid, args)``), ``THREADS`` and ``prepare_launch(m, k)``
-    (``(kernel, grid, block)``).
+    The module is named by the family's :class:`~q2gemv.kernels.FamilySpec`
+    (``exact_module``; its kernel: ``exact_kernel``, a registered spec). One
+    GEMV under the exact contract is ``prepare_launch`` once over all rows
+    (filling ``Operands``), then ``chunk_launches`` for the plan's chunks.
     """
-    return kernels.family(family).exact()  # the module named by its kernels.FamilySpec
+
+    PREPARE: str  # the prepare kernel's name (launch lists, errors)
+    THREADS: int  # the CTA size of every chunk launch
+    Operands: type  # allocate(m, k, stream) -> ops (with .m, .k); ops.prepare_args(d_a)
+
+    def check_k(self, k: int) -> None:
+        """ValueError naming ``a`` for a K the kernel does not serve."""
+
+    def prepare_launch(self, m: int, k: int) -> tuple:
+        """``(kernel, grid, block)`` of the prepare over ``m`` rows of ``k``."""
+
+    def chunk_launches(self, ops, dw, d_out, rows_of) -> list[tuple]:
+        """Validated ``(kernel, grid, args)`` per chunk ``(row0, rows)`` of ``rows_of``."""
 
 
-def _exact_launches(mod, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
+def exact_module(family: str) -> ExactFamily:
+    """The exact contract's module of ``family`` (:class:`ExactFamily`), named by its spec."""
+    return kernels.family(family).exact()
+
+
+def _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
     """The family's prepare over all rows (unless ``prepare`` is False), then the plan's chunks."""
+    mod = exact_module(family)
     m, k = (int(x) for x in d_a.shape)
     ops = _operands(mod, m, k, stream, ops)
-    spec = kernels.get(mod.KERNEL)
+    spec = kernels.get(kernels.family(family).exact_kernel)
     rows_of = []
     for r0, rows, name in plan:
         if name != spec.name or not 1 <= rows <= spec.max_m:
@@ -123,7 +142,7 @@ def prepare_device(family: str, d_a, stream=0, ops=None):
 
 def exact_plan(family: str, m: int) -> launch.ChunkPlan:
     """The plan of ``m`` rows under the exact contract: chunks of the family's exact kernel."""
-    spec = kernels.get(exact_module(family).KERNEL)
+    spec = kernels.get(kernels.family(family).exact_kernel)
     return launch.ChunkPlan(m, spec.max_m, lambda rows: spec.name)
 
 
@@ -153,10 +172,10 @@ class BoundPlan:
     """The launches of one call, pre-bound: ``plan()`` enqueues them all on the bound stream.
 
     Built from :func:`launches` (already validated). On a GPU each is a
-    :class:`~q2gemv.cuda.prebound.PreboundLaunch` (one ``cuLaunchKernel``);
+    :class:`~q2gemv.cuda.runtime.prebound.PreboundLaunch` (one ``cuLaunchKernel``);
     the device addresses are packed at bind time, so a BoundPlan is valid for
     exactly the buffers it was built from (the cache in
-    :mod:`q2gemv.cuda.interop` keys it on their addresses, shapes, dtypes
+    :mod:`q2gemv.cuda.runtime.interop` keys it on their addresses, shapes, dtypes
     and the stream) and does not keep the caller's buffers alive (the device
     weight owning the cache keeps its own). ``keep`` holds Python objects for
     the plan's lifetime: the exact contract's workspace, and under the
@@ -240,7 +259,7 @@ def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     before anything is launched.
     """
     spec = kernels.get(kernel)
-    dw = kernels.family(spec.family).device().as_device_weight(weight, stream)
+    dw = kernels.family(spec.family).as_device_weight(weight, stream)
     check_bits(a_bits, dw.k)
     plan = launch.ChunkPlan(a_bits.shape[0], spec.max_m, lambda rows: spec.name)
     return run_host(spec.family, spec.contract, plan, a_bits, dw, stream)

@@ -123,24 +123,24 @@ def gemv_device(
     activation prepare then its exact GEMV per plan entry, all on the
     caller's stream, with the operands in a per-(stream, M, K) workspace
     (:func:`exact_workspace`). Everything is checked before the first launch
-    (:func:`q2gemv.cuda.launcher.launches`).
+    (:func:`q2gemv.cuda.runtime.launcher.launches`).
 
     ``key``: the call's cache key (:func:`q2gemv.api.call_key`), or None.
     When given (a device-resident weight and ``out=``), the validated
-    launches are bound (:class:`~q2gemv.cuda.launcher.BoundPlan`) and stored
+    launches are bound (:class:`~q2gemv.cuda.runtime.launcher.BoundPlan`) and stored
     in ``weight.launch_cache`` under it, so the next call with the same
     buffers, shapes, dtypes, stream, kernel and contract is a dictionary
     lookup and the launches (:func:`q2gemv.gemv`'s fast path).
     """
-    from .. import kernels
-    from ..backends import simulator_lock
+    from ... import kernels
+    from ...backends import simulator_lock
     from . import launcher
 
-    mod = kernels.family(family).device()
+    spec = kernels.family(family)
     d_a, kind = as_bits(a, "a")
     st = resolve_stream(stream, a)
     with simulator_lock():
-        dw = mod.as_device_weight(weight, st)
+        dw = spec.as_device_weight(weight, st)
         if numerics == "exact":
             launcher.exact_module(family).check_k(dw.k)
         result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
@@ -224,8 +224,8 @@ def _stream_key(st) -> int:
 def exact_workspace(m: int, k: int, st, family: str = "q2_0"):
     """The exact-contract operands of (this device, ``st``, family, m, k).
 
-    Q2_0: :class:`~q2gemv.cuda.exact.ExactOperands`; NVFP4:
-    :class:`~q2gemv.cuda.exact_w4a16.W4Operands`. Allocated on first use and
+    Q2_0: :class:`~q2gemv.cuda.q2_0.exact.ExactOperands`; NVFP4:
+    :class:`~q2gemv.cuda.w4a16.exact.W4Operands`. Allocated on first use and
     kept for the process (a few bytes per activation: about ``3 M K`` bytes);
     :func:`clear_workspaces` drops them (never while a captured CUDA graph that
     uses them may still replay).

@@ -46,8 +46,6 @@ from collections.abc import Sequence
 import numpy as np
 from numba import config, cuda
 
-from .. import launch as q2launch
-
 SIMULATED: bool = bool(config.ENABLE_CUDASIM)
 
 
@@ -118,7 +116,7 @@ class PreboundLaunch:
         keep_args: hold ``args`` (and so the device buffers) for the object's
             lifetime (default). False on a GPU: only their addresses are kept,
             and the caller answers for the buffers (the launch cache of
-            :mod:`q2gemv.cuda.interop` keys bound launches on those addresses);
+            :mod:`q2gemv.cuda.runtime.interop` keys bound launches on those addresses);
             the simulator always keeps them (it launches through the dispatcher).
     """
 
@@ -232,21 +230,19 @@ def _dim3(d) -> tuple[int, int, int]:
     return d + (1,) * (3 - len(d))
 
 
-def prebind_q2(name: str, d_a, dw, d_out, m: int, stream=0) -> PreboundLaunch:
-    """The launch :func:`q2gemv.cuda.q2_0.launch_raw` makes, pre-bound (same arguments)."""
-    from . import q2_0
+def prebind_seed(name: str, d_a, dw, d_out, m: int, stream=0) -> PreboundLaunch:
+    """One seed-contract launch of kernel ``name`` on ``m`` rows, pre-bound.
 
-    grid, args = q2_0.launch_args(name, d_a, dw, d_out, m)
+    The family's ``launch_args`` validates it (the family is looked up in the
+    registry, :func:`q2gemv.kernels.family`: this module imports none).
+    """
+    from ... import kernels
+
+    mod = kernels.family(kernels.get(name).family).seed()
+    grid, args = mod.launch_args(name, d_a, dw, d_out, m)
     return PreboundLaunch(
-        q2_0.compiled(name, m), grid, q2launch.THREADS_PER_CTA, args, stream=stream, name=name
+        mod.compiled(name, m), grid, kernels.THREADS_PER_CTA, args, stream=stream, name=name
     )
 
 
-def prebind_w4a16(name: str, d_a, dw, d_out, m: int, stream=0) -> PreboundLaunch:
-    """The launch :func:`q2gemv.cuda.w4a16.launch_raw` makes, pre-bound (same arguments)."""
-    from . import w4a16
-
-    grid, args = w4a16.launch_args(name, d_a, dw, d_out, m)
-    return PreboundLaunch(
-        w4a16.compiled(name), grid, w4a16.THREADS_PER_CTA, args, stream=stream, name=name
-    )
+prebind_q2 = prebind_w4a16 = prebind_seed  # the old per-family names (one function now)

@@ -12,7 +12,7 @@ Two kernels:
 
 * ``w4a16_exact_prepare`` -- CTAs over (activation row, span of 2048
   elements) (rows padded to a multiple of 4 with zeros): E_m
-  (:func:`q2gemv.cuda.exact.row_exponent`) and three byte limbs with
+  (:func:`q2gemv.cuda.exact_contract.row_exponent`) and three byte limbs with
   ``A_k = L0 + 2**8 L1 + 2**16 L2`` (L0, L1 unsigned, L2 signed), written in
   the order the GEMV's B fragments are read (:func:`limb_word`): for a step
   of 128 elements and block j of each half, the 16 lanes that hold B read
@@ -50,10 +50,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from .. import kernels, launch
-from ..formats.nvfp4 import BLOCK
-from ._dev import ld_bf16x8, ld_u32x4, mma_s8s8, mma_s8u8, mul_wide, prmt, shfl_xor
-from .exact import (
+from ... import kernels, launch
+from ...formats.nvfp4 import BLOCK
+from ..exact_contract import (
     BF16_NAN,
     FRAC_BITS,
     OFFSET,
@@ -62,6 +61,7 @@ from .exact import (
     round_fixed_bf16,
     row_exponent,
 )
+from ..runtime.dev import ld_bf16x8, ld_u32x4, mma_s8s8, mma_s8u8, mul_wide, prmt, shfl_xor
 
 WARPS = 8
 THREADS = 32 * WARPS
@@ -118,7 +118,7 @@ def limb_word(m: int, k: int, limb: int, mp: int) -> int:
 def _prepare_body(A, P32, EROW, M, K, MP):  # noqa: N803
     """Padded activation row ``blockIdx.x``, span ``blockIdx.y``: the limbs in GEMV order.
 
-    Every CTA of the row finds E_m (:func:`~q2gemv.cuda.exact.row_exponent`,
+    Every CTA of the row finds E_m (:func:`~q2gemv.cuda.exact_contract.row_exponent`,
     the whole row: cheap, and no second kernel); span y's threads then
     convert one group of 8 elements each, ``q = y * blockDim + tid``. Limbs
     0 and 1 are the unsigned bytes of ``A_k + 2**23``, limb 2 its top byte
@@ -490,8 +490,8 @@ class W4Operands:
         )
 
 
-# The exact-module interface of q2gemv.cuda.launcher.exact_module
-KERNEL = "w4a16_gemv_exact"
+# The exact-family interface (q2gemv.cuda.runtime.launcher.ExactFamily); the kernel is the
+# family spec's exact_kernel (q2gemv.kernels).
 PREPARE = "w4a16_exact_prepare"
 Operands = W4Operands
 
@@ -522,7 +522,7 @@ def prepare_grid(m: int, k: int) -> tuple[int, int]:
 
 def prepare_device(d_a, stream=0, ops: W4Operands | None = None) -> W4Operands:
     """Run the prepare on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands."""
-    from . import launcher
+    from ..runtime import launcher
 
     return launcher.prepare_device("w4a16", d_a, stream, ops)
 
@@ -544,7 +544,7 @@ def global_parts(g) -> tuple[int, int, int, int]:
     every output NaN. (A -0 scale gives sign 0: every sum is then exactly 0,
     written +0 either way.)
     """
-    from ..reference.exact import f32_parts
+    from ...reference.exact import f32_parts
 
     gm, ge, finite = f32_parts(g)
     return abs(gm), ge, int(not finite), int(gm < 0)
@@ -559,7 +559,7 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
     Validates before anything is launched: ``dw`` a DeviceNvfp4Weight of
     ``ops.k`` columns, ``d_out`` uint16 [M, N], the chunks.
     """
-    from .w4a16 import DeviceNvfp4Weight
+    from .weight import DeviceNvfp4Weight
 
     if not isinstance(dw, DeviceNvfp4Weight):
         raise TypeError(f"weight: expected a DeviceNvfp4Weight, got {type(dw).__name__}")
@@ -596,11 +596,11 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
 def run_w4(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     """Host bf16 bits [M, K] -> uint16 [M, N] through the prepare + ``w4a16_gemv_exact``.
 
-    A thin wrapper of :func:`q2gemv.cuda.launcher.run_host` with the plan
+    A thin wrapper of :func:`q2gemv.cuda.runtime.launcher.run_host` with the plan
     :func:`q2gemv.plan` makes (chunks of :data:`MAX_M` rows).
     """
-    from .launcher import check_bits, exact_plan, run_host
-    from .w4a16 import as_device_weight
+    from ..runtime.launcher import check_bits, exact_plan, run_host
+    from .weight import as_device_weight
 
     dw = as_device_weight(weight, stream)
     check_bits(a_bits, dw.k)

@@ -1,0 +1,14 @@
+"""GGUF Q2_0 on the GPU: the device weight, the seed kernels, the exact kernel.
+
+* :mod:`.weight` — :class:`DeviceQ2Weight` (the block bytes as they are);
+* :mod:`.seed` — the seed-contract kernels (``q2_0_gemv``, the ``vec``
+  template) and their launch arguments;
+* :mod:`.exact` — ``exact_prepare`` and ``q2_0_gemv_exact`` (the exact contract).
+
+The family's :class:`~q2gemv.kernels.FamilySpec` (in :mod:`q2gemv.kernels`)
+names these modules; the runtime reaches them only through it.
+"""
+
+from .weight import DeviceQ2Weight, as_device_weight
+
+__all__ = ["DeviceQ2Weight", "as_device_weight"]
