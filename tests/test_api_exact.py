@@ -109,13 +109,12 @@ def test_contradicting_kernel_and_numerics_is_a_value_error_naming_kernel():
 
 @pytest.mark.parametrize("bad", ["fast", "EXACT", "", 1, True, ["exact"]])
 def test_bad_numerics_is_a_value_error_naming_it_before_anything_runs(bad, monkeypatch):
-    from q2gemv.cuda.q2_0 import exact
-    from q2gemv.cuda.runtime import interop
+    from q2gemv.cuda.runtime import interop, launcher
 
     def never(*args, **kwargs):
         raise AssertionError("ran before numerics was checked")
 
-    monkeypatch.setattr(exact, "run_q2", never)
+    monkeypatch.setattr(launcher, "run_host", never)
     monkeypatch.setattr(interop, "gemv_device", never)
     w, a = _case()
     from numba import cuda
@@ -190,6 +189,7 @@ def test_prepare_on_the_reference_backend_is_bit_equal_and_reusable():
 
 def test_prepare_on_cuda_converts_once_and_uploads_nothing_new(monkeypatch):
     from q2gemv.cuda.q2_0 import exact
+    from q2gemv.cuda.runtime import launcher
 
     w, a = _case(seed=7, m=2, specials=True)
     dw = w.to_device()
@@ -201,7 +201,7 @@ def test_prepare_on_cuda_converts_once_and_uploads_nothing_new(monkeypatch):
         raise AssertionError("the activations were prepared again")
 
     monkeypatch.setattr(exact, "prepare_device", never)
-    monkeypatch.setattr(exact, "run_q2", never)
+    monkeypatch.setattr(launcher, "prepare_device", never)
     assert_bits_equal(_bits(q2gemv.gemv(p, dw)), want, label="prepared, device weight")
     assert_bits_equal(_bits(q2gemv.gemv(p, w)), want, label="prepared, host weight")
     assert_bits_equal(_bits(q2gemv.gemv(p, w, backend="reference")), want, label="reference")

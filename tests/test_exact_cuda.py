@@ -1,6 +1,6 @@
 """The exact-contract kernels (q2gemv.cuda.q2_0.exact) against q2gemv.reference.exact, bit for bit.
 
-Only public entry points: ``run_q2``, ``prepare_device`` / ``q2_launches``,
+Only public entry points: ``launcher.run_kernel``, ``prepare_device`` / ``q2_launches``,
 and the device helpers through one-CTA test kernels. The kernel body may be
 reorganised freely; these results may not change. Runs on the CUDA
 simulator in CI (tiny shapes) and on the GPU where there is one.
@@ -16,6 +16,7 @@ from q2gemv import Q2Weight
 from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.q2_0 import as_device_weight
 from q2gemv.cuda.q2_0 import exact as ex
+from q2gemv.cuda.runtime import launcher
 from q2gemv.formats.bf16 import BF16
 from q2gemv.reference import exact as rex
 
@@ -38,7 +39,7 @@ def _weight(rng, n, k, group) -> Q2Weight:
 
 
 def _check(a_bits, w, label):
-    got = ex.run_q2(a_bits, w)
+    got = launcher.run_kernel("q2_0_gemv_exact", a_bits, w)
     want = rex.q2_0_gemv_exact(a_bits.view(BF16), w).view(np.uint16)
     assert got.dtype == np.uint16 and got.shape == (a_bits.shape[0], w.n)
     assert_bits_equal(got, want, label)
@@ -46,7 +47,7 @@ def _check(a_bits, w, label):
 
 
 # (m, n, k, group): N = 1, tails (N % 16), more blocks than the CTA's 8 warps, every M build
-CHUNKED_M = 17  # test_run_q2_is_batch_invariant: chunks of MAX_M rows and a 1-row chunk
+CHUNKED_M = 17  # test_run_kernel_is_batch_invariant: chunks of MAX_M rows and a 1-row chunk
 SHAPES = [
     (1, 1, 64, 64),
     (1, 17, 256, 128),  # a tail CTA of one row
@@ -71,7 +72,7 @@ def test_shapes_cover_every_tile_build():
 
 
 @pytest.mark.parametrize("m,n,k,group", SHAPES)
-def test_run_q2_matches_the_reference(m, n, k, group):
+def test_run_kernel_matches_the_reference(m, n, k, group):
     rng = np.random.default_rng(1000 * m + n + k)
     _check(_acts(rng, m, k), _weight(rng, n, k, group), f"m={m} n={n} k={k} g{group}")
 
@@ -117,7 +118,7 @@ def _special_case(group):
 
 
 @pytest.mark.parametrize("group", [64, 128])
-def test_run_q2_special_values(group):
+def test_run_kernel_special_values(group):
     a, w = _special_case(group)
     y = _check(a, w, f"special g{group}")
     assert (y[0] == NAN).all() and (y[5] == NAN).all()  # NaN, -Inf rows
@@ -129,7 +130,7 @@ def test_run_q2_special_values(group):
     assert (y[6, 4] & 0x7FFF) not in (0, INF)  # subnormal activations, large scales: normal
 
 
-def test_run_q2_is_batch_invariant():
+def test_run_kernel_is_batch_invariant():
     """Each row of a chunked call equals the reference and that row computed alone."""
     rng = np.random.default_rng(7)
     w = _weight(rng, 3, 128, 64)
@@ -137,7 +138,7 @@ def test_run_q2_is_batch_invariant():
     a[9, 4] = 0x7FC0  # a NaN row inside the second chunk
     ys = _check(a, w, f"m={CHUNKED_M}")
     for i in (0, 9, CHUNKED_M - 1):
-        assert np.array_equal(ex.run_q2(a[i : i + 1], w)[0], ys[i]), i
+        assert np.array_equal(launcher.run_kernel("q2_0_gemv_exact", a[i : i + 1], w)[0], ys[i]), i
 
 
 def test_q2_launches_chunk_by_max_m():

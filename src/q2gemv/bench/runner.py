@@ -25,7 +25,7 @@ from numba import config, cuda
 
 from .. import api, kernels
 from ..cuda.q2_0 import seed as q2cuda
-from ..cuda.runtime import prebound
+from ..cuda.runtime import launcher, prebound
 from ..formats.bf16 import BF16
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.q2_0 import Q2Weight, block_bytes
@@ -181,6 +181,16 @@ class _KernelPool(_Pool):
         self.out = [cuda.device_array((max_m, n), dtype=np.uint16) for _ in range(self.copies)]
         cuda.synchronize()
 
+    @staticmethod
+    def _prebind(name, a, dw, out, rows, stream=0):
+        """The pre-bound launch of seed kernel ``name`` on exactly these arrays (the launcher's)."""
+        return launcher.prebind([launcher.seed_launch(name, a, dw, out, rows)], stream)[0]
+
+    @staticmethod
+    def _launch_raw(name, a, dw, out, rows, stream=0):
+        """The same launch through numba's dispatcher (the family's ``launch_raw``)."""
+        kernels.family(kernels.get(name).family).seed().launch_raw(name, a, dw, out, rows, stream)
+
     def call(self, case: Case, j: int):
         pbs = [
             self._launcher(
@@ -253,14 +263,6 @@ class _Q2Pool(_KernelPool):
     def _upload(w):
         return q2cuda.DeviceQ2Weight.upload(w)
 
-    @staticmethod
-    def _prebind(name, a, dw, out, rows, stream=0):
-        return prebound.prebind_q2(name, a, dw, out, rows, stream)
-
-    @staticmethod
-    def _launch_raw(name, a, dw, out, rows, stream=0):
-        q2cuda.launch_raw(name, a, dw, out, rows, stream)
-
     def _reference(self, case: Case) -> np.ndarray:
         from .. import reference
 
@@ -286,16 +288,6 @@ class _W4Pool(_KernelPool):
         from ..cuda.w4a16 import seed as w4a16
 
         return w4a16.DeviceNvfp4Weight.upload(w)
-
-    @staticmethod
-    def _prebind(name, a, dw, out, rows, stream=0):
-        return prebound.prebind_w4a16(name, a, dw, out, rows, stream)
-
-    @staticmethod
-    def _launch_raw(name, a, dw, out, rows, stream=0):
-        from ..cuda.w4a16 import seed as w4a16
-
-        w4a16.launch_raw(name, a, dw, out, rows, stream)
 
     def _reference(self, case: Case) -> np.ndarray:
         from ..reference.w4a16 import w4a16_gemv

@@ -492,17 +492,3 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
         )
         for r0, rows in launch.check_chunks(chunks, ops.m, MAX_M)
     ]
-
-
-def run_q2(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Host bf16 bits [M, K] -> uint16 [M, N] through prepare + ``q2_0_gemv_exact``.
-
-    The launches (``exact_prepare``, then chunks of :data:`MAX_M` rows) are
-    run by :func:`q2gemv.cuda.runtime.launcher.run_host`.
-    """
-    from ..runtime.launcher import check_bits, exact_plan, run_host
-    from .weight import as_device_weight
-
-    dw = as_device_weight(weight, stream)
-    check_bits(a_bits, dw.k)
-    return run_host("q2_0", "exact", exact_plan("q2_0", a_bits.shape[0]), a_bits, dw, stream)

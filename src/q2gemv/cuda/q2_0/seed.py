@@ -51,7 +51,7 @@ from ..runtime.dev import (
     u32_as_f32,
     warp_sum,
 )
-from .weight import DeviceQ2Weight, as_device_weight
+from .weight import DeviceQ2Weight
 
 SMEM_TILE_BYTES = 32 * 1024  # fp32 activation tile per CTA (static shared memory is 48 KB)
 
@@ -533,8 +533,8 @@ def _max_m(name: str) -> int:
 def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tuple, tuple]:
     """``(grid, kernel arguments)`` of one launch of ``name``, validated.
 
-    The one place that knows this family's kernel argument list (used by
-    :func:`launch_raw` and by the pre-bound path in :mod:`q2gemv.cuda.runtime.prebound`).
+    The one place that knows this family's kernel argument list (used by the
+    launcher, :mod:`q2gemv.cuda.runtime.launcher`, for every seed launch).
     """
     spec = spec_of(name)
     if not isinstance(dw, DeviceQ2Weight):
@@ -560,23 +560,11 @@ def launch_raw(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int, stream=0) -> N
     """One launch of kernel ``name`` on device arrays: A [m, K], C [m, N] (bf16 bits).
 
     Refuses ``m`` beyond what the kernel stages (1 for the M=1 kernels,
-    8 for batchm) instead of writing out of bounds.
+    8 for batchm) instead of writing out of bounds. A view of the launcher:
+    ``launch_all([seed_launch(...)])`` (:mod:`q2gemv.cuda.runtime.launcher`)
+    after checking ``name`` is a Q2_0 seed kernel.
     """
-    grid, args = launch_args(name, d_a, dw, d_out, m)
-    compiled(name, m)[grid, launch.THREADS_PER_CTA, stream](*args)
+    from ..runtime import launcher
 
-
-def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Run kernel ``name`` over every row of ``a_bits`` (uint16 [M, K]); returns uint16 [M, N].
-
-    The M=1 kernels take one launch per activation row; batchm one launch per
-    chunk of at most 8 rows (the plan :func:`q2gemv.launch.ChunkPlan` describes),
-    run by :func:`q2gemv.cuda.runtime.launcher.run_host`.
-    """
-    from ..runtime.launcher import check_bits, run_host
-
-    max_m = _max_m(name)
-    dw = as_device_weight(weight, stream)
-    check_bits(a_bits, dw.k)
-    plan = launch.ChunkPlan(a_bits.shape[0], max_m, lambda rows: name)
-    return run_host("q2_0", "seed", plan, a_bits, dw, stream)
+    spec_of(name)
+    launcher.launch_all([launcher.seed_launch(name, d_a, dw, d_out, m)], stream)

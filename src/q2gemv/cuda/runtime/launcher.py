@@ -2,8 +2,11 @@
 
 Every CUDA path of the package goes through here: :func:`q2gemv.gemv` on host
 arrays (:func:`run_host`) and on device arrays (:mod:`q2gemv.cuda.runtime.interop`),
-the golden harness and the scripts (through ``q2_0.run``, ``w4a16.run``,
-``exact.run_q2``, thin wrappers of :func:`run_host`), and the benchmark.
+prepared activations (:mod:`q2gemv.prepared`), the golden harness, tests and
+scripts (:func:`run_kernel`: one kernel's chunks), and the benchmark and the
+families' ``launch_raw`` (:func:`seed_launch`: one launch, then
+:func:`launch_all` or :func:`prebind`). This module knows no family: each is
+reached through its :class:`~q2gemv.kernels.FamilySpec`.
 The plan itself comes from :func:`q2gemv.api.plan`; nothing here re-chunks it
 (the exact contract's ``exact_prepare`` is the one launch that is not a plan
 entry: it runs once, before the chunks, over all rows).
@@ -157,6 +160,20 @@ def exact_launches(family: str, d_a, dw, d_out, stream=0, ops=None) -> list[tupl
     return launches(family, "exact", plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
 
 
+def seed_launch(name: str, d_a, dw, d_out, m: int) -> tuple:
+    """One validated seed-contract launch of kernel ``name`` on exactly ``d_a`` [m, K] / ``d_out``.
+
+    Returns ``(dispatcher, grid, block, args, name)``, as :func:`launches`
+    does per plan entry, for :func:`launch_all` or :func:`prebind`: the road
+    of the family modules' ``launch_raw`` and of the benchmark's single
+    launches. The family's ``launch_args`` validates it (rows, shapes,
+    dtypes, alignment, weight size) before the kernel is looked up.
+    """
+    mod = kernels.family(kernels.get(name).family).seed()
+    grid, args = mod.launch_args(name, d_a, dw, d_out, m)
+    return mod.compiled(name, m), grid, kernels.THREADS_PER_CTA, args, name
+
+
 def prebind(launches_: list[tuple], stream=0) -> list[PreboundLaunch]:
     """``launches_`` (from :func:`launches`) as :class:`PreboundLaunch` objects, one per launch."""
     return [PreboundLaunch(d, g, b, a, stream=stream, name=n) for d, g, b, a, n in launches_]
@@ -266,6 +283,10 @@ def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
 
 
 __all__ = [
+    "ExactFamily",
+    "exact_module",
+    "prepare_device",
+    "seed_launch",
     "run_kernel",
     "launches",
     "launch_all",

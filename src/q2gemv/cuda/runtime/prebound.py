@@ -228,21 +228,3 @@ def _dim3(d) -> tuple[int, int, int]:
     if not 1 <= len(d) <= 3 or min(d) < 1:
         raise ValueError(f"launch dimensions: expected 1..3 positive ints, got {d}")
     return d + (1,) * (3 - len(d))
-
-
-def prebind_seed(name: str, d_a, dw, d_out, m: int, stream=0) -> PreboundLaunch:
-    """One seed-contract launch of kernel ``name`` on ``m`` rows, pre-bound.
-
-    The family's ``launch_args`` validates it (the family is looked up in the
-    registry, :func:`q2gemv.kernels.family`: this module imports none).
-    """
-    from ... import kernels
-
-    mod = kernels.family(kernels.get(name).family).seed()
-    grid, args = mod.launch_args(name, d_a, dw, d_out, m)
-    return PreboundLaunch(
-        mod.compiled(name, m), grid, kernels.THREADS_PER_CTA, args, stream=stream, name=name
-    )
-
-
-prebind_q2 = prebind_w4a16 = prebind_seed  # the old per-family names (one function now)

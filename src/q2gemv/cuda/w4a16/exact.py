@@ -591,17 +591,3 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
             )
         )
     return launches
-
-
-def run_w4(a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Host bf16 bits [M, K] -> uint16 [M, N] through the prepare + ``w4a16_gemv_exact``.
-
-    A thin wrapper of :func:`q2gemv.cuda.runtime.launcher.run_host` with the plan
-    :func:`q2gemv.plan` makes (chunks of :data:`MAX_M` rows).
-    """
-    from ..runtime.launcher import check_bits, exact_plan, run_host
-    from .weight import as_device_weight
-
-    dw = as_device_weight(weight, stream)
-    check_bits(a_bits, dw.k)
-    return run_host("w4a16", "exact", exact_plan("w4a16", a_bits.shape[0]), a_bits, dw, stream)

@@ -375,8 +375,8 @@ def ptx_specs() -> list[tuple[str, object, str]]:
 def launch_args(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int) -> tuple[tuple, tuple]:
     """``(grid, kernel arguments)`` of one launch of ``name``, validated.
 
-    The one place that knows this family's kernel argument list (used by
-    :func:`launch_raw` and by the pre-bound path in :mod:`q2gemv.cuda.runtime.prebound`).
+    The one place that knows this family's kernel argument list (used by the
+    launcher, :mod:`q2gemv.cuda.runtime.launcher`, for every seed launch).
     """
     spec = spec_of(name)
     if not isinstance(dw, DeviceNvfp4Weight):
@@ -400,17 +400,13 @@ def launch_raw(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int, stream=0) -
 
     Refuses ``m`` beyond the kernel's ``max_m`` (the kernel stages and
     accumulates at most that many rows) instead of leaving rows unwritten.
+    A view of the launcher: ``launch_all([seed_launch(...)])``
+    (:mod:`q2gemv.cuda.runtime.launcher`) after checking ``name`` is a W4A16 tier.
     """
-    grid, args = launch_args(name, d_a, dw, d_out, m)
-    compiled(name)[grid, THREADS_PER_CTA, stream](*args)
+    from ..runtime import launcher
 
-
-def run(name: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Run kernel ``name`` over every row of ``a_bits`` (uint16 [M, K]); returns uint16 [M, N].
-
-    One launch per chunk of at most the kernel's ``max_m`` rows.
-    """
-    return _run_plan(chunk_plan(name, a_bits.shape[0]), a_bits, weight, stream)
+    spec_of(name)
+    launcher.launch_all([launcher.seed_launch(name, d_a, dw, d_out, m)], stream)
 
 
 def chunk_plan(name: str, m: int) -> list[tuple[int, int, str]]:
