@@ -18,17 +18,16 @@ Two numerics contracts (``numerics=``, resolved by :func:`resolve_numerics`):
 from __future__ import annotations
 
 import functools
-import sys
 
 import numpy as np
 
-from . import kernels, launch, tiers
+from . import kernels, launch
+from .arrays import call_key, check_stream, is_device_array, numba_stream
 from .backends import (
     BACKENDS,
     default_backend,
     describe_default,
     require_cuda,
-    simulator_active,
     simulator_lock,
 )
 from .defaults import (  # noqa: F401 - the seed rules, re-exported under their old api names
@@ -69,17 +68,6 @@ def weight_family(weight) -> tuple[str, bool]:
     """``("q2_0" | "w4a16", on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
     spec, on_device = family_spec(weight)
     return spec.name, on_device
-
-
-def is_device_array(x) -> bool:
-    """True for numba device arrays, ``__cuda_array_interface__`` objects and CUDA torch tensors.
-
-    Imports neither numba nor torch: a torch tensor can only exist once torch is loaded.
-    """
-    if getattr(x, "__cuda_ndarray__", False) or hasattr(x, "__cuda_array_interface__"):
-        return True
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
 
 
 def weight_arrays(weight) -> dict[str, np.ndarray]:
@@ -300,65 +288,6 @@ def gemv(
     )  # fmt: skip
 
 
-_TORCH_RAW_STREAM: list = []  # torch._C._cuda_getCurrentRawStream (or a fallback), found once
-
-
-def _torch_stream(torch, device: int) -> int:
-    if not _TORCH_RAW_STREAM:
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        _TORCH_RAW_STREAM.append(raw or (lambda d: torch.cuda.current_stream(d).cuda_stream))
-    return _TORCH_RAW_STREAM[0](device)
-
-
-def _buffer_key(x, tensor_type) -> tuple | None:
-    """What identifies device buffer ``x`` for the launch cache: address, shape, dtype, strides."""
-    if tensor_type is not None and isinstance(x, tensor_type):  # a CUDA address names its device
-        return (x.data_ptr(), x.shape, x.dtype, x.stride(), x.is_cuda)
-    cai = getattr(x, "__cuda_array_interface__", None)
-    if cai is not None:  # numba (GPU) and CuPy arrays
-        return (cai["data"][0], cai["shape"], cai["typestr"], cai.get("strides"), type(x))
-    if getattr(x, "__cuda_ndarray__", False):  # the simulator's: no address; kept alive, so
-        return (id(x), type(x))  # its identity cannot be reused while cached
-    return None
-
-
-def call_key(a, out, stream, kernel, numerics) -> tuple | None:
-    """The launch-cache key of a call on device ``a`` and ``out`` (None: not cacheable).
-
-    Everything the first call's validation depended on, besides the weight
-    (the cache lives on the immutable device weight): both buffers' device
-    address (unique across devices), shape, dtype, strides, the stream's raw
-    handle (torch's current stream for torch ``a`` without ``stream=``; the
-    simulator's streams by identity), ``kernel``, ``numerics`` and the W4A16
-    kill switches (:func:`q2gemv.tiers.env_generation`: a
-    :func:`~q2gemv.tiers.reload_env` re-plans). A call whose key
-    differs in any of them is validated and bound afresh: a cached launch is
-    never used on other buffers.
-    """
-    if not (kernel is None or type(kernel) is str) or not (
-        numerics is None or type(numerics) is str
-    ):
-        return None  # gemv refuses it (or it is unhashable): no key can match it
-    tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
-    ka = _buffer_key(a, tensor_type)
-    ko = _buffer_key(out, tensor_type)
-    if ka is None or ko is None:
-        return None
-    if stream is None:
-        torch_a = tensor_type is not None and isinstance(a, tensor_type)
-        st = _torch_stream(sys.modules["torch"], a.get_device()) if torch_a else 0
-    elif type(stream) is int:
-        st = stream
-    elif hasattr(stream, "auto_synchronize"):  # a numba stream (check_stream's test)
-        try:
-            st = int(int(stream))  # its handle (an IntEnum for the default stream)
-        except TypeError:
-            st = ("simulator", id(stream))  # no handle there: by identity (kept alive)
-    else:
-        return None  # anything else is refused by gemv's checks
-    return (ka, ko, st, kernel, numerics, tiers.env_generation())
-
-
 @_serialised_in_simulator
 def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
     """:func:`gemv` past its cache: every check, then the launches (bound and cached under ``key``)."""
@@ -379,13 +308,8 @@ def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
     shape = (n,) if was_1d else (m, n)
     if out is not None:
         check_out(out, a, shape, weight)
-    if backend is None:
-        backend = "cuda" if on_device else default_backend()
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    if backend == "reference" and on_device:
-        raise TypeError("weight: the reference backend needs a host weight, not a device one")
-    launches = plan(weight, m, kernel, numerics=mode)
+    backend = _backend(backend, on_device, default_backend)
+    launches = _plan_iter(weight, family, mode, m, kernel)  # arguments checked above
 
     if m == 0:
         y = np.empty((0, n), np.uint16)
@@ -395,7 +319,7 @@ def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
     else:  # the plan's launches (exact: exact_prepare once, then the chunks), one launcher
         from .cuda.runtime import launcher
 
-        st = _host_stream(stream)
+        st = numba_stream(stream)
         y = launcher.run_host(family, mode, launches, bits, to_device(weight, st), st)
     result = bits_to_bf16(y.reshape(shape))
     if out is not None:
@@ -424,39 +348,17 @@ def check_call_args(kernel, backend, stream, on_device: bool = False) -> None:
     check_stream(stream)
 
 
-def check_stream(stream) -> None:
-    """None, a raw ``cudaStream_t`` handle (int >= 0; 0 = default stream) or a numba stream."""
-    if stream is None:
-        return
-    if isinstance(stream, (bool, np.bool_)):
-        raise TypeError(
-            "stream: expected None, an int cudaStream_t handle or a numba stream, got bool"
-        )
-    if isinstance(stream, (int, np.integer)):
-        if stream < 0:
-            raise ValueError(f"stream: expected a cudaStream_t handle >= 0, got {int(stream)}")
-        if stream and simulator_active():
-            raise ValueError(
-                "stream: the CUDA simulator has no external streams: expected 0 or a numba "
-                f"stream (cuda.stream()), got the raw handle {int(stream)}"
-            )
-        return
-    if not (callable(getattr(stream, "synchronize", None)) and hasattr(stream, "auto_synchronize")):
-        raise TypeError(
-            "stream: expected None, an int cudaStream_t handle or a numba stream "
-            f"(numba.cuda.stream(); for a torch stream pass its .cuda_stream), "
-            f"got {type(stream).__name__}"
-        )
+def _backend(backend: str | None, on_device: bool, default) -> str:
+    """The backend a call runs on (``backend`` already checked by :func:`check_call_args`).
 
-
-def _host_stream(stream):
-    if stream is None or isinstance(stream, bool):
-        return 0
-    if isinstance(stream, (int, np.integer)):
-        from numba import cuda
-
-        return cuda.external_stream(int(stream)) if stream else 0
-    return stream
+    None: ``"cuda"`` for a device weight, else ``default()``. The reference
+    backend cannot read a device weight (TypeError naming ``weight``).
+    """
+    if backend is None:
+        backend = "cuda" if on_device else default()
+    if backend == "reference" and on_device:
+        raise TypeError("weight: the reference backend needs a host weight, not a device one")
+    return backend
 
 
 def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numerics: str, key=None):
@@ -469,7 +371,7 @@ def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numeri
     if shape[-1] != weight.k:
         raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {shape[-1]}")
     m = 1 if len(shape) == 1 else shape[0]
-    launches = plan(weight, m, kernel, numerics=numerics)
+    launches = _plan_iter(weight, family, numerics, m, kernel)  # arguments checked by _gemv
     from .cuda.runtime import interop
 
     out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
@@ -496,10 +398,7 @@ def _gemv_prepared(p, weight, family: str, on_device: bool, mode: str, *, backen
     shape = (n,) if p.was_1d else (m, n)
     if out is not None:
         check_out(out, p.bits, shape, weight)
-    if backend is None:
-        backend = "cuda" if on_device else p.backend
-    if backend == "reference" and on_device:
-        raise TypeError("weight: the reference backend needs a host weight, not a device one")
+    backend = _backend(backend, on_device, lambda: p.backend)
     if m == 0:
         y = np.empty((0, n), np.uint16)
     elif backend == "reference":
@@ -513,7 +412,7 @@ def _gemv_prepared(p, weight, family: str, on_device: bool, mode: str, *, backen
             )
         from .prepared import run_prepared_cuda
 
-        y = run_prepared_cuda(p, weight, _host_stream(stream))
+        y = run_prepared_cuda(p, weight, numba_stream(stream))
     result = bits_to_bf16(y.reshape(shape))
     if out is not None:
         out[...] = result

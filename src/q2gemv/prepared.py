@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrays import check_stream, is_device_array, numba_stream
 from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
 from .formats.bf16 import as_bf16_bits
 from .kernels import Q2_EXACT_MAX_M
@@ -94,8 +95,6 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     Raises:
         TypeError / ValueError naming ``a``, ``backend`` or ``stream``.
     """
-    from .api import _host_stream, check_stream, is_device_array
-
     if is_device_array(a):
         raise TypeError(
             "a: prepare takes host bf16 activations; pass activations already on the GPU to "
@@ -126,7 +125,7 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
 
     from .cuda.q2_0 import exact
 
-    st = _host_stream(stream)
+    st = numba_stream(stream)
     with simulator_lock():
         d_a = cuda.to_device(bits, stream=st)
         ops = exact.prepare_device(d_a, st)

@@ -21,16 +21,12 @@ never imported here unless a torch tensor was passed.
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import numpy as np
 from numba import cuda
 
-
-def _is_torch(x) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+from ...arrays import is_torch, numba_stream
 
 
 def as_bits(x, name: str):
@@ -39,7 +35,7 @@ def as_bits(x, name: str):
     Raises TypeError/ValueError naming ``name`` for a wrong dtype, a host
     tensor, or a non-contiguous array.
     """
-    if _is_torch(x):
+    if is_torch(x):
         import torch
 
         if not x.is_cuda:
@@ -97,19 +93,6 @@ def check_device_array(x, name: str, dtype, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name}: expected a C-contiguous device array")
 
 
-def resolve_stream(stream, like):
-    """numba stream for the launches: given, raw handle, torch's current stream, or 0."""
-    if stream is None:
-        if _is_torch(like):
-            import torch
-
-            return cuda.external_stream(torch.cuda.current_stream(like.device).cuda_stream)
-        return 0
-    if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
-        return cuda.external_stream(int(stream)) if stream else 0
-    return stream
-
-
 def gemv_device(
     a, weight, launches, out_shape, *, family: str, out=None, stream=None, numerics="seed",
     key=None,
@@ -138,7 +121,7 @@ def gemv_device(
 
     spec = kernels.family(family)
     d_a, kind = as_bits(a, "a")
-    st = resolve_stream(stream, a)
+    st = numba_stream(stream, a)
     with simulator_lock():
         dw = spec.as_device_weight(weight, st)
         if numerics == "exact":
