@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import q2gemv
-from q2gemv import api, launch
+from q2gemv import api, launch, tiers
 from q2gemv import reference as ref
 from q2gemv.check import assert_bits_equal
 from q2gemv.formats.bf16 import BF16
@@ -147,8 +147,8 @@ def test_nvfp4_defaults_to_exact_and_seed_is_the_tier_dispatch():
         assert list(q2gemv.plan(w4, 5, numerics=numerics)) == [(0, 5, "w4a16_gemv_exact")]
     got = q2gemv.gemv(a, w4, backend="reference", numerics="seed")
     assert_bits_equal(_bits(got), want_seed, label="nvfp4 numerics='seed'")
-    assert q2gemv.plan(w4, 5, numerics="seed") == q2gemv.plan_w4a16(5, api.default_w4a16_tiers())
-    tier = q2gemv.plan_w4a16(5, api.default_w4a16_tiers())[0][2]
+    assert q2gemv.plan(w4, 5, numerics="seed") == tiers.plan_w4a16(5, api.default_w4a16_tiers())
+    tier = tiers.plan_w4a16(5, api.default_w4a16_tiers())[0][2]
     assert api.resolve_numerics("w4a16", None, tier) == "seed"  # a named tier: seed
     assert api.resolve_numerics("w4a16", None, "w4a16_gemv_exact") == "exact"
     assert list(q2gemv.plan(w4, 40)) == [
@@ -269,7 +269,7 @@ def test_device_activations_use_prepare_and_the_exact_kernel_on_the_callers_stre
     y = q2gemv.gemv(d_a, dw, stream=st)
     assert_bits_equal(y.copy_to_host(stream=st), want, label="device a, exact")
     (key,) = interop._WORKSPACES
-    assert key[2:] == ("q2_0", 2, K)  # (device, stream, family, M, K)
+    assert key[2:] == ("q2gemv.cuda.q2_0.exact", 2, K)  # (device, stream, exact module, M, K)
     out = cuda.device_array((2, N), np.uint16)
     assert q2gemv.gemv(d_a, dw, out=out, stream=st) is out  # the same stream: the same buffers
     assert list(interop._WORKSPACES) == [key]

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import q2gemv
-from q2gemv import Nvfp4Weight, Q2Weight, W4a16BatchmTiers, quantize_q2_0, select_tier
+from q2gemv import Nvfp4Weight, Q2Weight, quantize_q2_0
 from q2gemv import reference as ref
 from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.q2_0 import seed as q2cuda
@@ -28,7 +28,7 @@ from q2gemv.cuda.runtime import launcher
 from q2gemv.cuda.w4a16 import seed as w4cuda
 from q2gemv.formats.bf16 import BF16
 from q2gemv.io import load_nvfp4_weights, load_q2_weights, read_gguf, save_q2_weights
-from q2gemv.tiers import plan_w4a16
+from q2gemv.tiers import W4a16BatchmTiers, plan_w4a16, select_tier
 
 N, K, M = 7, 128, 2
 

@@ -2,7 +2,7 @@
 matrix, argument parsing, derived columns, CSV, markdown, the plot, and the layering of
 the ``q2gemv.bench`` subpackage.
 
-Nothing here times anything (benchmarks are scripts, design.md §6).
+Nothing here times anything (benchmarks are scripts, docs/measurements.md).
 """
 
 from __future__ import annotations

@@ -116,7 +116,8 @@ def test_family_spec_names_what_exists(fam):
     """Every dotted name resolves; the exact kernel is the family's exact spec; seed rules plan."""
     exact = kernels.get(fam.exact_kernel)
     assert (exact.family, exact.contract) == (fam.name, "exact")
-    assert [s.name for s in kernels.specs(fam.name, "exact")] == [fam.exact_kernel]
+    assert fam.exact_kernel in [s.name for s in kernels.specs(fam.name, "exact")]
+    assert kernels.module_of(fam.exact_kernel) == fam.exact_module
     assert fam.reference(fam.exact_kernel) is _resolve(exact.reference)
     assert isinstance(fam.host_class(), type)
     assert callable(kernels.resolve(fam.seed_plan)) and callable(kernels.resolve(fam.seed_reason))
@@ -151,3 +152,34 @@ def test_family_of_finds_host_weights_and_refuses_the_rest():
         "packed": True,
         "scales": True,
     }
+
+
+def test_an_exact_kernel_variant_is_its_module_and_its_spec():
+    """A registered exact spec naming its module runs through api, launcher and interop as is.
+
+    (Here the variant's module is the default's, with 4 rows per launch: the claim of
+    docs/architecture.md, "Where to add things", that a variant needs no other edit.)
+    """
+    import numpy as np
+
+    import q2gemv
+    from q2gemv.check import assert_bits_equal
+    from q2gemv.reference.exact import q2_0_gemv_exact
+
+    name = "test_only_q2_0_exact_variant"
+    kernels.register(
+        kernels.KernelSpec(
+            name, "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact", "q2_0_exact", 16, 4,
+            per_m=True, a_align=16, golden=False, module="q2gemv.cuda.q2_0.exact",
+        )
+    )  # fmt: skip
+    try:
+        assert kernels.module_of(name) == "q2gemv.cuda.q2_0.exact"
+        rng = np.random.default_rng(5)
+        w = q2gemv.quantize_q2_0(rng.standard_normal((3, 64)).astype(np.float32), 64)
+        a = rng.standard_normal((5, 64)).astype(q2gemv.BF16)
+        assert list(q2gemv.plan(w, 5, name)) == [(0, 4, name), (4, 1, name)]
+        got = q2gemv.gemv(a, w, kernel=name, backend="cuda")
+        assert_bits_equal(got.view(np.uint16), q2_0_gemv_exact(a, w).view(np.uint16), name)
+    finally:
+        kernels._unregister(name)

@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from . import kernels, launch
+from . import kernels, launch, tiers
 from .arrays import call_key, check_stream, is_device_array, numba_stream
 from .backends import (
     BACKENDS,
@@ -50,7 +50,7 @@ EXACT_W4_KERNEL = kernels.family("w4a16").exact_kernel
 NUMERICS = ("exact", "seed")
 # The kernels take row counts and offsets as int32: no plan goes beyond this many rows.
 PLAN_MAX_M = 2**31 - 1
-EXPLAIN_MAX_LAUNCHES = 8  # explain lists this many launches, then summarises the rest
+EXPLAIN_MAX_LAUNCHES = tiers.EXPLAIN_MAX_LAUNCHES  # explain lists this many, then summarises
 
 
 def family_spec(weight) -> tuple[kernels.FamilySpec, bool]:

@@ -21,13 +21,13 @@ from .backends import simulator_active
 
 
 def is_torch(x) -> bool:
-    """True for a torch tensor (host or CUDA); never imports torch."""
+    """True when ``x`` is a torch tensor (host or CUDA); never imports torch."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
 
 def is_device_array(x) -> bool:
-    """True for numba device arrays, ``__cuda_array_interface__`` objects and CUDA torch tensors."""
+    """True when ``x`` is a numba device array, a ``__cuda_array_interface__`` object or a CUDA tensor."""
     if getattr(x, "__cuda_ndarray__", False) or hasattr(x, "__cuda_array_interface__"):
         return True
     return is_torch(x) and x.is_cuda

@@ -51,13 +51,13 @@ def default_w4a16_tiers() -> tiers.W4a16BatchmTiers:
 
 
 def q2_0_seed_plan(weight, m: int, kernel: str | None) -> launch.ChunkPlan:
-    """Q2_0, seed: the default kernel (or ``kernel``) in chunks of its rows per launch."""
+    """Q2_0, seed: ``m`` rows on the default kernel for ``weight``'s N (or ``kernel``), in chunks."""
     name = default_q2_kernel(m, weight.n) if kernel is None else kernel
     return launch.ChunkPlan(m, kernels.table("q2_0", "seed")[name], lambda rows: name)
 
 
 def q2_0_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
-    """Q2_0, seed: the kernel and why (the launches follow)."""
+    """Q2_0, seed: the kernel for ``m`` rows of ``weight`` (or ``kernel``) and why; launches follow."""
     name = kernel or default_q2_kernel(m, weight.n)
     if kernel:
         why = "forced by kernel="
@@ -69,7 +69,10 @@ def q2_0_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
 
 
 def w4a16_seed_plan(weight, m: int, kernel: str | None) -> launch.ChunkPlan:
-    """NVFP4, seed: the tier plan, or one forced tier, which must cover ``m`` (never chunked)."""
+    """NVFP4, seed: the tier plan of ``m`` rows, or one forced tier ``kernel`` covering ``m``.
+
+    ``weight`` is not needed (the tiers depend on M alone); the signature is every seed rule's.
+    """
     if kernel is None:
         t = default_w4a16_tiers()
         wide = tiers.WIDE_MAX_M  # plan_w4a16's chunk; its kernel depends only on the chunk's rows
@@ -88,7 +91,10 @@ def w4a16_seed_plan(weight, m: int, kernel: str | None) -> launch.ChunkPlan:
 
 
 def w4a16_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
-    """NVFP4, seed: the forced tier, or the tier table's account (which lists its own plan)."""
+    """NVFP4, seed: the forced tier ``kernel``, or the tier table's account for ``m`` rows.
+
+    The account lists its own plan (no launches follow); ``weight`` is not needed.
+    """
     if kernel is None:
         return tiers.explain_tier(m, default_w4a16_tiers()), False
     return f"m = {m}; kernel forced: {kernel}", True

@@ -38,6 +38,9 @@ Q2_BATCHM_MAX_M = 8
 # (16384x16384: 2 x 112.5 us against 253.6 us at M=16; 5120x5120: 2 x 17.8
 # against 37.5 us). Chunking is free under the exact contract.
 Q2_EXACT_MAX_M = 8
+# q2_0_gemv_exact: codes per unit (one activation sum each; both groups are whole units), so
+# K is a multiple of it.
+Q2_EXACT_UNIT = 64
 # w4a16_gemv_exact: activation rows per launch (4 groups of 4 columns of its block-diagonal IMMA).
 W4_EXACT_MAX_M = 16
 
@@ -68,6 +71,10 @@ class KernelSpec:
             only; :mod:`q2gemv.cuda.w4a16`).
         golden: covered by the shipped golden vectors (the generator's
             :func:`golden_family`); False for run-time candidates.
+        module: dotted name of the module that builds and launches it; ""
+            (the default): its family's ``seed_module`` or ``exact_module``
+            (:class:`FamilySpec`, :func:`module_of`). An exact kernel variant
+            in its own file names that file here.
     """
 
     name: str
@@ -86,6 +93,7 @@ class KernelSpec:
     a_ahead: bool = False
     unroll_words: bool = True
     golden: bool = True
+    module: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -150,6 +158,15 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
     _TABLES[(spec.family, spec.contract)][spec.name] = spec.max_m
     _ROWS_PER_CTA[spec.family][spec.name] = spec.rows_per_cta
     return spec
+
+
+def module_of(name: str) -> str:
+    """The dotted module that builds and launches kernel ``name`` (:attr:`KernelSpec.module`)."""
+    spec = get(name)
+    if spec.module:
+        return spec.module
+    fam = family(spec.family)
+    return fam.seed_module if spec.contract == "seed" else fam.exact_module
 
 
 def _unregister(name: str) -> None:
@@ -412,6 +429,7 @@ __all__ = [
     "families",
     "register_family",
     "resolve",
+    "module_of",
     "register",
     "get",
     "specs",
@@ -421,4 +439,5 @@ __all__ = [
     "Q2_BATCHM_MAX_M",
     "Q2_EXACT_MAX_M",
     "W4_EXACT_MAX_M",
+    "Q2_EXACT_UNIT",
 ]

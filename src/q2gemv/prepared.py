@@ -30,10 +30,10 @@ import numpy as np
 from .arrays import check_stream, is_device_array, numba_stream
 from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
 from .formats.bf16 import as_bf16_bits
-from .kernels import Q2_EXACT_MAX_M
+from .kernels import Q2_EXACT_MAX_M, Q2_EXACT_UNIT
 from .launch import ChunkPlan
 
-EXACT_K_MULTIPLE = 64  # the exact kernels' unit of codes (q2gemv.cuda.q2_0.exact.UNIT)
+EXACT_K_MULTIPLE = Q2_EXACT_UNIT  # q2_0_gemv_exact's unit of codes
 
 
 @dataclass(frozen=True, eq=False)

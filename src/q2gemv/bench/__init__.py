@@ -1,6 +1,6 @@
 """``q2gemv bench``: decode-GEMV GPU times against the read ceiling, the FMA floor and torch bf16.
 
-Method (design.md §6), all in one process and one run:
+Method (docs/measurements.md, "How to measure"), all in one process and one run:
 
 * **Cold weights.** Every (family, shape) gets C copies of its weight,
   activations and output, C the smallest count >= 2 whose total exceeds

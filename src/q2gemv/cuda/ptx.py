@@ -20,13 +20,17 @@ from pathlib import Path
 from .. import kernels
 
 # compile unit -> module with ptx_specs(): each family's seed kernels ("q2_0") and exact
-# kernels ("q2_0_exact"), the modules its kernels.FamilySpec names (a new family is listed here
-# by registering it).
+# kernels ("q2_0_exact"), the modules its kernels.FamilySpec names, and any module a kernel's
+# spec names (a new family or kernel module is listed here by registering it).
 MODULES = {
     name: module
     for f in kernels.families()
     for name, module in ((f.name, f.seed_module), (f"{f.name}_exact", f.exact_module))
 }
+# a kernel in a module of its own (KernelSpec.module): its own compile unit, named by the module
+for _m in dict.fromkeys(kernels.module_of(s.name) for s in kernels.specs()):
+    if _m not in MODULES.values():
+        MODULES[_m.removeprefix("q2gemv.cuda.").replace(".", "_")] = _m
 FAMILIES = tuple(MODULES)
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from ... import launch
+from ... import kernels, launch
 from ...formats import q2_0 as fmt
 from ..exact_contract import (
     BF16_NAN,
@@ -62,10 +62,10 @@ from ..runtime.dev import ld_bf16x8, ld_u32x4, mma_u8, shfl_xor
 
 PREP_MAX_THREADS = 1024
 WARPS = 8  # warps per CTA, splitting K
-ROWS_PER_CTA = 16  # one m16 tile of weight rows
+ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 THREADS = 32 * WARPS
-MAX_M = launch.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
-UNIT = 64  # codes per unit: both groups are whole units; one activation sum per unit
+MAX_M = kernels.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
+UNIT = kernels.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
 ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the code sums)
 SCALE_LSB = 24  # fp16 scales in units of 2**-24

@@ -36,7 +36,7 @@ class DeviceQ2Weight:
     n: int
     k: int
     group: int
-    # bound launches of q2gemv.launcher, per call signature; lives and dies with the weight
+    # bound launches of q2gemv.cuda.runtime.launcher, per call signature; lives and dies with the weight
     launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     family: ClassVar[str] = "q2_0"
 

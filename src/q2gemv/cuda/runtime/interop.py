@@ -125,7 +125,8 @@ def gemv_device(
     with simulator_lock():
         dw = spec.as_device_weight(weight, st)
         if numerics == "exact":
-            launcher.exact_module(family).check_k(dw.k)
+            exact = launcher.exact_kernel_of(family, launches)[1]
+            exact.check_k(dw.k)
         result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
         d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
         d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
@@ -142,7 +143,7 @@ def gemv_device(
             bound = launcher.BoundPlan(ls, _handle(key), keep=_keep(a, out, stream))
         else:
             with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
-                ops = exact_workspace(m, dw.k, st, family)
+                ops = exact_workspace(m, dw.k, st, exact)
                 ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st, ops)
                 if not bind:
                     launcher.launch_all(ls, st)
@@ -204,22 +205,22 @@ def _stream_key(st) -> int:
         return id(st)
 
 
-def exact_workspace(m: int, k: int, st, family: str = "q2_0"):
-    """The exact-contract operands of (this device, ``st``, family, m, k).
+def exact_workspace(m: int, k: int, st, exact):
+    """The exact-contract operands of (this device, ``st``, the exact module ``exact``, m, k).
 
-    Q2_0: :class:`~q2gemv.cuda.q2_0.exact.ExactOperands`; NVFP4:
-    :class:`~q2gemv.cuda.w4a16.exact.W4Operands`. Allocated on first use and
+    ``exact``: the module of the plan's exact kernel
+    (:func:`~q2gemv.cuda.runtime.launcher.exact_kernel_of`); its ``Operands``
+    (Q2_0: :class:`~q2gemv.cuda.q2_0.exact.ExactOperands`; NVFP4:
+    :class:`~q2gemv.cuda.w4a16.exact.W4Operands`). Allocated on first use and
     kept for the process (a few bytes per activation: about ``3 M K`` bytes);
     :func:`clear_workspaces` drops them (never while a captured CUDA graph that
     uses them may still replay).
     """
-    from .launcher import exact_module
-
     device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
-    key = (device, _stream_key(st), family, int(m), int(k))
+    key = (device, _stream_key(st), exact.__name__, int(m), int(k))
     ops = _WORKSPACES.get(key)
     if ops is None:
-        ops = _WORKSPACES[key] = exact_module(family).Operands.allocate(m, k, st)
+        ops = _WORKSPACES[key] = exact.Operands.allocate(m, k, st)
     return ops
 
 

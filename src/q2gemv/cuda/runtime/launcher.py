@@ -26,6 +26,7 @@ Two steps:
 
 from __future__ import annotations
 
+import importlib
 from typing import Protocol
 
 import numpy as np
@@ -96,12 +97,25 @@ def exact_module(family: str) -> ExactFamily:
     return kernels.family(family).exact()
 
 
+def exact_kernel_of(family: str, plan) -> tuple[kernels.KernelSpec, ExactFamily]:
+    """The exact kernel a plan of ``family`` runs, and its module (:func:`q2gemv.kernels.module_of`).
+
+    The kernel of the plan's first launch when it is an exact kernel of
+    ``family`` (a variant registered beside the default), else the family's
+    ``exact_kernel``; :func:`launches` then requires every launch to be of it.
+    """
+    spec = kernels.get(kernels.family(family).exact_kernel)
+    first = plan[0][2] if len(plan) else spec.name
+    if first in {s.name for s in kernels.specs(family, "exact")}:
+        spec = kernels.get(first)
+    return spec, importlib.import_module(kernels.module_of(spec.name))
+
+
 def _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
-    """The family's prepare over all rows (unless ``prepare`` is False), then the plan's chunks."""
-    mod = exact_module(family)
+    """The kernel's prepare over all rows (unless ``prepare`` is False), then the plan's chunks."""
+    spec, mod = exact_kernel_of(family, plan)
     m, k = (int(x) for x in d_a.shape)
     ops = _operands(mod, m, k, stream, ops)
-    spec = kernels.get(kernels.family(family).exact_kernel)
     rows_of = []
     for r0, rows, name in plan:
         if name != spec.name or not 1 <= rows <= spec.max_m:
@@ -285,6 +299,7 @@ def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
 __all__ = [
     "ExactFamily",
     "exact_module",
+    "exact_kernel_of",
     "prepare_device",
     "seed_launch",
     "run_kernel",

@@ -1,7 +1,7 @@
 """Pre-bound kernel launches: everything but the stream decided once, then one driver call.
 
 What a launch through numba's dispatcher costs on the host (~28 us a call
-on the H200 machine, design.md §5): the launch-configuration lookup, typing
+on the H200 machine, docs/measurements.md): the launch-configuration lookup, typing
 the Python arguments to pick an overload, marshalling every argument into
 numba's flattened kernel ABI (an array becomes meminfo, parent, nitems,
 itemsize, data, shape..., strides...), and ``cuda.core``'s own packing.

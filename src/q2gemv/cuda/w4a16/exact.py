@@ -65,7 +65,7 @@ from ..runtime.dev import ld_bf16x8, ld_u32x4, mma_s8s8, mma_s8u8, mul_wide, prm
 
 WARPS = 8
 THREADS = 32 * WARPS
-ROWS_PER_CTA = 16
+ROWS_PER_CTA = kernels.get("w4a16_gemv_exact").rows_per_cta  # 16: weight rows per CTA tile
 STEP = 128  # elements of a row per warp step: 8 blocks, 64 bytes
 MGROUP = 4  # activation rows per group (columns 0-3 and 4-7 of one IMMA)
 MAX_M = kernels.W4_EXACT_MAX_M

@@ -69,7 +69,7 @@ from ...tiers import W4a16BatchmTiers, check_plan, plan_w4a16
 from ..runtime.dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
 from .weight import DeviceNvfp4Weight, as_device_weight
 
-THREADS_PER_CTA = 256
+THREADS_PER_CTA = kernels.THREADS_PER_CTA
 WARPS_PER_CTA = THREADS_PER_CTA // 32
 SMEM_STATIC_LIMIT = 48 * 1024
 # K elements staged per tile: 32 groups, one per lane, so lane l always meets

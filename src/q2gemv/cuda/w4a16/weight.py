@@ -33,7 +33,7 @@ class DeviceNvfp4Weight:
     global_scale: np.float32
     n: int
     k: int
-    # bound launches of q2gemv.launcher, per call signature; lives and dies with the weight
+    # bound launches of q2gemv.cuda.runtime.launcher, per call signature; lives and dies with the weight
     launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     family: ClassVar[str] = "w4a16"
 
