@@ -14,8 +14,7 @@ import pytest
 
 from q2gemv import backends, cli
 from q2gemv import bench as B
-
-from .test_bench_formulas import _report, synthetic_rows
+from tests.bench.test_formulas import _report, synthetic_rows
 
 
 def _no_gpu(monkeypatch, simulator: bool) -> None:

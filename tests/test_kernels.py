@@ -2,7 +2,7 @@
 
 Each registered kernel must have: a NumPy reference that exists, golden vectors in
 the shipped file of its golden family, and a PTX build entry (compiled by
-tests/test_ptx.py, which iterates over the registry: nothing is compiled here).
+tests/cuda/test_ptx.py, which iterates over the registry: nothing is compiled here).
 """
 
 from __future__ import annotations

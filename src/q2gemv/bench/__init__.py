@@ -48,7 +48,7 @@ on its stream, replayed, compared with an eager launch), ``PREFIX_summary.md``
 and ``PREFIX_run.json``. The plot is ``benchmarks/plot.py``'s.
 
 The modules, each importing only those above it (no cycle; nothing in the
-package core imports this subpackage; ``tests/test_bench_formulas.py`` checks both):
+package core imports this subpackage; ``tests/bench/test_formulas.py`` checks both):
 
 ==============  ================================================================
 ``formulas``    byte formulas, FMA floor, rotation (pure)

@@ -145,7 +145,7 @@ def _q2_0_gemv_body(A, B16, Bh, C, N, K, group, M):  # noqa: N803 - seed names
 # 91.9 / 89.9 / 88.9 us at 1 / 4 / 8 words (16384x16384); q2_0_gemv_vec_rt4
 # 79.9 / 84.9 / 104.0 us at 1 / 2 / 4 (its 4 rows already give 4 loads in
 # flight). Batches of the batchm kernels spill their accumulators to local
-# memory (tests/test_ptx.py), so they stay at 1.
+# memory (tests/cuda/test_ptx.py), so they stay at 1.
 WORDS_IN_FLIGHT: dict[tuple[int, int], int] = {(1, 1): 8}
 
 

@@ -189,7 +189,7 @@ def test_w4a16_shapes_cross_the_activation_tile(full_suite):
     and the batched ones are built per M since v4 and stage tile_k(M) codes
     a tile (1024 at M = 6..8, 4096 at M=2), while this suite's shapes were
     cut at the 1024-code tile they used at every M. Their seams are crossed by
-    tests/test_q2_cuda.py::test_several_staged_tiles (simulator and GPU,
+    tests/cuda/q2_0/test_seed.py::test_several_staged_tiles (simulator and GPU,
     a partial second tile) and by scripts/h200_check.py (K = 5120 and 17408,
     M up to 17: several tiles).
     """

@@ -167,7 +167,10 @@ _LAUNCH_SCRIPT = _FAKES + textwrap.dedent(
 
 def _run_real_target(script: str) -> dict:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    here = os.path.abspath(__file__)  # tests/cuda/runtime/: the repository is 4 levels up
+    src = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here)))), "src"
+    )
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     r = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600

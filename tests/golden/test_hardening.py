@@ -13,8 +13,7 @@ import pytest
 
 from q2gemv import cli
 from q2gemv.golden import gen, regen, store, suite
-
-from .test_golden import copy_data
+from tests.golden.test_harness import copy_data
 
 DATA = store.default_data_dir()
 

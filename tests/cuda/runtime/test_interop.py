@@ -11,8 +11,7 @@ from numba import cuda
 
 import q2gemv
 from q2gemv.check import assert_bits_equal
-
-from .q2_cases import random_acts, random_weight
+from tests.q2_cases import random_acts, random_weight
 
 
 def _nvfp4(rng, n, k):

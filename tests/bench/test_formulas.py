@@ -19,7 +19,7 @@ from q2gemv.formats.nvfp4 import Nvfp4Weight
 from q2gemv.formats.q2_0 import Q2Weight
 from q2gemv.tiers import W4a16BatchmTiers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 Q2_KERNELS = {"q2_0_gemv": 1, "q2_0_gemv_vec": 1, "q2_0_gemv_vec_batchm": 8}
 ALL_W4 = W4a16BatchmTiers.resolve(B.W4A16_MAX_M)  # every tier present, rt2 at width 8
 

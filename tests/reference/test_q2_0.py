@@ -21,8 +21,7 @@ import pytest
 
 from q2gemv import Q2Weight, reference
 from q2gemv.formats.bf16 import BF16
-
-from .q2_cases import random_acts, random_weight
+from tests.q2_cases import random_acts, random_weight
 
 U = 2.0**-24
 

@@ -13,8 +13,7 @@ from numba import cuda
 import q2gemv
 from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.runtime import interop, launcher
-
-from .q2_cases import random_acts, random_weight
+from tests.q2_cases import random_acts, random_weight
 
 N, K = 5, 64
 

@@ -12,8 +12,7 @@ import pytest
 
 from q2gemv.golden import regen, suite
 from q2gemv.reference import q2_0 as ref_q2
-
-from .test_golden import copy_data
+from tests.golden.test_harness import copy_data
 
 
 @pytest.fixture

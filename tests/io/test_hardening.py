@@ -20,8 +20,7 @@ from q2gemv.io.gguf import (
     save_q2_weights,
 )
 from q2gemv.io.safetensors import SafetensorsError, load_nvfp4_weights
-
-from .test_io_gguf import ARR, F32, STR, U32, spec_gguf, write
+from tests.io.test_gguf import ARR, F32, STR, U32, spec_gguf, write
 
 
 def _q2(n: int, k: int, group: int, seed: int = 0):

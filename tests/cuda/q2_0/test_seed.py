@@ -13,8 +13,7 @@ import q2gemv
 from q2gemv import reference
 from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.q2_0 import seed as q2cuda
-
-from .q2_cases import random_acts, random_weight
+from tests.q2_cases import random_acts, random_weight
 
 M1_KERNELS = ("q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_rt4")
 
