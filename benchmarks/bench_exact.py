@@ -53,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from q2gemv import bench
     from q2gemv.bench import timing
-    from q2gemv.cuda import launcher, q2_0
-    from q2gemv.cuda.prebound import prebind_q2
+    from q2gemv.cuda.q2_0 import seed as q2_0
+    from q2gemv.cuda.runtime import launcher
+    from q2gemv.defaults import default_q2_kernel
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -111,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
                 t = np.median(timer.time_sequence(gcalls, REPEATS).per_call_s) * 1e6
                 row["gemv_only_us"] = t * len(gcalls) / len(gseqs)
                 if m <= 8:
-                    name = (
-                        "q2_0_gemv_vec_rt4" if m == 1 and n >= 16384 else "q2_0_gemv_vec_batchm_rt2"
-                    )
-                    sl = [prebind_q2(name, d_a, dw, o, m) for dw, o in zip(dws, outs, strict=True)]
+                    name = default_q2_kernel(m, n)  # the seed contract's default (one launch)
+                    sl = [
+                        launcher.prebind([launcher.seed_launch(name, d_a, dw, o, m)])[0]
+                        for dw, o in zip(dws, outs, strict=True)
+                    ]
                     row["seed_us"] = np.median(timer.time_sequence(sl, REPEATS).per_call_s) * 1e6
                 ta = torch.from_numpy(a).to("cuda", torch.bfloat16)
                 tout = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)

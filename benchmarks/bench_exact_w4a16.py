@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     import q2gemv
     from q2gemv import bench
     from q2gemv.bench import timing
-    from q2gemv.cuda import exact_w4a16 as xw
-    from q2gemv.cuda import launcher, w4a16
-    from q2gemv.cuda.prebound import prebind_w4a16
+    from q2gemv.cuda.runtime import launcher
+    from q2gemv.cuda.w4a16 import exact as xw
+    from q2gemv.cuda.w4a16 import seed as w4a16
     from q2gemv.reference.exact import w4a16_gemv_exact
 
     if args.rt:
@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             plan = list(q2gemv.plan(w, m, numerics="seed"))
             row["seed_kernel"] = "+".join(sorted({kn for _, _, kn in plan}))
             sl = [
-                prebind_w4a16(kn, d_a[r0 : r0 + rr], dw, o[r0 : r0 + rr], rr)
+                launcher.prebind(
+                    [launcher.seed_launch(kn, d_a[r0 : r0 + rr], dw, o[r0 : r0 + rr], rr)]
+                )[0]
                 for dw, o in zip(dws, outs, strict=True)
                 for r0, rr, kn in plan
             ]

@@ -3,7 +3,7 @@
     python3 benchmarks/candidates.py bench --out DIR [run_h200.py arguments ...]
     python3 benchmarks/candidates.py check [scripts/h200_check.py arguments ...]
 
-Each candidate is a :func:`q2gemv.cuda.q2_0._make_vec_body` setting (rows per
+Each candidate is a :func:`q2gemv.cuda.q2_0.seed._make_vec_body` setting (rows per
 warp, activation rows per launch, words in flight). This script registers
 them in the kernel registry (:func:`q2gemv.kernels.register`, ``golden=False``)
 for this process only, then runs ``benchmarks/run_h200.py``, so torch bf16 and the read

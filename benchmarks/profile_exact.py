@@ -17,7 +17,9 @@ import numpy as np
 from numba import cuda
 
 from q2gemv import Q2Weight
-from q2gemv.cuda import exact, launcher, q2_0
+from q2gemv.cuda.q2_0 import exact
+from q2gemv.cuda.q2_0 import seed as q2_0
+from q2gemv.cuda.runtime import launcher
 
 
 def sass(nt: int, group: int) -> int:

@@ -37,7 +37,7 @@ def main() -> int:
     from numba import cuda
 
     from q2gemv import Q2Weight
-    from q2gemv.cuda import q2_0
+    from q2gemv.cuda.q2_0 import seed as q2_0
 
     n, k = (int(x) for x in args.shape.split("x"))
     rng = np.random.default_rng(7)
@@ -50,7 +50,7 @@ def main() -> int:
     }
     launchers = {"q2_0": q2_0.launch_raw}
     if any(spec.startswith("w4a16") for spec in args.kernels.split(",")):
-        from q2gemv.cuda import w4a16
+        from q2gemv.cuda.w4a16 import seed as w4a16
         from q2gemv.formats.nvfp4 import Nvfp4Weight
 
         packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)

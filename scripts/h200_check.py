@@ -27,7 +27,8 @@ import numpy as np
 
 from q2gemv import Q2Weight, reference
 from q2gemv.check import compare_bits
-from q2gemv.cuda import q2_0 as q2cuda
+from q2gemv.cuda.q2_0 import seed as q2cuda
+from q2gemv.cuda.runtime.launcher import run_kernel
 from q2gemv.formats.bf16 import BF16
 
 SHAPES = ((5120, 5120), (17408, 5120), (5120, 17408))
@@ -76,14 +77,13 @@ def q2_rows(rng, quick: bool) -> list[dict]:
             for name in q2cuda.KERNELS:
                 exp = want["q2_0_gemv" if name == "q2_0_gemv" else "vec"]
                 for m in MS:
-                    got = q2cuda.run(name, a[:m].view(np.uint16), dw)
+                    got = run_kernel(name, a[:m].view(np.uint16), dw)
                     rows.append(check_row(name, n, k, g, m, got, exp[:m], t_ref))
             print(f"q2_0 {n}x{k} g{g}: done", file=sys.stderr, flush=True)
     return rows
 
 
 def exact_rows(rng, quick: bool) -> list[dict]:
-    from q2gemv.cuda import exact as excuda
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     rows = []
@@ -98,7 +98,7 @@ def exact_rows(rng, quick: bool) -> list[dict]:
             want = q2_0_gemv_exact(a, w).view(np.uint16)
             t_ref = time.perf_counter() - t0
             for m in ms:
-                got = excuda.run_q2(a[:m].view(np.uint16), dw)
+                got = run_kernel("q2_0_gemv_exact", a[:m].view(np.uint16), dw)
                 rows.append(check_row("q2_0_gemv_exact", n, k, g, m, got, want[:m], t_ref))
             print(f"q2_0 exact {n}x{k} g{g}: done", file=sys.stderr, flush=True)
     return rows
@@ -106,8 +106,7 @@ def exact_rows(rng, quick: bool) -> list[dict]:
 
 def w4_exact_rows(rng, quick: bool) -> list[dict]:
     from q2gemv import Nvfp4Weight
-    from q2gemv.cuda import exact_w4a16 as xw
-    from q2gemv.cuda import w4a16 as wcuda
+    from q2gemv.cuda.w4a16 import seed as wcuda
     from q2gemv.reference.exact import w4a16_gemv_exact
 
     rows = []
@@ -124,7 +123,7 @@ def w4_exact_rows(rng, quick: bool) -> list[dict]:
         want = w4a16_gemv_exact(a, w).view(np.uint16)
         t_ref = time.perf_counter() - t0
         for m in ms:
-            got = xw.run_w4(a[:m].view(np.uint16), dw)
+            got = run_kernel("w4a16_gemv_exact", a[:m].view(np.uint16), dw)
             row = check_row("w4a16_gemv_exact", n, k, 16, m, got, want[:m], t_ref)
             rows.append(row | {"family": "w4a16"})
         print(f"w4a16 exact {n}x{k}: done", file=sys.stderr, flush=True)
@@ -133,7 +132,7 @@ def w4_exact_rows(rng, quick: bool) -> list[dict]:
 
 def w4a16_rows(rng, quick: bool) -> list[dict]:
     try:
-        from q2gemv.cuda import w4a16 as wcuda
+        from q2gemv.cuda.w4a16 import seed as wcuda
         from q2gemv.formats.nvfp4 import Nvfp4Weight
         from q2gemv.reference.w4a16 import w4a16_gemv
     except ImportError as e:
@@ -149,7 +148,7 @@ def w4a16_rows(rng, quick: bool) -> list[dict]:
         for name, spec in wcuda.SPECS.items():
             max_m = spec.max_m
             for m in sorted({1, 3, max_m // 2, max_m - 1, max_m}):
-                got = wcuda.run(name, a[:m].view(np.uint16), dw)
+                got = run_kernel(name, a[:m].view(np.uint16), dw)
                 rep = compare_bits(got, want[:m])
                 rows.append(
                     dict(

@@ -53,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _q2_cases():
     """(kernel, group, n, k, m) for the Q2_0 family."""
-    from q2gemv.cuda import q2_0 as q2cuda
+    from q2gemv.cuda.q2_0 import seed as q2cuda
 
     cases = []
     for name, (_, max_m, _) in q2cuda.KERNELS.items():
@@ -69,7 +69,7 @@ def _q2_cases():
 
 def _w4_cases():
     """(kernel or None for the automatic plan, n, k, m) for the W4A16 family."""
-    from q2gemv.cuda import w4a16 as w4cuda
+    from q2gemv.cuda.w4a16 import seed as w4cuda
 
     cases = []
     for name in w4cuda.KERNEL_NAMES:
@@ -138,8 +138,8 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
     from q2gemv import Nvfp4Weight, Q2Weight
     from q2gemv import reference as ref
     from q2gemv.check import compare_bits
-    from q2gemv.cuda import q2_0 as q2cuda
-    from q2gemv.cuda import w4a16 as w4cuda
+    from q2gemv.cuda.q2_0 import seed as q2cuda
+    from q2gemv.cuda.w4a16 import seed as w4cuda
     from q2gemv.formats.bf16 import BF16
     from q2gemv.tiers import W4a16BatchmTiers, plan_w4a16
 
@@ -213,7 +213,7 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         d_a = cuda.to_device(np.ascontiguousarray(a.view(np.uint16)))
         got = _poisoned_run(launches, d_a, dw, m, n, w4cuda.launch_raw)
         check(f"{name or 'auto-plan'} n={n} k={k} m={m}", got, refs[key][:m])
-    from q2gemv.cuda import launcher
+    from q2gemv.cuda.runtime import launcher
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     for group, n, k, m in ex_cases:

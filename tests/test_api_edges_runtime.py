@@ -134,7 +134,7 @@ def test_simulator_lock_is_held_by_one_call_at_a_time(monkeypatch):
     if not simulator_active():
         pytest.skip("the lock is a no-op on a GPU")
     from q2gemv.backends import SIMULATOR_LOCK
-    from q2gemv.cuda import launcher
+    from q2gemv.cuda.runtime import launcher
 
     inside, most = [0], [0]
     real = launcher.launch_all  # every gemv on the cuda backend enqueues through it

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import q2gemv
-from q2gemv import api, launch
+from q2gemv import api, launch, tiers
 from q2gemv import reference as ref
 from q2gemv.check import assert_bits_equal
 from q2gemv.formats.bf16 import BF16
@@ -109,12 +109,12 @@ def test_contradicting_kernel_and_numerics_is_a_value_error_naming_kernel():
 
 @pytest.mark.parametrize("bad", ["fast", "EXACT", "", 1, True, ["exact"]])
 def test_bad_numerics_is_a_value_error_naming_it_before_anything_runs(bad, monkeypatch):
-    from q2gemv.cuda import exact, interop
+    from q2gemv.cuda.runtime import interop, launcher
 
     def never(*args, **kwargs):
         raise AssertionError("ran before numerics was checked")
 
-    monkeypatch.setattr(exact, "run_q2", never)
+    monkeypatch.setattr(launcher, "run_host", never)
     monkeypatch.setattr(interop, "gemv_device", never)
     w, a = _case()
     from numba import cuda
@@ -147,8 +147,8 @@ def test_nvfp4_defaults_to_exact_and_seed_is_the_tier_dispatch():
         assert list(q2gemv.plan(w4, 5, numerics=numerics)) == [(0, 5, "w4a16_gemv_exact")]
     got = q2gemv.gemv(a, w4, backend="reference", numerics="seed")
     assert_bits_equal(_bits(got), want_seed, label="nvfp4 numerics='seed'")
-    assert q2gemv.plan(w4, 5, numerics="seed") == q2gemv.plan_w4a16(5, api.default_w4a16_tiers())
-    tier = q2gemv.plan_w4a16(5, api.default_w4a16_tiers())[0][2]
+    assert q2gemv.plan(w4, 5, numerics="seed") == tiers.plan_w4a16(5, api.default_w4a16_tiers())
+    tier = tiers.plan_w4a16(5, api.default_w4a16_tiers())[0][2]
     assert api.resolve_numerics("w4a16", None, tier) == "seed"  # a named tier: seed
     assert api.resolve_numerics("w4a16", None, "w4a16_gemv_exact") == "exact"
     assert list(q2gemv.plan(w4, 40)) == [
@@ -188,7 +188,8 @@ def test_prepare_on_the_reference_backend_is_bit_equal_and_reusable():
 
 
 def test_prepare_on_cuda_converts_once_and_uploads_nothing_new(monkeypatch):
-    from q2gemv.cuda import exact
+    from q2gemv.cuda.q2_0 import exact
+    from q2gemv.cuda.runtime import launcher
 
     w, a = _case(seed=7, m=2, specials=True)
     dw = w.to_device()
@@ -200,7 +201,7 @@ def test_prepare_on_cuda_converts_once_and_uploads_nothing_new(monkeypatch):
         raise AssertionError("the activations were prepared again")
 
     monkeypatch.setattr(exact, "prepare_device", never)
-    monkeypatch.setattr(exact, "run_q2", never)
+    monkeypatch.setattr(launcher, "prepare_device", never)
     assert_bits_equal(_bits(q2gemv.gemv(p, dw)), want, label="prepared, device weight")
     assert_bits_equal(_bits(q2gemv.gemv(p, w)), want, label="prepared, host weight")
     assert_bits_equal(_bits(q2gemv.gemv(p, w, backend="reference")), want, label="reference")
@@ -232,7 +233,7 @@ def test_prepared_activations_serve_only_q2_exact():
 
 def test_batch_invariance_across_row_chunks():
     """M=17 crosses the 8-row launches twice (and would cross 16): each row == a one-row call."""
-    from q2gemv.cuda import exact
+    from q2gemv.cuda.q2_0 import exact
 
     rng = np.random.default_rng(8)
     w = random_weight(rng, 9, K, 128)
@@ -257,7 +258,7 @@ def test_batch_invariance_across_row_chunks():
 def test_device_activations_use_prepare_and_the_exact_kernel_on_the_callers_stream():
     from numba import cuda
 
-    from q2gemv.cuda import interop
+    from q2gemv.cuda.runtime import interop
 
     w, a = _case(seed=9, m=2)
     dw = w.to_device()
@@ -268,7 +269,7 @@ def test_device_activations_use_prepare_and_the_exact_kernel_on_the_callers_stre
     y = q2gemv.gemv(d_a, dw, stream=st)
     assert_bits_equal(y.copy_to_host(stream=st), want, label="device a, exact")
     (key,) = interop._WORKSPACES
-    assert key[2:] == ("q2_0", 2, K)  # (device, stream, family, M, K)
+    assert key[2:] == ("q2gemv.cuda.q2_0.exact", 2, K)  # (device, stream, exact module, M, K)
     out = cuda.device_array((2, N), np.uint16)
     assert q2gemv.gemv(d_a, dw, out=out, stream=st) is out  # the same stream: the same buffers
     assert list(interop._WORKSPACES) == [key]

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import q2gemv
-from q2gemv import W4A16_BATCHM_WIDTHS, Nvfp4Weight, Q2Weight, api, select_tier
+from q2gemv import Nvfp4Weight, Q2Weight, api
 from q2gemv import reference as ref
 from q2gemv.check import assert_bits_equal
 from q2gemv.formats import nvfp4 as nv
@@ -37,9 +37,11 @@ from q2gemv.tiers import (
     BATCH32,
     EXACT_M_LAST,
     FIRST_EXACT_M,
+    W4A16_BATCHM_WIDTHS,
     W4a16BatchmTiers,
     candidate_kernel_names,
     plan_w4a16,
+    select_tier,
 )
 
 _COMMON = dict(
@@ -168,7 +170,7 @@ def _w4_property(data, max_n, max_groups, max_m, exact=False):
     if kernel is None:  # the seed contract's automatic tier plan
         got = q2gemv.gemv(a, w, backend="cuda", numerics="seed")
     else:  # a forced tier, chunked by its own max_m
-        from q2gemv.cuda import w4a16 as w4cuda
+        from q2gemv.cuda.w4a16 import seed as w4cuda
 
         got = w4cuda.w4a16_gemv(a, w, kernel=kernel)
     assert_bits_equal(got.view(np.uint16), want, label=f"{kernel} n={w.n} k={w.k} m={m}")

@@ -2,7 +2,7 @@
 
 Each registered kernel must have: a NumPy reference that exists, golden vectors in
 the shipped file of its golden family, and a PTX build entry (compiled by
-tests/test_ptx.py, which iterates over the registry: nothing is compiled here).
+tests/cuda/test_ptx.py, which iterates over the registry: nothing is compiled here).
 """
 
 from __future__ import annotations
@@ -92,3 +92,94 @@ def test_spec_refusals(kw, needle):
     )  # fmt: skip
     with pytest.raises(ValueError, match=needle):
         kernels.KernelSpec(**(base | kw))
+
+
+# -- the family specs --------------------------------------------------------------------------
+
+FAMILY_SPECS = kernels.families()
+
+
+def test_every_kernel_family_has_one_spec():
+    assert {f.name for f in FAMILY_SPECS} == {s.family for s in SPECS} == set(kernels.FAMILIES)
+    for f in FAMILY_SPECS:
+        assert kernels.family(f.name) is f
+    with pytest.raises(ValueError, match=r"^family: expected one of"):
+        kernels.family("q4_0")
+    with pytest.raises(ValueError, match=r"^family: expected one of"):
+        kernels.family(None)
+    with pytest.raises(ValueError, match=r"already registered"):
+        kernels.register_family(FAMILY_SPECS[0])
+
+
+@pytest.mark.parametrize("fam", FAMILY_SPECS, ids=lambda f: f.name)
+def test_family_spec_names_what_exists(fam):
+    """Every dotted name resolves; the exact kernel is the family's exact spec; seed rules plan."""
+    exact = kernels.get(fam.exact_kernel)
+    assert (exact.family, exact.contract) == (fam.name, "exact")
+    assert fam.exact_kernel in [s.name for s in kernels.specs(fam.name, "exact")]
+    assert kernels.module_of(fam.exact_kernel) == fam.exact_module
+    assert fam.reference(fam.exact_kernel) is _resolve(exact.reference)
+    assert isinstance(fam.host_class(), type)
+    assert callable(kernels.resolve(fam.seed_plan)) and callable(kernels.resolve(fam.seed_reason))
+    from q2gemv.cuda.runtime.launcher import ExactFamily
+
+    mod = fam.exact()
+    for name in ExactFamily.__annotations__.keys() | {
+        "check_k",
+        "prepare_launch",
+        "chunk_launches",
+    }:
+        assert hasattr(mod, name), (fam.exact_module, name)
+    assert callable(fam.seed().launch_args) and callable(fam.seed().compiled)
+    assert fam.device_class().family == fam.name
+    other = next(s for s in SPECS if s.family != fam.name)
+    with pytest.raises(ValueError, match=r"^kernel: "):
+        fam.reference(other.name)
+
+
+def test_family_of_finds_host_weights_and_refuses_the_rest():
+    import numpy as np
+
+    import q2gemv
+
+    q2 = q2gemv.quantize_q2_0(np.ones((4, 128), np.float32), 64)
+    assert kernels.family_of(q2) == (kernels.family("q2_0"), False)
+    w4 = q2gemv.Nvfp4Weight.from_float(np.ones((4, 32), np.float32))
+    assert kernels.family_of(w4) == (kernels.family("w4a16"), False)
+    assert kernels.family_of(np.ones(4)) is None and kernels.family_of(None) is None
+    assert {n: a is getattr(q2, n) for n, a in api.weight_arrays(q2).items()} == {"raw": True}
+    assert {n: a is getattr(w4, n) for n, a in api.weight_arrays(w4).items()} == {
+        "packed": True,
+        "scales": True,
+    }
+
+
+def test_an_exact_kernel_variant_is_its_module_and_its_spec():
+    """A registered exact spec naming its module runs through api, launcher and interop as is.
+
+    (Here the variant's module is the default's, with 4 rows per launch: the claim of
+    docs/architecture.md, "Where to add things", that a variant needs no other edit.)
+    """
+    import numpy as np
+
+    import q2gemv
+    from q2gemv.check import assert_bits_equal
+    from q2gemv.reference.exact import q2_0_gemv_exact
+
+    name = "test_only_q2_0_exact_variant"
+    kernels.register(
+        kernels.KernelSpec(
+            name, "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact", "q2_0_exact", 16, 4,
+            per_m=True, a_align=16, golden=False, module="q2gemv.cuda.q2_0.exact",
+        )
+    )  # fmt: skip
+    try:
+        assert kernels.module_of(name) == "q2gemv.cuda.q2_0.exact"
+        rng = np.random.default_rng(5)
+        w = q2gemv.quantize_q2_0(rng.standard_normal((3, 64)).astype(np.float32), 64)
+        a = rng.standard_normal((5, 64)).astype(q2gemv.BF16)
+        assert list(q2gemv.plan(w, 5, name)) == [(0, 4, name), (4, 1, name)]
+        got = q2gemv.gemv(a, w, kernel=name, backend="cuda")
+        assert_bits_equal(got.view(np.uint16), q2_0_gemv_exact(a, w).view(np.uint16), name)
+    finally:
+        kernels._unregister(name)

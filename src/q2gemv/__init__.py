@@ -1,11 +1,16 @@
 """q2gemv: bit-exact low-bit decode GEMV kernels (GGUF Q2_0 ternary, NVFP4 W4A16).
 
 Every numba.cuda kernel sits beside a NumPy reference (``q2gemv.reference``)
-with the same bits. Two numerics contracts: ``exact`` (the default for Q2_0:
-the bf16 nearest to the exact sum, whatever the order) and ``seed`` (each
-kernel's documented fp32 order; the default for NVFP4); ``gemv(...,
-numerics=)`` picks one. Importing this package is light: numba and the
-kernels load on first use.
+with the same bits. Two numerics contracts: ``exact`` (the default for both
+families: the bf16 nearest to the exact sum, whatever the order) and
+``seed`` (each kernel's documented fp32 order); ``gemv(..., numerics=)``
+picks one. Importing this package is light: numba and the kernels load on
+first use.
+
+``__all__`` is what a user calls: :func:`gemv`, :func:`plan`, :func:`explain`,
+:func:`prepare`, :func:`to_device`, the weight classes and their quantizers,
+the loaders and the bit checks. The W4A16 tier machinery (``select_tier``,
+``plan_w4a16``, the kill switches) lives in :mod:`q2gemv.tiers`.
 """
 
 from __future__ import annotations
@@ -16,42 +21,27 @@ from .device import DeviceWeight, to_device
 from .formats.bf16 import BF16
 from .formats.nvfp4 import Nvfp4Weight, global_scale_from_divisor
 from .formats.q2_0 import Q2Weight, quantize_q2_0
+from .io import load_nvfp4_weights, load_q2_weights
 from .prepared import PreparedActivations, prepare
-from .tiers import (
-    W4A16_BATCHM_WIDTHS,
-    W4a16BatchmTiers,
-    batch8_rt_enabled,
-    exact_m_tiers_enabled,
-    explain_tier,
-    plan_w4a16,
-    reload_env,
-    select_tier,
-)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "gemv",
-    "explain",
     "plan",
+    "explain",
     "prepare",
     "to_device",
+    "Q2Weight",
+    "Nvfp4Weight",
     "DeviceWeight",
     "PreparedActivations",
-    "Nvfp4Weight",
-    "global_scale_from_divisor",
-    "plan_w4a16",
-    "explain_tier",
-    "batch8_rt_enabled",
-    "reload_env",
-    "W4A16_BATCHM_WIDTHS",
-    "W4a16BatchmTiers",
-    "exact_m_tiers_enabled",
-    "select_tier",
-    "BF16",
-    "Q2Weight",
     "quantize_q2_0",
-    "assert_bits_equal",
+    "global_scale_from_divisor",
+    "load_q2_weights",
+    "load_nvfp4_weights",
+    "BF16",
     "compare_bits",
+    "assert_bits_equal",
     "__version__",
 ]

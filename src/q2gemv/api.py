@@ -18,23 +18,25 @@ Two numerics contracts (``numerics=``, resolved by :func:`resolve_numerics`):
 from __future__ import annotations
 
 import functools
-import sys
 
 import numpy as np
 
 from . import kernels, launch, tiers
+from .arrays import call_key, check_stream, is_device_array, numba_stream
 from .backends import (
     BACKENDS,
     default_backend,
     describe_default,
     require_cuda,
-    simulator_active,
     simulator_lock,
+)
+from .defaults import (  # noqa: F401 - the seed rules, re-exported under their old api names
+    Q2_RT4_MIN_N,
+    default_q2_kernel,
+    default_w4a16_tiers,
 )
 from .device import to_device
 from .formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
-from .formats.nvfp4 import Nvfp4Weight
-from .formats.q2_0 import Q2Weight
 from .prepared import PreparedActivations
 
 # Live read-only views of the registry (q2gemv.kernels): kernel -> activation rows per launch.
@@ -43,89 +45,36 @@ Q2_KERNELS = kernels.table("q2_0", "seed")
 Q2_EXACT_KERNELS = kernels.table("q2_0", "exact")
 W4A16_KERNELS = kernels.table("w4a16", "seed")  # kernel -> max M per launch
 W4_EXACT_KERNELS = kernels.table("w4a16", "exact")
-EXACT_Q2_KERNEL = "q2_0_gemv_exact"
-EXACT_W4_KERNEL = "w4a16_gemv_exact"
+EXACT_Q2_KERNEL = kernels.family("q2_0").exact_kernel
+EXACT_W4_KERNEL = kernels.family("w4a16").exact_kernel
 NUMERICS = ("exact", "seed")
 PLAN_MAX_M = launch.PLAN_MAX_M  # int32 row counts: the one bound of every planner
-EXPLAIN_MAX_LAUNCHES = 8  # explain lists this many launches, then summarises the rest
+EXPLAIN_MAX_LAUNCHES = tiers.EXPLAIN_MAX_LAUNCHES  # explain lists this many, then summarises
 
 
-def _device_weight_family(weight) -> str | None:
-    """Without importing numba: device weights can only exist once q2gemv.cuda is loaded."""
-    q2 = sys.modules.get("q2gemv.cuda.q2_0")
-    if q2 is not None and isinstance(weight, q2.DeviceQ2Weight):
-        return "q2_0"
-    w4 = sys.modules.get("q2gemv.cuda.w4a16")
-    if w4 is not None and isinstance(weight, w4.DeviceNvfp4Weight):
-        return "w4a16"
-    return None
-
-
-def weight_family(weight) -> tuple[str, bool]:
-    """``("q2_0" | "w4a16", on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
-    if isinstance(weight, Q2Weight):
-        return "q2_0", False
-    if isinstance(weight, Nvfp4Weight):
-        return "w4a16", False
-    fam = _device_weight_family(weight)
-    if fam is None:
+def family_spec(weight) -> tuple[kernels.FamilySpec, bool]:
+    """``(family spec, on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
+    found = kernels.family_of(weight)
+    if found is None:
         raise TypeError(
             "weight: expected a Q2Weight, Nvfp4Weight or their device-resident forms, "
             f"got {type(weight).__name__}"
         )
-    return fam, True
+    return found
 
 
-def is_device_array(x) -> bool:
-    """True for numba device arrays, ``__cuda_array_interface__`` objects and CUDA torch tensors.
-
-    Imports neither numba nor torch: a torch tensor can only exist once torch is loaded.
-    """
-    if getattr(x, "__cuda_ndarray__", False) or hasattr(x, "__cuda_array_interface__"):
-        return True
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
-
-
-# Output rows from which the 4-rows-per-warp M=1 kernel wins (H200, one run with
-# torch bf16 beside it: benchmarks/results/h200_candidates_v4b_gemv.csv, M=1):
-# q2_0_gemv_vec_rt4 56.4 us vs 61.3 us for q2_0_gemv_vec_batchm_rt2 at 16384x16384
-# and 23.9 vs 23.9 us at 17408x5120, but 11.8 vs 10.1 us at 5120x5120 and 33.5 vs
-# 27.6 us at 5120x17408 (N/32 = 160 CTAs for 132 SMs leaves SMs idle).
-Q2_RT4_MIN_N = 16384
-
-
-def default_q2_kernel(m: int, n: int = 0) -> str:
-    """The Q2_0 kernel :func:`gemv` uses for ``m`` activation rows and ``n`` output rows.
-
-    Every choice here computes the same bits (all share q2_0_gemv_vec's per-row
-    order); the rule only picks the fastest measured on the H200 (same run,
-    benchmarks/results/h200_candidates_v4b_gemv.csv):
-
-    * M=1 and ``n >= Q2_RT4_MIN_N``: ``q2_0_gemv_vec_rt4``;
-    * otherwise ``q2_0_gemv_vec_batchm_rt2`` in chunks of 8. It is built per
-      M: at M=1 it loads activations directly (2 rows per warp: 10.1 us vs
-      11.2 us for ``q2_0_gemv_vec`` at 5120x5120), and from M=2 on it beats
-      one M=1 launch per row on all four shapes (91.5 us vs 2 x 56.4 us at
-      16384x16384, M=2) and the seed's ``q2_0_gemv_vec_batchm`` at every M.
-    """
-    if m == 1 and n >= Q2_RT4_MIN_N:
-        return "q2_0_gemv_vec_rt4"
-    return "q2_0_gemv_vec_batchm_rt2"
-
-
-def default_w4a16_tiers() -> tiers.W4a16BatchmTiers:
-    """Every tier this package builds counts as present; the kill switches still apply."""
-    return tiers.W4a16BatchmTiers.resolve(available=tiers.candidate_kernel_names())
+def weight_family(weight) -> tuple[str, bool]:
+    """``("q2_0" | "w4a16", on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
+    spec, on_device = family_spec(weight)
+    return spec.name, on_device
 
 
 def weight_arrays(weight) -> dict[str, np.ndarray]:
     """The host arrays holding a weight's bytes, by attribute name (none for a device weight)."""
-    if isinstance(weight, Q2Weight):
-        return {"raw": weight.raw}
-    if isinstance(weight, Nvfp4Weight):
-        return {"packed": weight.packed, "scales": weight.scales}
-    return {}
+    found = kernels.family_of(weight)
+    if found is None or found[1]:
+        return {}
+    return {name: getattr(weight, name) for name in found[0].weight_arrays}
 
 
 def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
@@ -170,9 +119,7 @@ def resolve_numerics(family: str, numerics: str | None = None, kernel: str | Non
         )
     if kernel is None:
         return numerics or "exact"
-    exact, seed = (
-        (Q2_EXACT_KERNELS, Q2_KERNELS) if family == "q2_0" else (W4_EXACT_KERNELS, W4A16_KERNELS)
-    )
+    exact, seed = kernels.table(family, "exact"), kernels.table(family, "seed")
     if kernel in exact:
         if numerics == "seed":
             raise ValueError(
@@ -240,31 +187,11 @@ def plan(
 
 def _plan_iter(weight, family: str, mode: str, m: int, kernel: str | None):
     """The entries of :func:`plan` as a sequence that is never materialised (arguments checked)."""
-    if family == "q2_0":
-        if mode == "exact":
-            name = EXACT_Q2_KERNEL if kernel is None else kernel
-            table = Q2_EXACT_KERNELS
-        else:
-            name = default_q2_kernel(m, weight.n) if kernel is None else kernel
-            table = Q2_KERNELS
-        return launch.ChunkPlan(m, table[name], lambda rows: name)
+    spec = kernels.family(family)
     if mode == "exact":
-        name = EXACT_W4_KERNEL if kernel is None else kernel
-        return launch.ChunkPlan(m, W4_EXACT_KERNELS[name], lambda rows: name)
-    if kernel is None:
-        t = default_w4a16_tiers()
-        wide = tiers.WIDE_MAX_M  # plan_w4a16's chunk; its kernel depends only on the chunk's rows
-        full = tiers.plan_w4a16(wide, t)[0][2]
-        tail = tiers.plan_w4a16(m % wide, t)[0][2] if m % wide else full
-        return launch.ChunkPlan(m, wide, lambda rows: full if rows == wide else tail)
-    if kernel not in W4A16_KERNELS:
-        raise ValueError(f"kernel: expected one of {tuple(W4A16_KERNELS)}, got {kernel!r}")
-    if m > W4A16_KERNELS[kernel]:
-        raise ValueError(
-            f"kernel: {kernel} serves at most {W4A16_KERNELS[kernel]} rows, got M={m} "
-            "(leave kernel=None to let the tier plan chunk it)"
-        )
-    return launch.ChunkPlan(m, max(m, 1), lambda rows: kernel)
+        name = spec.exact_kernel if kernel is None else kernel
+        return launch.ChunkPlan(m, kernels.get(name).max_m, lambda rows: name)
+    return kernels.resolve(spec.seed_plan)(weight, m, kernel)
 
 
 def _serialised_in_simulator(fn):
@@ -298,7 +225,7 @@ def gemv(
 
     Args:
         a: ``ml_dtypes.bfloat16`` activations, [K] or [M, K] (any M >= 0); or
-            activations already on the GPU (see :mod:`q2gemv.cuda.interop`):
+            activations already on the GPU (see :mod:`q2gemv.cuda.runtime.interop`):
             a numba/CuPy device array of uint16 bf16 bits or a CUDA
             ``torch.bfloat16`` tensor, which stay on the device; or the
             result of :func:`q2gemv.prepare` (Q2_0 weights, exact contract
@@ -360,65 +287,6 @@ def gemv(
     )  # fmt: skip
 
 
-_TORCH_RAW_STREAM: list = []  # torch._C._cuda_getCurrentRawStream (or a fallback), found once
-
-
-def _torch_stream(torch, device: int) -> int:
-    if not _TORCH_RAW_STREAM:
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        _TORCH_RAW_STREAM.append(raw or (lambda d: torch.cuda.current_stream(d).cuda_stream))
-    return _TORCH_RAW_STREAM[0](device)
-
-
-def _buffer_key(x, tensor_type) -> tuple | None:
-    """What identifies device buffer ``x`` for the launch cache: address, shape, dtype, strides."""
-    if tensor_type is not None and isinstance(x, tensor_type):  # a CUDA address names its device
-        return (x.data_ptr(), x.shape, x.dtype, x.stride(), x.is_cuda)
-    cai = getattr(x, "__cuda_array_interface__", None)
-    if cai is not None:  # numba (GPU) and CuPy arrays
-        return (cai["data"][0], cai["shape"], cai["typestr"], cai.get("strides"), type(x))
-    if getattr(x, "__cuda_ndarray__", False):  # the simulator's: no address; kept alive, so
-        return (id(x), type(x))  # its identity cannot be reused while cached
-    return None
-
-
-def call_key(a, out, stream, kernel, numerics) -> tuple | None:
-    """The launch-cache key of a call on device ``a`` and ``out`` (None: not cacheable).
-
-    Everything the first call's validation depended on, besides the weight
-    (the cache lives on the immutable device weight): both buffers' device
-    address (unique across devices), shape, dtype, strides, the stream's raw
-    handle (torch's current stream for torch ``a`` without ``stream=``; the
-    simulator's streams by identity), ``kernel``, ``numerics`` and the W4A16
-    kill switches (:func:`q2gemv.tiers.env_generation`: a
-    :func:`~q2gemv.tiers.reload_env` re-plans). A call whose key
-    differs in any of them is validated and bound afresh: a cached launch is
-    never used on other buffers.
-    """
-    if not (kernel is None or type(kernel) is str) or not (
-        numerics is None or type(numerics) is str
-    ):
-        return None  # gemv refuses it (or it is unhashable): no key can match it
-    tensor_type = getattr(sys.modules.get("torch"), "Tensor", None)
-    ka = _buffer_key(a, tensor_type)
-    ko = _buffer_key(out, tensor_type)
-    if ka is None or ko is None:
-        return None
-    if stream is None:
-        torch_a = tensor_type is not None and isinstance(a, tensor_type)
-        st = _torch_stream(sys.modules["torch"], a.get_device()) if torch_a else 0
-    elif type(stream) is int:
-        st = stream
-    elif hasattr(stream, "auto_synchronize"):  # a numba stream (check_stream's test)
-        try:
-            st = int(int(stream))  # its handle (an IntEnum for the default stream)
-        except TypeError:
-            st = ("simulator", id(stream))  # no handle there: by identity (kept alive)
-    else:
-        return None  # anything else is refused by gemv's checks
-    return (ka, ko, st, kernel, numerics, tiers.env_generation())
-
-
 @_serialised_in_simulator
 def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
     """:func:`gemv` past its cache: every check, then the launches (bound and cached under ``key``)."""
@@ -439,30 +307,18 @@ def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
     shape = (n,) if was_1d else (m, n)
     if out is not None:
         check_out(out, a, shape, weight)
-    if backend is None:
-        backend = "cuda" if on_device else default_backend()
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    if backend == "reference" and on_device:
-        raise TypeError("weight: the reference backend needs a host weight, not a device one")
-    launches = plan(weight, m, kernel, numerics=mode)
+    backend = _backend(backend, on_device, default_backend)
+    launches = _plan_iter(weight, family, mode, m, kernel)  # arguments checked above
 
     if m == 0:
         y = np.empty((0, n), np.uint16)
-    elif backend == "reference" and mode == "exact":
-        from .reference import exact as rex
-
-        fn = rex.q2_0_gemv_exact if family == "q2_0" else rex.w4a16_gemv_exact
+    elif backend == "reference":  # the reference of the plan's kernel (every launch: same bits)
+        fn = kernels.family(family).reference(launches[0][2])
         y = fn(bits_to_bf16(bits), weight).view(np.uint16)
-    elif backend == "reference":
-        from . import reference
-
-        name = launches[0][2] if family == "q2_0" else "w4a16_gemv"
-        y = getattr(reference, name)(bits_to_bf16(bits), weight).view(np.uint16)
     else:  # the plan's launches (exact: exact_prepare once, then the chunks), one launcher
-        from .cuda import launcher
+        from .cuda.runtime import launcher
 
-        st = _host_stream(stream)
+        st = numba_stream(stream)
         y = launcher.run_host(family, mode, launches, bits, to_device(weight, st), st)
     result = bits_to_bf16(y.reshape(shape))
     if out is not None:
@@ -491,43 +347,21 @@ def check_call_args(kernel, backend, stream, on_device: bool = False) -> None:
     check_stream(stream)
 
 
-def check_stream(stream) -> None:
-    """None, a raw ``cudaStream_t`` handle (int >= 0; 0 = default stream) or a numba stream."""
-    if stream is None:
-        return
-    if isinstance(stream, (bool, np.bool_)):
-        raise TypeError(
-            "stream: expected None, an int cudaStream_t handle or a numba stream, got bool"
-        )
-    if isinstance(stream, (int, np.integer)):
-        if stream < 0:
-            raise ValueError(f"stream: expected a cudaStream_t handle >= 0, got {int(stream)}")
-        if stream and simulator_active():
-            raise ValueError(
-                "stream: the CUDA simulator has no external streams: expected 0 or a numba "
-                f"stream (cuda.stream()), got the raw handle {int(stream)}"
-            )
-        return
-    if not (callable(getattr(stream, "synchronize", None)) and hasattr(stream, "auto_synchronize")):
-        raise TypeError(
-            "stream: expected None, an int cudaStream_t handle or a numba stream "
-            f"(numba.cuda.stream(); for a torch stream pass its .cuda_stream), "
-            f"got {type(stream).__name__}"
-        )
+def _backend(backend: str | None, on_device: bool, default) -> str:
+    """The backend a call runs on (``backend`` already checked by :func:`check_call_args`).
 
-
-def _host_stream(stream):
-    if stream is None or isinstance(stream, bool):
-        return 0
-    if isinstance(stream, (int, np.integer)):
-        from numba import cuda
-
-        return cuda.external_stream(int(stream)) if stream else 0
-    return stream
+    None: ``"cuda"`` for a device weight, else ``default()``. The reference
+    backend cannot read a device weight (TypeError naming ``weight``).
+    """
+    if backend is None:
+        backend = "cuda" if on_device else default()
+    if backend == "reference" and on_device:
+        raise TypeError("weight: the reference backend needs a host weight, not a device one")
+    return backend
 
 
 def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numerics: str, key=None):
-    """Device-resident activations: validate here, launch in :mod:`q2gemv.cuda.interop`."""
+    """Device-resident activations: validate here, launch in :mod:`q2gemv.cuda.runtime.interop`."""
     if backend not in (None, "cuda"):
         raise ValueError(f"backend: activations on the GPU need backend='cuda', got {backend!r}")
     shape = tuple(a.shape)
@@ -536,8 +370,8 @@ def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numeri
     if shape[-1] != weight.k:
         raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {shape[-1]}")
     m = 1 if len(shape) == 1 else shape[0]
-    launches = plan(weight, m, kernel, numerics=numerics)
-    from .cuda import interop
+    launches = _plan_iter(weight, family, numerics, m, kernel)  # arguments checked by _gemv
+    from .cuda.runtime import interop
 
     out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
     return interop.gemv_device(
@@ -548,8 +382,11 @@ def _gemv_device(a, weight, family: str, *, kernel, backend, out, stream, numeri
 
 def _gemv_prepared(p, weight, family: str, on_device: bool, mode: str, *, backend, out, stream):
     """``gemv`` on :func:`q2gemv.prepare`'s result: Q2_0 exact only; bits equal to ``gemv(a, w)``."""
-    if family != "q2_0" or mode != "exact":
-        what = "an NVFP4 weight" if family != "q2_0" else "numerics='seed' or a seed kernel"
+    spec = kernels.family(family)
+    if not spec.prepared or mode != "exact":
+        what = (
+            f"an {spec.title} weight" if not spec.prepared else "numerics='seed' or a seed kernel"
+        )
         raise ValueError(
             f"a: prepared activations (q2gemv.prepare) serve Q2_0 weights under the exact "
             f"contract only, not {what}; pass the bf16 array instead"
@@ -560,16 +397,12 @@ def _gemv_prepared(p, weight, family: str, on_device: bool, mode: str, *, backen
     shape = (n,) if p.was_1d else (m, n)
     if out is not None:
         check_out(out, p.bits, shape, weight)
-    if backend is None:
-        backend = "cuda" if on_device else p.backend
-    if backend == "reference" and on_device:
-        raise TypeError("weight: the reference backend needs a host weight, not a device one")
+    backend = _backend(backend, on_device, lambda: p.backend)
     if m == 0:
         y = np.empty((0, n), np.uint16)
     elif backend == "reference":
-        from .reference.exact import q2_0_gemv_exact
-
-        y = q2_0_gemv_exact(bits_to_bf16(p.bits), weight).view(np.uint16)
+        fn = spec.reference(spec.exact_kernel)
+        y = fn(bits_to_bf16(p.bits), weight).view(np.uint16)
     else:
         if p.operands is None:
             raise ValueError(
@@ -578,7 +411,7 @@ def _gemv_prepared(p, weight, family: str, on_device: bool, mode: str, *, backen
             )
         from .prepared import run_prepared_cuda
 
-        y = run_prepared_cuda(p, weight, _host_stream(stream))
+        y = run_prepared_cuda(p, weight, numba_stream(stream))
     result = bits_to_bf16(y.reshape(shape))
     if out is not None:
         out[...] = result
@@ -598,7 +431,7 @@ def _numerics_line(family: str, mode: str, numerics: str | None, kernel: str | N
             "seed (each kernel's documented fp32 order; the reference of the same name in "
             "q2gemv.reference)"
         )
-    fam = "Q2_0" if family == "q2_0" else "NVFP4"
+    fam = kernels.family(family).title
     if numerics is not None:
         why = f"numerics={numerics!r}"
     elif kernel is not None:
@@ -647,39 +480,27 @@ def explain(weight, m: int, kernel: str | None = None, *, numerics: str | None =
     check_call_args(kernel, None, None)
     m = check_m(m)
     mode = resolve_numerics(family, numerics, kernel)
+    spec = kernels.family(family)
     head = f"{family} weight n={weight.n} k={weight.k}" + (
-        f" group={weight.group}" if family == "q2_0" else ""
+        f" group={weight.group}" if spec.grouped else ""
     )
     lines = [head, describe_default(on_device)]  # which backend gemv would use
     lines.append(_numerics_line(family, mode, numerics, kernel))
-    if family == "w4a16" and kernel is None and mode == "seed":
-        lines.append(tiers.explain_tier(m, default_w4a16_tiers()))
-        return "\n".join(lines)  # explain_tier lists (or summarises) its own plan
+    if mode == "exact":
+        name = kernel or spec.exact_kernel
+        why = "forced by kernel=" if kernel else "default for numerics='exact'"
+        line, more = (
+            f"m = {m}; kernel: {name if m else '-'} ({why}: its activation prepare once, then "
+            f"chunks of {kernels.get(name).max_m} rows)",
+            True,
+        )
+    else:
+        line, more = kernels.resolve(spec.seed_reason)(weight, m, kernel)
+    lines.append(line)
+    if not more:
+        return "\n".join(lines)  # the rule's account lists (or summarises) its own plan
     launches = _plan_iter(weight, family, mode, m, kernel)
     count = len(launches)
-    if family == "w4a16" and mode == "exact":
-        why = "forced by kernel=" if kernel else "default for numerics='exact'"
-        lines.append(
-            f"m = {m}; kernel: {EXACT_W4_KERNEL if m else '-'} ({why}: its activation prepare "
-            f"once, then chunks of {W4_EXACT_KERNELS[EXACT_W4_KERNEL]} rows)"
-        )
-    elif family == "w4a16":
-        lines.append(f"m = {m}; kernel forced: {kernel}")
-    else:
-        name = EXACT_Q2_KERNEL if mode == "exact" else default_q2_kernel(m, weight.n)
-        name = kernel or name
-        if kernel:
-            why = "forced by kernel="
-        elif mode == "exact":
-            why = (
-                "default for numerics='exact': exact_prepare once, then chunks of "
-                f"{Q2_EXACT_KERNELS[EXACT_Q2_KERNEL]} rows"
-            )
-        elif m == 1 and weight.n >= Q2_RT4_MIN_N:
-            why = f"default for M=1, N >= {Q2_RT4_MIN_N}: 4 rows per warp"
-        else:
-            why = "default: 2 rows per warp, built for this M, chunks of 8"
-        lines.append(f"m = {m}; kernel: {name if m else '-'} ({why})")
     lines.append(_launches_line(launches, count, m))
     return "\n".join(lines)
 

@@ -12,20 +12,19 @@ Two ways to get a weight onto the GPU, for either family:
   ``__cuda_array_interface__`` (torch CUDA tensors, CuPy arrays).
 
 Either result is immutable and carries its own cache of bound launches
-(:mod:`q2gemv.launcher`), so reuse one object across calls. This module
-imports no numba until an upload is asked for; it is the one place that
-knows both the host weight classes (:mod:`q2gemv.formats`) and their device
-forms (:mod:`q2gemv.cuda`): the formats reach it only through the hook of
-:mod:`q2gemv.formats._upload`.
+(:mod:`q2gemv.cuda.runtime.launcher`), so reuse one object across calls.
+This module imports no numba until an upload is asked for; it finds a
+weight's device class through its family spec (:func:`q2gemv.kernels.family_of`);
+the formats reach it only through the hook of :mod:`q2gemv.formats._upload`.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import ClassVar, Protocol, runtime_checkable
 
+from . import kernels
 from .formats._upload import register_uploader
-from .formats.nvfp4 import Nvfp4Weight
-from .formats.q2_0 import Q2Weight
 
 
 @runtime_checkable
@@ -68,17 +67,21 @@ def to_device(weight, stream=0, *, keep_gguf: bool = False) -> DeviceWeight:
     Raises:
         TypeError naming ``weight`` for anything else.
     """
-    if isinstance(weight, Q2Weight):
-        from .cuda.q2_0 import DeviceQ2Weight
-
-        return DeviceQ2Weight.upload(weight, stream, keep_gguf=keep_gguf)
-    if keep_gguf is not False:
-        raise ValueError(f"keep_gguf: a Q2_0 option, got {keep_gguf!r} for {type(weight).__name__}")
-    if isinstance(weight, Nvfp4Weight):
-        from .cuda.w4a16 import DeviceNvfp4Weight
-
-        return DeviceNvfp4Weight.upload(weight, stream)
-    if isinstance(weight, DeviceWeight) and getattr(weight, "family", None) in ("q2_0", "w4a16"):
+    found = kernels.family_of(weight)
+    if found is not None:  # a host weight is uploaded by its family's device class
+        spec, on_device = found
+        if on_device:
+            return weight
+        if keep_gguf is False:
+            return spec.as_device_weight(weight, stream)
+        upload = spec.device_class().upload
+        if "keep_gguf" not in inspect.signature(upload).parameters:
+            raise ValueError(
+                f"keep_gguf: an option of weights kept in another layout on the device (Q2_0), "
+                f"got {keep_gguf!r} for {type(weight).__name__}"
+            )
+        return upload(weight, stream, keep_gguf=keep_gguf)
+    if isinstance(weight, DeviceWeight) and getattr(weight, "family", None) in kernels.FAMILIES:
         return weight
     raise TypeError(
         f"weight: expected a Q2Weight, Nvfp4Weight or a device-resident weight, "

@@ -21,6 +21,8 @@ the same call with ``golden=False``; nothing else is patched.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -36,6 +38,9 @@ Q2_BATCHM_MAX_M = 8
 # (16384x16384: 2 x 112.5 us against 253.6 us at M=16; 5120x5120: 2 x 17.8
 # against 37.5 us). Chunking is free under the exact contract.
 Q2_EXACT_MAX_M = 8
+# q2_0_gemv_exact: codes per unit (one activation sum each; both groups are whole units), so
+# K is a multiple of it.
+Q2_EXACT_UNIT = 64
 # w4a16_gemv_exact: activation rows per launch (4 groups of 4 columns of its block-diagonal IMMA).
 W4_EXACT_MAX_M = 16
 
@@ -66,6 +71,10 @@ class KernelSpec:
             only; :mod:`q2gemv.cuda.w4a16`).
         golden: covered by the shipped golden vectors (the generator's
             :func:`golden_family`); False for run-time candidates.
+        module: dotted name of the module that builds and launches it; ""
+            (the default): its family's ``seed_module`` or ``exact_module``
+            (:class:`FamilySpec`, :func:`module_of`). An exact kernel variant
+            in its own file names that file here.
     """
 
     name: str
@@ -84,6 +93,7 @@ class KernelSpec:
     a_ahead: bool = False
     unroll_words: bool = True
     golden: bool = True
+    module: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -150,6 +160,15 @@ def register(spec: KernelSpec, *, replace: bool = False) -> KernelSpec:
     return spec
 
 
+def module_of(name: str) -> str:
+    """The dotted module that builds and launches kernel ``name`` (:attr:`KernelSpec.module`)."""
+    spec = get(name)
+    if spec.module:
+        return spec.module
+    fam = family(spec.family)
+    return fam.seed_module if spec.contract == "seed" else fam.exact_module
+
+
 def _unregister(name: str) -> None:
     """Drop kernel ``name`` (tests that register a throw-away spec clean up with this)."""
     old = _SPECS.pop(name, None)
@@ -192,6 +211,149 @@ def golden_families() -> dict[str, tuple[str, ...]]:
         if s.golden:
             out[s.golden_family] = (*out.get(s.golden_family, ()), s.name)
     return out
+
+
+# -- the weight families ----------------------------------------------------------------------
+
+
+def resolve(dotted: str):
+    """The object a dotted name (``"pkg.module.attr"``) names, its module imported on first use."""
+    module, _, attr = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What one weight family *does*: where its weight classes and launch code live.
+
+    Every caller that used to ask "is this Q2_0?" (the API, the golden
+    harness, the benchmark, the device-array interop, the launcher) looks
+    the family up here (:func:`family`, :func:`family_of`) and reads the
+    answer from the spec. Dotted names are resolved on use, so importing
+    the registry imports neither NumPy nor numba.
+
+    Attributes:
+        name: the family (``"q2_0"``, ``"w4a16"``): :attr:`KernelSpec.family`.
+        title: the format's name in messages (``"Q2_0"``, ``"NVFP4"``).
+        host_weight: dotted name of the host weight class (``q2gemv.formats``).
+        seed_module: dotted name of the family's seed-contract kernels and
+            their launch interface: ``launch_args(name, d_a, dw, d_out,
+            rows)`` -> ``(grid, args)``, validated, and ``compiled(name,
+            rows)`` -> the dispatcher.
+        device_weight: dotted name of the device weight class; its module
+            defines ``as_device_weight(weight, stream)`` (a device weight as
+            it is, a host one uploaded).
+        exact_module: dotted name of the exact contract's module (its
+            interface: :mod:`q2gemv.cuda.runtime.launcher`, "the exact-family
+            interface").
+        exact_kernel: the family's exact kernel (a registered spec's name).
+        weight_arrays: attribute names of the host weight's byte arrays.
+        grouped: its weights carry a block size ``group`` chosen per weight.
+        prepared: serves :func:`q2gemv.prepare`'s activations (exact contract).
+        seed_plan, seed_reason: dotted names of the family's seed-contract
+            rule (:mod:`q2gemv.defaults`): its launches for ``(weight, m,
+            kernel)`` and the line :func:`q2gemv.explain` gives for them.
+        device_modules: dotted names of the family's other device-code
+            modules with ``ptx_specs()`` (kernels that are no registered
+            GEMV, e.g. the Q2_0 execution layout's pack and unpack), for
+            :mod:`q2gemv.cuda.ptx`.
+    """
+
+    name: str
+    title: str
+    host_weight: str
+    seed_module: str
+    device_weight: str
+    exact_module: str
+    exact_kernel: str
+    weight_arrays: tuple[str, ...]
+    grouped: bool
+    prepared: bool
+    seed_plan: str
+    seed_reason: str
+    device_modules: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.name not in FAMILIES:
+            raise ValueError(f"name: expected one of {FAMILIES}, got {self.name!r}")
+
+    def host_class(self) -> type:
+        """The host weight class (imports its format module)."""
+        return resolve(self.host_weight)
+
+    def device_class(self, *, loaded_only: bool = False) -> type | None:
+        """The device weight class; with ``loaded_only``, None unless its module is imported.
+
+        ``loaded_only`` answers without importing numba: a device weight can
+        only exist once its module is loaded.
+        """
+        if loaded_only:
+            module, _, name = self.device_weight.rpartition(".")
+            mod = sys.modules.get(module)
+            return None if mod is None else getattr(mod, name)
+        return resolve(self.device_weight)
+
+    def as_device_weight(self, weight, stream=0):
+        """``weight`` on the device: a device weight as it is, a host one uploaded on ``stream``."""
+        module = self.device_weight.rpartition(".")[0]
+        return importlib.import_module(module).as_device_weight(weight, stream)
+
+    def seed(self):
+        """The seed-contract module (imports numba)."""
+        return importlib.import_module(self.seed_module)
+
+    def exact(self):
+        """The exact contract's module (imports numba)."""
+        return importlib.import_module(self.exact_module)
+
+    def reference(self, kernel: str):
+        """The NumPy reference of ``kernel`` (one of this family's registered kernels)."""
+        spec = get(kernel)
+        if spec.family != self.name:
+            raise ValueError(f"kernel: {kernel} is a {spec.family} kernel, not {self.name}")
+        return resolve(spec.reference)
+
+
+_FAMILIES: dict[str, FamilySpec] = {}
+
+
+def register_family(spec: FamilySpec) -> FamilySpec:
+    """Add ``spec`` (one per family name: a second of one name is a ValueError)."""
+    if not isinstance(spec, FamilySpec):
+        raise TypeError(f"spec: expected a FamilySpec, got {type(spec).__name__}")
+    if spec.name in _FAMILIES:
+        raise ValueError(f"spec: family {spec.name!r} is already registered")
+    _FAMILIES[spec.name] = spec
+    return spec
+
+
+def family(name: str) -> FamilySpec:
+    """The spec of family ``name``; ValueError naming ``family`` for an unknown one."""
+    spec = _FAMILIES.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise ValueError(f"family: expected one of {tuple(_FAMILIES)}, got {name!r}")
+    return spec
+
+
+def families() -> tuple[FamilySpec, ...]:
+    """Every registered family spec, in registration order."""
+    return tuple(_FAMILIES.values())
+
+
+def family_of(weight) -> tuple[FamilySpec, bool] | None:
+    """``(spec, on_device)`` of a host or device weight; None for anything else.
+
+    Imports each family's format module (NumPy) but never numba: a device
+    weight's class is only looked at once its module is loaded.
+    """
+    for spec in _FAMILIES.values():
+        if isinstance(weight, spec.host_class()):
+            return spec, False
+    for spec in _FAMILIES.values():
+        cls = spec.device_class(loaded_only=True)
+        if cls is not None and isinstance(weight, cls):
+            return spec, True
+    return None
 
 
 # -- the built-in kernels ---------------------------------------------------------------------
@@ -238,11 +400,11 @@ for _spec in (
     KernelSpec("w4a16_gemv_batch32", "w4a16", "seed", _W4REF + "w4a16_gemv_batch32",
                "w4a16_batchm", 8, 32, depth=1, unroll_words=False),
     # Q2_0, exact contract: exact_prepare once, then this kernel per chunk of max_m rows
-    # (q2gemv.cuda.exact; 16 weight rows per CTA = one m16 tile; 16-byte operand loads).
+    # (q2gemv.cuda.q2_0.exact; 16 weight rows per CTA = one m16 tile; 16-byte operand loads).
     KernelSpec("q2_0_gemv_exact", "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact",
                "q2_0_exact", 16, Q2_EXACT_MAX_M, per_m=True, a_align=16),
     # NVFP4, exact contract: its prepare once, then this kernel per chunk of max_m rows
-    # (q2gemv.cuda.exact_w4a16; 16 weight rows per CTA tile, 1 or 2 tiles a CTA; built per
+    # (q2gemv.cuda.w4a16.exact; 16 weight rows per CTA tile, 1 or 2 tiles a CTA; built per
     # group of 4 rows, M itself a kernel argument; 16-byte activation loads in the prepare).
     KernelSpec("w4a16_gemv_exact", "w4a16", "exact", "q2gemv.reference.exact.w4a16_gemv_exact",
                "w4a16_exact", 16, W4_EXACT_MAX_M, a_align=16, index_bits=64),
@@ -250,8 +412,30 @@ for _spec in (
     register(_spec)
 del _spec
 
+register_family(FamilySpec(
+    "q2_0", "Q2_0", "q2gemv.formats.q2_0.Q2Weight", "q2gemv.cuda.q2_0.seed",
+    "q2gemv.cuda.q2_0.weight.DeviceQ2Weight", "q2gemv.cuda.q2_0.exact", "q2_0_gemv_exact",
+    ("raw",), grouped=True, prepared=True,
+    seed_plan="q2gemv.defaults.q2_0_seed_plan", seed_reason="q2gemv.defaults.q2_0_seed_reason",
+    device_modules=("q2gemv.cuda.q2_0.layout",),
+))  # fmt: skip
+register_family(FamilySpec(
+    "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.w4a16.seed",
+    "q2gemv.cuda.w4a16.weight.DeviceNvfp4Weight", "q2gemv.cuda.w4a16.exact", "w4a16_gemv_exact",
+    ("packed", "scales"),
+    grouped=False, prepared=False,
+    seed_plan="q2gemv.defaults.w4a16_seed_plan", seed_reason="q2gemv.defaults.w4a16_seed_reason",
+))  # fmt: skip
+
 __all__ = [
     "KernelSpec",
+    "FamilySpec",
+    "family",
+    "family_of",
+    "families",
+    "register_family",
+    "resolve",
+    "module_of",
     "register",
     "get",
     "specs",
@@ -261,4 +445,5 @@ __all__ = [
     "Q2_BATCHM_MAX_M",
     "Q2_EXACT_MAX_M",
     "W4_EXACT_MAX_M",
+    "Q2_EXACT_UNIT",
 ]

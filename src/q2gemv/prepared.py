@@ -18,7 +18,7 @@ per call, as with plain arrays). On the reference backend it keeps the bits
 Only Q2_0 weights under ``numerics="exact"`` accept a prepared input; any
 other use is a TypeError/ValueError naming ``a``. Activations already on the
 GPU go to :func:`q2gemv.gemv` directly (it prepares them on the caller's
-stream, :mod:`q2gemv.cuda.interop`).
+stream, :mod:`q2gemv.cuda.runtime.interop`).
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrays import check_stream, is_device_array, numba_stream
 from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
 from .formats._frozen import frozen
 from .formats.bf16 import as_bf16_bits
-from .kernels import Q2_EXACT_MAX_M
+from .kernels import Q2_EXACT_MAX_M, Q2_EXACT_UNIT
 from .launch import ChunkPlan
 
-EXACT_K_MULTIPLE = 64  # the exact kernels' unit of codes (q2gemv.cuda.exact.UNIT)
+EXACT_K_MULTIPLE = Q2_EXACT_UNIT  # q2_0_gemv_exact's unit of codes
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +50,7 @@ class PreparedActivations:
         was_1d: the input was [K]; ``gemv`` then returns [N].
         backend: ``"reference"`` or ``"cuda"``: where the operands were made.
         operands: on the cuda backend, the device
-            :class:`~q2gemv.cuda.exact.ExactOperands` of ``exact_prepare``
+            :class:`~q2gemv.cuda.q2_0.exact.ExactOperands` of ``exact_prepare``
             (None for M = 0 and on the reference backend).
         device_bits: the uploaded bits the operands were made from (kept alive
             with them; None where there are no operands).
@@ -102,8 +103,6 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     Raises:
         TypeError / ValueError naming ``a``, ``backend`` or ``stream``.
     """
-    from .api import _host_stream, check_stream, is_device_array
-
     if is_device_array(a):
         raise TypeError(
             "a: prepare takes host bf16 activations; pass activations already on the GPU to "
@@ -133,9 +132,9 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     require_cuda()
     from numba import cuda
 
-    from .cuda import exact
+    from .cuda.q2_0 import exact
 
-    st = _host_stream(stream)
+    st = numba_stream(stream)
     with simulator_lock():
         d_a = cuda.to_device(bits, stream=st)
         ops = exact.prepare_device(d_a, st)
@@ -155,8 +154,8 @@ def run_prepared_cuda(p: PreparedActivations, weight, stream=0) -> np.ndarray:
     """
     from numba import cuda
 
-    from .cuda import launcher
     from .cuda.q2_0 import as_device_weight
+    from .cuda.runtime import launcher
 
     dw = as_device_weight(weight, stream)
     out = np.empty((p.m, dw.n), np.uint16)

@@ -233,7 +233,7 @@ def _run_cuda(x2: torch.Tensor, device_weight: Callable[[], object], numerics: s
 def _gemv_cuda(api, x2: torch.Tensor, dw, numerics: str | None) -> torch.Tensor:
     out = torch.empty((x2.shape[0], dw.n), dtype=torch.bfloat16, device=x2.device)
     if x2.shape[0]:
-        # stream=None: for torch tensors q2gemv.cuda.interop.resolve_stream launches on
+        # stream=None: for torch tensors q2gemv.arrays.numba_stream launches on
         # torch.cuda.current_stream(x2.device), so the launches order with the
         # surrounding torch work and are captured by torch.cuda.graph.
         api.gemv(x2, dw, out=out, numerics=numerics)

@@ -1,6 +1,6 @@
 """``q2gemv bench``: decode-GEMV GPU times against the read ceiling, the FMA floor and torch bf16.
 
-Method (design.md §6), all in one process and one run:
+Method (docs/measurements.md, "How to measure"), all in one process and one run:
 
 * **Cold weights.** Every (family, shape) gets C copies of its weight,
   activations and output, C the smallest count >= 2 whose total exceeds
@@ -11,7 +11,7 @@ Method (design.md §6), all in one process and one run:
   graph and replayed; CUDA events bracket each replay (or, with
   ``--timing sleep``, the calls are queued behind a spin kernel). The time of
   a case is the median over ``--repeats`` (>= 5) replays of replay time / L.
-  Kernels are launched through :class:`~q2gemv.cuda.prebound.PreboundLaunch`
+  Kernels are launched through :class:`~q2gemv.cuda.runtime.prebound.PreboundLaunch`
   (one driver call each), torch through ``F.linear``.
 * **Bytes moved** (the minimum a call must move; a chunked call still counts
   the weight once, so chunking shows up as lower GB/s):
@@ -48,7 +48,7 @@ on its stream, replayed, compared with an eager launch), ``PREFIX_summary.md``
 and ``PREFIX_run.json``. The plot is ``benchmarks/plot.py``'s.
 
 The modules, each importing only those above it (no cycle; nothing in the
-package core imports this subpackage; ``tests/test_bench_formulas.py`` checks both):
+package core imports this subpackage; ``tests/bench/test_formulas.py`` checks both):
 
 ==============  ================================================================
 ``formulas``    byte formulas, FMA floor, rotation (pure)

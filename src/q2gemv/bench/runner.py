@@ -23,15 +23,15 @@ import warnings
 import numpy as np
 from numba import config, cuda
 
-from .. import api
-from ..cuda import prebound
-from ..cuda import q2_0 as q2cuda
+from .. import api, kernels
+from ..cuda.q2_0 import seed as q2cuda
+from ..cuda.runtime import launcher, prebound
 from ..formats.bf16 import BF16
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.q2_0 import Q2Weight, block_bytes
 from . import timing
 from .formulas import H200_FALLBACK, NVFP4_GROUP, calls_per_graph, rotation_copies, weight_bytes
-from .matrix import Q2_BATCHM, W4A16_MAX_M, Case, Settings, q2_kernel_table
+from .matrix import Q2_BATCHM, Case, Settings
 from .results import PREBOUND_PATH, Report, _f, base_meta, case_row, derive, progress_line
 
 SIMULATED: bool = bool(config.ENABLE_CUDASIM)
@@ -181,6 +181,16 @@ class _KernelPool(_Pool):
         self.out = [cuda.device_array((max_m, n), dtype=np.uint16) for _ in range(self.copies)]
         cuda.synchronize()
 
+    @staticmethod
+    def _prebind(name, a, dw, out, rows, stream=0):
+        """The pre-bound launch of seed kernel ``name`` on exactly these arrays (the launcher's)."""
+        return launcher.prebind([launcher.seed_launch(name, a, dw, out, rows)], stream)[0]
+
+    @staticmethod
+    def _launch_raw(name, a, dw, out, rows, stream=0):
+        """The same launch through numba's dispatcher (the family's ``launch_raw``)."""
+        kernels.family(kernels.get(name).family).seed().launch_raw(name, a, dw, out, rows, stream)
+
     def call(self, case: Case, j: int):
         pbs = [
             self._launcher(
@@ -253,14 +263,6 @@ class _Q2Pool(_KernelPool):
     def _upload(w):
         return q2cuda.DeviceQ2Weight.upload(w)
 
-    @staticmethod
-    def _prebind(name, a, dw, out, rows, stream=0):
-        return prebound.prebind_q2(name, a, dw, out, rows, stream)
-
-    @staticmethod
-    def _launch_raw(name, a, dw, out, rows, stream=0):
-        q2cuda.launch_raw(name, a, dw, out, rows, stream)
-
     def _reference(self, case: Case) -> np.ndarray:
         from .. import reference
 
@@ -283,24 +285,18 @@ class _W4Pool(_KernelPool):
 
     @staticmethod
     def _upload(w):
-        from ..cuda import w4a16
+        from ..cuda.w4a16 import seed as w4a16
 
         return w4a16.DeviceNvfp4Weight.upload(w)
-
-    @staticmethod
-    def _prebind(name, a, dw, out, rows, stream=0):
-        return prebound.prebind_w4a16(name, a, dw, out, rows, stream)
-
-    @staticmethod
-    def _launch_raw(name, a, dw, out, rows, stream=0):
-        from ..cuda import w4a16
-
-        w4a16.launch_raw(name, a, dw, out, rows, stream)
 
     def _reference(self, case: Case) -> np.ndarray:
         from ..reference.w4a16 import w4a16_gemv
 
         return w4a16_gemv(self.host_a[: case.m].view(BF16), self.host_weight)
+
+
+# The pool of each weight family's cases (a case of another family, "bf16", is torch's).
+_POOLS: dict[str, type[_KernelPool]] = {pool.family: pool for pool in (_Q2Pool, _W4Pool)}
 
 
 class _TorchPool(_Pool):
@@ -420,7 +416,7 @@ def _ceiling_row(phase, method, nbytes, t: timing.Timing, counted) -> dict:
 
 def _overhead_kernels(cases: list[Case]) -> list[tuple[str, str, int]]:
     """(family, kernel, m) pairs to measure: the Q2_0 M=1 and batch kernels, one W4A16 tier."""
-    have = {(c.family, r[2]) for c in cases for r in c.launches if c.family != "bf16"}
+    have = {(c.family, r[2]) for c in cases for r in c.launches if c.family in _POOLS}
     want = [
         ("q2_0", "q2_0_gemv_vec", 1),
         ("q2_0", Q2_BATCHM, 1),
@@ -430,7 +426,7 @@ def _overhead_kernels(cases: list[Case]) -> list[tuple[str, str, int]]:
 
 
 def _public_gemv(a, dw, out, name, family, stream) -> None:
-    numerics = "seed" if family == "q2_0" else None
+    numerics = kernels.get(name).contract
     api.gemv(a, dw, out=out, kernel=name, stream=stream, numerics=numerics)
 
 
@@ -442,9 +438,9 @@ def host_overhead(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]
     rows = []
     stream = cuda.stream()
     for family, name, m in _overhead_kernels(cases):
-        pool_cls = _Q2Pool if family == "q2_0" else _W4Pool
-        group = st.groups[0] if family == "q2_0" else NVFP4_GROUP
-        pool = pool_cls(n, k, group, m, 0, rng)  # l2 = 0: 2 copies, only copy 0 used
+        pool = _POOLS[family](
+            n, k, _group(st, family), m, 0, rng
+        )  # l2 = 0: 2 copies, only copy 0 used
         a, dw, out = pool.a[0][:m], pool.dw[0], pool.out[0][:m]
         pb = pool._prebind(name, a, dw, out, m, stream)
         paths = {
@@ -486,20 +482,16 @@ def _dispatch(disp, pb: prebound.PreboundLaunch, stream) -> None:
 
 
 def _dispatcher(family: str, name: str, m: int):
-    if family == "q2_0":
-        return q2cuda.compiled(name, m)
-    from ..cuda import w4a16
-
-    return w4a16.compiled(name)
+    return kernels.family(family).seed().compiled(name, m)
 
 
 def _launch_raw_on(family, name, a, dw, out, m, stream):
-    if family == "q2_0":
-        q2cuda.launch_raw(name, a, dw, out, m, stream)
-    else:
-        from ..cuda import w4a16
+    _POOLS[family]._launch_raw(name, a, dw, out, m, stream)
 
-        w4a16.launch_raw(name, a, dw, out, m, stream)
+
+def _group(st: Settings, family: str) -> int:
+    """The block size of ``family``'s weights in this run (the first of ``--group`` if it has one)."""
+    return st.groups[0] if kernels.family(family).grouped else NVFP4_GROUP
 
 
 def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
@@ -512,19 +504,17 @@ def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
     gt = env.graph_timer
     n, k = st.shapes[0]
     kernels = list(
-        dict.fromkeys((c.family, r[2]) for c in cases if c.family != "bf16" for r in c.launches)
+        dict.fromkeys((c.family, r[2]) for c in cases if c.family in _POOLS for r in c.launches)
     )
     pools: dict[str, _KernelPool] = {}
     rows = []
     for family, name in kernels:
-        max_m = W4A16_MAX_M.get(name) if family == "w4a16" else q2_kernel_table()[name]
+        max_m = kernels.get(name).max_m
         m = min(max_m, max(st.ms))
         row = dict(kernel=name, n=n, k=k, m=m, ok=False, mismatches=None, elements=m * n, detail="")
         try:
             if family not in pools:
-                pool_cls = _Q2Pool if family == "q2_0" else _W4Pool
-                group = st.groups[0] if family == "q2_0" else NVFP4_GROUP
-                pools[family] = pool_cls(n, k, group, 32, 0, rng)
+                pools[family] = _POOLS[family](n, k, _group(st, family), 32, 0, rng)
             pool = pools[family]
             a, dw = pool.a[0][:m], pool.dw[0]
             out_g, out_e = pool.out[0][:m], pool.out[1][:m]
@@ -563,15 +553,16 @@ def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
 
 
 def _families_available(cases: list[Case], notes: list[str]) -> list[Case]:
-    if any(c.family == "w4a16" for c in cases):
+    for fam in dict.fromkeys(c.family for c in cases if c.family in _POOLS):
+        spec = kernels.family(fam)
         try:
-            from ..cuda import w4a16
-
-            for name in ("DeviceNvfp4Weight", "launch_raw", "compiled", "spec_of"):
-                getattr(w4a16, name)
+            spec.device_class()
+            mod = spec.seed()
+            for name in ("launch_raw", "compiled", "spec_of"):
+                getattr(mod, name)
         except Exception as e:  # noqa: BLE001 - another engineer's module may be mid-change
-            notes.append(f"W4A16 kernels unavailable ({_short(e)}): their cases dropped")
-            cases = [c for c in cases if c.family != "w4a16"]
+            notes.append(f"{spec.title} kernels unavailable ({_short(e)}): their cases dropped")
+            cases = [c for c in cases if c.family != fam]
     return cases
 
 
@@ -677,10 +668,8 @@ def _best_ceiling(rows: list[dict]) -> tuple[float | None, str]:
 def _make_pool(env: _Env, case: Case, cases: list[Case], rng) -> _Pool:
     key = _pool_key(case)
     max_m = max(c.m for c in cases if _pool_key(c) == key)
-    if case.family == "q2_0":
-        return _Q2Pool(case.n, case.k, case.group, max_m, env.l2_bytes, rng)
-    if case.family == "w4a16":
-        return _W4Pool(case.n, case.k, case.group, max_m, env.l2_bytes, rng)
+    if case.family in _POOLS:
+        return _POOLS[case.family](case.n, case.k, case.group, max_m, env.l2_bytes, rng)
     return _TorchPool(case.n, case.k, 0, max_m, env.l2_bytes, env.torch)
 
 

@@ -7,7 +7,7 @@ seconds per call of each timed repeat.
 
 * :class:`GraphTimer` (default) — captures the whole sequence once into a
   ``torch.cuda.CUDAGraph`` on a torch stream (numba launches enqueue on the
-  same raw stream handle, which design.md §5 found capturable on the H200
+  same raw stream handle, capturable on the H200 (docs/measurements.md)
   machine), then records a CUDA event pair around each replay. The host
   enqueues one graph launch per repeat, so it can never starve the GPU;
   inside the graph kernels run back to back (no host gaps, no overlap).
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import config, cuda, types, uint32, uint64
 
-from ..cuda.prebound import PreboundLaunch, stream_handle
+from ..cuda.runtime.prebound import PreboundLaunch, stream_handle
 
 SIMULATED: bool = bool(config.ENABLE_CUDASIM)
 READ_THREADS = 256

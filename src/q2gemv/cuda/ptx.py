@@ -17,30 +17,39 @@ import re
 import sys
 from pathlib import Path
 
-from .. import _atomic
+from .. import _atomic, kernels
 
-FAMILIES = ("q2_0", "w4a16", "exact", "exact_w4a16", "q2_0_layout")  # cuda modules with ptx_specs()
+# compile unit -> module with ptx_specs(): each family's seed kernels ("q2_0") and exact
+# kernels ("q2_0_exact"), the modules its kernels.FamilySpec names, and any module a kernel's
+# spec names (a new family or kernel module is listed here by registering it).
+MODULES = {
+    name: module
+    for f in kernels.families()
+    for name, module in ((f.name, f.seed_module), (f"{f.name}_exact", f.exact_module))
+}
+# a family's other device code (FamilySpec.device_modules), and a kernel in a module of its own
+# (KernelSpec.module): a compile unit each, named by the module
+for f in kernels.families():
+    for _m in f.device_modules:
+        MODULES[_m.removeprefix("q2gemv.cuda.").replace(".", "_")] = _m
+for _m in dict.fromkeys(kernels.module_of(s.name) for s in kernels.specs()):
+    if _m not in MODULES.values():
+        MODULES[_m.removeprefix("q2gemv.cuda.").replace(".", "_")] = _m
+FAMILIES = tuple(MODULES)
 
 
 def kernel_specs(families=FAMILIES) -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of every kernel of ``families`` (default: the whole package).
 
-    The families compile independently (``exact`` alone takes about a minute
-    on one core), so callers may run them in separate processes.
+    The families compile independently (``q2_0_exact`` alone takes about a
+    minute on one core), so callers may run them in separate processes.
     """
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"families: unknown {unknown}, expected some of {list(FAMILIES)}")
     specs = []
     for fam in families:
-        try:
-            mod = importlib.import_module(f".{fam}", __package__)
-        except ImportError:  # a family may be optional while it is being built
-            if fam == "q2_0":
-                raise
-            continue
-        if hasattr(mod, "ptx_specs"):
-            specs += list(mod.ptx_specs())
+        specs += list(importlib.import_module(MODULES[fam]).ptx_specs())
     return specs
 
 

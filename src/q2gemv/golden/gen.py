@@ -473,7 +473,7 @@ def gemv_specs() -> list[GemvSpec]:
     # Q2_0, per group: shapes (one block, three, and one block past 1024 and 8192 codes:
     # the activation tiles the batched kernels staged at every M, and the M=1 kernels,
     # when this suite was made. Since v4 the batched kernels are built per M and stage
-    # q2gemv.cuda.q2_0.tile_k(M) codes a tile (1024 at M = 6..8); tests/test_q2_cuda.py
+    # q2gemv.cuda.q2_0.seed.tile_k(M) codes a tile (1024 at M = 6..8); tests/cuda/q2_0/test_seed.py
     # crosses those seams. The vectors do not depend on tiles.)
     for g in q2fmt.GROUPS:
         for k in (g, 3 * g, Q2_TILE_BATCHM + g, Q2_TILE_M1 + g):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import kernels
 from ..backends import gpu_present, simulator_requested
 from . import gen, host
 from .report import BackendRun, CheckResult, result_from_bits
@@ -56,27 +57,14 @@ def cuda_runs_on() -> str:
 # -- one check -----------------------------------------------------------------------------------
 
 
+def family_spec(case: GemvCase):
+    """The registry's spec of the weight family ``case`` is built in."""
+    return kernels.family(gen.weight_format(case.family))
+
+
 def reference_function(case: GemvCase, kernel: str):
-    """The NumPy reference of ``kernel`` (one function serves every NVFP4 tier)."""
-    if kernel in gen.EXACT_KERNELS + gen.W4_EXACT_KERNELS:
-        from ..reference import exact as ref
-
-        return getattr(ref, kernel)
-    if case.family == "q2_0":
-        from ..reference import q2_0 as ref
-
-        return getattr(ref, kernel)
-    from ..reference import w4a16 as ref
-
-    return getattr(ref, kernel, ref.w4a16_gemv)
-
-
-def _cuda_module(family: str):
-    if gen.weight_format(family) == "q2_0":
-        from ..cuda import q2_0 as mod
-    else:
-        from ..cuda import w4a16 as mod
-    return mod
+    """The NumPy reference of ``kernel`` (its spec's; one function serves every NVFP4 tier)."""
+    return family_spec(case).reference(kernel)
 
 
 class Runner:
@@ -108,19 +96,13 @@ class Runner:
             if fn not in self._cache:
                 self._cache[fn] = fn(bits_to_bf16(case.a_bits()), case.weight()).view(np.uint16)
             return self._cache[fn]
-        mod = _cuda_module(case.family)
+        from ..cuda.runtime import launcher
+
         if "w" not in self._cache:
-            self._cache["w"] = mod.as_device_weight(case.weight())
+            self._cache["w"] = family_spec(case).as_device_weight(case.weight())
         bits = np.ascontiguousarray(case.a_bits())
-        if kernel in gen.EXACT_KERNELS:  # exact_prepare, then q2_0_gemv_exact per chunk
-            from ..cuda import exact
-
-            return exact.run_q2(bits, self._cache["w"])
-        if kernel in gen.W4_EXACT_KERNELS:  # its prepare, then w4a16_gemv_exact per chunk
-            from ..cuda import exact_w4a16
-
-            return exact_w4a16.run_w4(bits, self._cache["w"])
-        return mod.run(kernel, bits, self._cache["w"])
+        # the kernel's chunks (an exact kernel: its activation prepare once, then the chunks)
+        return launcher.run_kernel(kernel, bits, self._cache["w"])
 
     def close(self) -> None:
         self._switch(None)  # type: ignore[arg-type]

@@ -1,0 +1,556 @@
+"""numba.cuda kernels of the exact contract: int8 tensor cores, exact integer sums.
+
+The contract is defined as a value in :mod:`q2gemv.reference.exact` (and
+``docs/numerics.md``); any order of the exact integer additions below gives
+the same bits, so the kernels may split K and chunk M freely.
+
+Two kernels:
+
+* ``exact_prepare`` — CTAs over (activation row m, span of :data:`PREP_THREADS`
+  16-code words), each finding ``E_m`` of its whole row: ``E_m`` (or :data:`SPECIAL_ROW` for a
+  row holding NaN/Inf), the fixed-point ``A_k`` as three unsigned byte limbs
+  of the offset value ``A_k + 2**23`` (in ``[0, 2**24)``; three signed limbs
+  cannot hold +255 * 2**15), and the sum of ``A_k`` over each unit of
+  :data:`UNIT` codes. Computed once per activation batch and shareable by
+  every GEMV on that input (:class:`ExactOperands`).
+* ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps; the
+  warps split the row's blocks (warp w takes blocks w, w + 8, ...), one
+  block at a time. Per block and unit of 64 codes, lane (g, t) (g = lane / 4,
+  t = lane % 4) holds word t of rows g and g + 8; ``(word >> 2j) & 0x03030303``
+  puts 4 codes in the 4 bytes of a register, which is the A operand of
+  ``mma.m16n8k32`` (u8 x u8 -> s32) as is. Within a block the order of k is
+  free (integer sums), so the prepared activation limbs are stored in that
+  same permuted order: byte ``4i + b`` of word w holds code ``16w + 4b + i``.
+
+  The 8 columns of B tile j are activation rows 2j (columns 0-3) and 2j + 1
+  (columns 4-7): limbs 0, 1, 2 and a column of ones (the block's code sum).
+  Lane (g, t) ends a block with columns 2t, 2t + 1 of weight rows g and g + 8;
+  one exchange with lane t ^ 1 gives it all four numbers of activation row
+  2j + t // 2 for weight row g + 8 * (t % 2)::
+
+      S = C0 + 2**8 C1 + 2**16 C2 - 2**23 * sum(codes) - sum(A)   # sum_k (code - 1) A_k
+
+  exact in 32 bits (``|S| < 2**31``). ``S * mantissa(d_b)`` is shifted by the
+  scale's exponent into a split accumulator (``hi * 2**32 + lo``, exact for
+  any K); the warps' accumulators are summed in shared memory and rounded
+  once to bf16 (:func:`round_fixed_bf16`).
+
+Up to :data:`MAX_M` activation rows per launch (built for 1, 2 or 4 tiles of
+2 rows); more rows are chunked by the launcher, which changes no bit.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda, int32, int64, types, uint16, uint32, uint64
+
+from ... import kernels, launch
+from ...formats import q2_0 as fmt
+from ...formats import q2_0_layout as lay
+from ..exact_contract import (
+    BF16_NAN,
+    FRAC_BITS,
+    OFFSET,
+    SPECIAL_ROW,
+    fixed_point_one,
+    round_fixed_bf16,
+    row_exponent,
+)
+from ..runtime.dev import ld_bf16x8, ld_stream_u32x4, ld_u32x4, mma_u8, shfl_xor
+
+PREP_THREADS = 256  # 16-code words (4096 codes) per prepare CTA; a multiple of 4 (units)
+WARPS = 8  # warps per CTA, splitting K
+ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
+THREADS = 32 * WARPS
+MAX_M = kernels.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
+UNIT = kernels.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
+LIMBS = 3  # byte limbs of A_k + 2**23
+ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the code sums)
+SCALE_LSB = 24  # fp16 scales in units of 2**-24
+CODE_MASK = 0x03030303
+ONES = 0x01010101
+
+_device = cuda.jit(device=True, inline="always")
+
+
+# -- device helpers (plain integer code: identical on the GPU and in the simulator) --
+
+
+@_device
+def scale_parts(h):
+    """fp16 bits -> ``(mantissa, shift, negative)``: ``|d| = mant * 2**(shift - 24)``.
+
+    A non-finite scale (exponent field 31) is the caller's to catch.
+    """
+    h = uint32(h)
+    e = int32((h >> uint32(10)) & uint32(31))
+    f = int32(h & uint32(1023))
+    mant = f | int32(1024) if e > 0 else f
+    return int32(mant), int32(max(e, int32(1)) - int32(1)), (h & uint32(0x8000)) != 0
+
+
+@_device
+def acc_add(acc_hi, acc_lo, i, p, sh):
+    """``acc_hi[i] * 2**32 + acc_lo[i] += p * 2**sh`` exactly (|p| < 2**43, 0 <= sh <= 29).
+
+    ``acc_lo`` takes the low 32 bits of each term (unsigned, no carries kept),
+    ``acc_hi`` the rest (an arithmetic shift is a floor): exact for 2**31
+    terms, far more than any K gives.
+    """
+    pl = uint64(p & int64(0xFFFFFFFF))
+    acc_lo[i] += (pl << uint64(sh)) & uint64(0xFFFFFFFF)
+    acc_hi[i] += p >> int64(int64(32) - int64(sh))
+
+
+# -- kernels ---------------------------------------------------------------------
+
+
+def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
+    """Activation row ``blockIdx.x``, span ``blockIdx.y`` of ``blockDim.x`` 16-code words.
+
+    Every CTA of the row finds E_m itself (:func:`row_exponent` over the whole
+    row: the row is read once from DRAM, then from L2), so the spans need no
+    second pass; then thread ``tid`` converts word ``blockIdx.y * blockDim.x +
+    tid``: three limb rows of 4 uint32 (byte ``4i + b`` = code ``4b + i``)
+    and, four words at a time, the sums of A over each unit of 64 codes.
+    """
+    s_lg = cuda.shared.array(32, int32)
+    s_sum = cuda.shared.array(PREP_THREADS, int32)
+    m = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    nwords = K // 16
+    E = row_exponent(A, s_lg, K)  # noqa: N806
+    if tid == 0 and cuda.blockIdx.y == 0:
+        EROW[m] = E
+    hv = cuda.local.array(8, uint32)
+    limb = cuda.local.array(12, uint32)
+    w = cuda.blockIdx.y * cuda.blockDim.x + tid
+    total = int64(0)
+    if w < nwords:
+        hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)
+        hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)
+        for i in range(12):
+            limb[i] = uint32(0)
+        for c in range(16):
+            h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
+            a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
+            total += a
+            ap = uint32(a + int64(OFFSET))
+            for li in range(LIMBS):
+                byte = (ap >> uint32(8 * li)) & uint32(0xFF)
+                limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
+        for li in range(LIMBS):
+            for i in range(4):
+                P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
+    s_sum[tid] = int32(total)
+    cuda.syncthreads()
+    if w < nwords and w % 4 == 0:
+        ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
+
+
+def tiles_for(m: int) -> int:
+    """B tiles (8 columns = 2 activation rows) a launch of ``m`` rows (1..MAX_M) is built with."""
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"m: q2_0_gemv_exact serves 1..{MAX_M} rows per launch, got {m}")
+    return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
+
+
+def _make_q2_body(nt: int, group: int):
+    """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``.
+
+    The weight is read in its execution layout (:mod:`q2gemv.formats.q2_0_layout`):
+    one 16-byte load per lane and step brings the warp the 16 x 128 codes of
+    the step (rows g, g + 8 of units 2p, 2p + 1), the next step's load in
+    flight while this one is multiplied; the scales come from their own array.
+
+    B tile j, column c: activation row 2j + c // 4 and, for c % 4 = 0, 1, 2,
+    its limb c % 4; c % 4 = 3 is a column of ones (the block's code sum). So
+    lane (g, t) holds the limbs 0, 1 (t even) or limb 2 and the code sum (t
+    odd) of activation row 2j + t // 2 for weight rows g and g + 8; one
+    exchange with lane t ^ 1 gives lane t everything for weight row
+    ``g + 8 * (t % 2)``: one exact block sum per lane and tile.
+    """
+    MM = 2 * nt  # noqa: N806 - activation rows per launch at most
+    RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
+    FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
+    BPS = (lay.UNIT * lay.STEP_UNITS) // group  # noqa: N806 - blocks per step (2 at g64, 1 at g128)
+    UPB = group // UNIT  # noqa: N806 - units per block
+    NB = 4 * lay.STEP_UNITS * nt  # noqa: N806 - B registers held: (unit, tile, 4)
+    NC = 4 * nt  # noqa: N806 - C registers: (tile, 4)
+    NAV = lay.STEP_UNITS * nt  # noqa: N806 - unit sums held: (unit, tile)
+    STEP_WORDS = lay.LANES * lay.WORDS_PER_LANE  # noqa: N806
+    # B operands of the next step in flight too, at M <= 2 only: at M = 4 / 8 their
+    # registers cost occupancy (H200 16384^2: M=4 72.5 us with, 59.5 without; M=8 160 / 93)
+    PREFETCH_B = nt == 1  # noqa: N806
+    TAIL = group == 64  # noqa: N806 - K may be an odd number of units (a half last step)
+
+    @cuda.jit(device=True, inline="always")
+    def load_w(CODES, SCALES, qc, qs, p, nb, wv, sv):  # noqa: N803
+        """Step ``p``'s codes and scales (``qc``, ``qs`` index them)."""
+        wv[0], wv[1], wv[2], wv[3] = ld_stream_u32x4(CODES, qc)
+        for i in range(BPS):
+            if TAIL:  # the second block of a last, half step does not exist: scale 0
+                ok = int32(p * int32(BPS) + int32(i)) < nb
+                sv[i] = uint32(SCALES[uint64(qs + ROWS_PER_CTA * i)]) if ok else uint32(0)
+            else:
+                sv[i] = uint32(SCALES[uint64(qs + ROWS_PER_CTA * i)])
+
+    @cuda.jit(device=True, inline="always")
+    def load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av):  # noqa: N803
+        """Step ``p``'s B operand of each tile and unit sums (``pidx``, ``aidx`` index them).
+
+        Lanes of the constant columns (ones, zeros) load nothing: their B
+        registers keep the value :func:`fill_b` gave them before the loop (ncu:
+        the load pipe bounds the kernel when every lane loads its column). A
+        unit past K (the padded half of a last step) loads nothing either: its
+        codes are 0, so its block sum is 0 whatever B holds.
+        """
+        for v in range(lay.STEP_UNITS):
+            here = True
+            if TAIL:
+                here = int32(p * int32(lay.STEP_UNITS) + int32(v)) < nu
+            for j in range(nt):
+                o = 4 * (v * nt + j)
+                if bload[j] and here:
+                    bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
+                av[v * nt + j] = ASUM[uint64(aidx[j] + v)] if here else int32(0)
+
+    @cuda.jit(device=True, inline="always")
+    def fill_b(pidx, bq):
+        """The constant B columns: ones (the code sums) or zeros (rows past M)."""
+        for v in range(lay.STEP_UNITS):
+            for j in range(nt):
+                fill = uint32(ONES) if pidx[j] == ONES_COL else uint32(0)
+                for i2 in range(4):
+                    bq[4 * (v * nt + j) + i2] = fill
+
+    @cuda.jit(device=True, inline="always")
+    def advance(pidx, aidx):
+        """The B and unit-sum indices of each tile, WARPS steps on (unused by constant columns)."""
+        for j in range(nt):
+            pidx[j] += WARPS * lay.STEP_UNITS * 16
+            aidx[j] += WARPS * lay.STEP_UNITS
+
+    @cuda.jit(device=True, inline="always")
+    def mac_block(t, wv, v0, s16, bq, av, cf, acc_hi, acc_lo):
+        """Units ``v0 .. v0 + UPB`` of the step (one block) times every activation row."""
+        for i in range(NC):
+            cf[i] = int32(0)
+        for v in range(v0, v0 + UPB):
+            wa = wv[2 * v]
+            wb = wv[2 * v + 1]
+            for s in range(2):
+                a0 = (wa >> uint32(4 * s)) & uint32(CODE_MASK)
+                a2 = (wa >> uint32(4 * s + 2)) & uint32(CODE_MASK)
+                a1 = (wb >> uint32(4 * s)) & uint32(CODE_MASK)
+                a3 = (wb >> uint32(4 * s + 2)) & uint32(CODE_MASK)
+                for j in range(nt):
+                    o = 4 * (v * nt + j)
+                    cf[4 * j], cf[4 * j + 1], cf[4 * j + 2], cf[4 * j + 3] = mma_u8(
+                        a0,
+                        a1,
+                        a2,
+                        a3,
+                        bq[o + 2 * s],
+                        bq[o + 2 * s + 1],
+                        cf[4 * j],
+                        cf[4 * j + 1],
+                        cf[4 * j + 2],
+                        cf[4 * j + 3],
+                    )
+        mant, sh, neg = scale_parts(s16)
+        odd = (t & uint32(1)) != 0
+        for j in range(nt):
+            c0 = cf[4 * j]
+            c1 = cf[4 * j + 1]
+            c2 = cf[4 * j + 2]
+            c3 = cf[4 * j + 3]
+            x = shfl_xor(c0 if odd else c2, 1)
+            y = shfl_xor(c1 if odd else c3, 1)
+            l0 = x if odd else c0
+            l1 = y if odd else c1
+            l2 = c2 if odd else x
+            sc = c3 if odd else y
+            asum = int32(0)
+            for v in range(v0, v0 + UPB):
+                asum += av[v * nt + j]
+            # |S| < 2**31: the int64 expression narrows to 32-bit arithmetic
+            s_ = int32(
+                int64(l0)
+                + (int64(l1) << int64(8))
+                + (int64(l2) << int64(16))
+                - (int64(sc) << int64(23))
+                - int64(asum)
+            )
+            if neg:
+                s_ = int32(-s_)
+            acc_add(acc_hi, acc_lo, j, int64(s_) * int64(mant), sh)
+
+    def body(P32, ASUM, EROW, CODES, SCALES, C, N, K, M, M0):  # noqa: N803
+        red_hi = cuda.shared.array(RED, int64)
+        red_lo = cuda.shared.array(RED, uint64)
+        s_bad = cuda.shared.array(FLAGS, int32)
+        acc_hi = cuda.local.array(nt, int64)
+        acc_lo = cuda.local.array(nt, uint64)
+        cf = cuda.local.array(NC, int32)
+        bq = cuda.local.array(NB, uint32)
+        av = cuda.local.array(NAV, int32)
+        wv = cuda.local.array(4, uint32)
+        wn = cuda.local.array(4, uint32)
+        sv = cuda.local.array(BPS, uint32)
+        sn = cuda.local.array(BPS, uint32)
+        bn = cuda.local.array(NB, uint32)
+        an = cuda.local.array(NAV, int32)
+        tid = uint32(cuda.threadIdx.x)
+        warp = tid >> uint32(5)
+        lane = tid & uint32(31)
+        g = lane >> uint32(2)
+        t = lane & uint32(3)
+        tile = uint32(cuda.blockIdx.x)
+        row0 = tile * uint32(ROWS_PER_CTA)
+        n_rows = uint32(N)
+        nu = int32(K // UNIT)
+        nb = int32(K // group)
+        ns = int32((nu + int32(1)) >> int32(1))
+        rl = g + uint32(8) * (t & uint32(1))  # the weight row (in the tile) this lane sums
+        # running indices of the step to load next (step `warp` first); each load adds WARPS steps
+        qc = int64(tile * uint32(ns) + warp) * int64(STEP_WORDS) + int64(lane * uint32(4))
+        qs = int64(tile * uint32(nb) + warp * uint32(BPS)) * int64(ROWS_PER_CTA) + int64(rl)
+        pidx = cuda.local.array(nt, int64)
+        aidx = cuda.local.array(nt, int64)
+        for j in range(nt):
+            # column g of tile j: a limb row of the prepared operand, or ones / zeros
+            m = 2 * j + int32(g >> uint32(2))
+            c = int32(g & uint32(3))
+            pr = (M0 + m) * LIMBS + c
+            u0 = warp * uint32(lay.STEP_UNITS)
+            pidx[j] = int64(pr) * int64(K >> 2) + int64((u0 * uint32(4) + t) * uint32(4))
+            if c == 3:
+                pidx[j] = ONES_COL
+            elif m >= M:
+                pidx[j] = ZERO_COL
+            # this lane's activation row of tile j, for the unit sums (rows past M read row M-1)
+            mc = min(uint32(2 * j) + (t >> uint32(1)), uint32(M - 1))
+            aidx[j] = int64(M0 + mc) * int64(nu) + int64(u0)
+        for i in range(nt):
+            acc_hi[i] = int64(0)
+            acc_lo[i] = uint64(0)
+        bad = False
+        fill_b(pidx, bq)
+        bload = cuda.local.array(nt, types.boolean)
+        for j in range(nt):
+            bload[j] = pidx[j] >= 0  # this lane's column of tile j is a limb row
+        if PREFETCH_B:
+            fill_b(pidx, bn)
+        # Two register sets (wv/sv/bq/av and wn/sn/bn/an) take turns: the loop body is
+        # written twice so that no step copies one set into the other.
+        p = int32(warp)
+        if p < ns:
+            load_w(CODES, SCALES, qc, qs, p, nb, wv, sv)
+            qc += WARPS * STEP_WORDS
+            qs += WARPS * BPS * ROWS_PER_CTA
+            if PREFETCH_B:
+                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
+                advance(pidx, aidx)
+        while p < ns:
+            pn = int32(p + int32(WARPS))
+            if pn < ns:  # the next step's operands in flight while this one is multiplied
+                load_w(CODES, SCALES, qc, qs, pn, nb, wn, sn)
+                qc += WARPS * STEP_WORDS
+                qs += WARPS * BPS * ROWS_PER_CTA
+                if PREFETCH_B:
+                    load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bn, an)
+                    advance(pidx, aidx)
+            if not PREFETCH_B:
+                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
+                advance(pidx, aidx)
+            for i in range(BPS):
+                mac_block(t, wv, i * UPB, sv[i], bq, av, cf, acc_hi, acc_lo)
+                bad = bad or (sv[i] & uint32(0x7C00)) == uint32(0x7C00)
+            p = pn
+            if p >= ns:
+                break
+            pn = int32(p + int32(WARPS))
+            if pn < ns:
+                load_w(CODES, SCALES, qc, qs, pn, nb, wv, sv)
+                qc += WARPS * STEP_WORDS
+                qs += WARPS * BPS * ROWS_PER_CTA
+                if PREFETCH_B:
+                    load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bq, av)
+                    advance(pidx, aidx)
+            if PREFETCH_B:
+                for i in range(BPS):
+                    mac_block(t, wn, i * UPB, sn[i], bn, an, cf, acc_hi, acc_lo)
+                    bad = bad or (sn[i] & uint32(0x7C00)) == uint32(0x7C00)
+            else:  # one B set (its registers cost occupancy), loaded for this step
+                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
+                advance(pidx, aidx)
+                for i in range(BPS):
+                    mac_block(t, wn, i * UPB, sn[i], bq, av, cf, acc_hi, acc_lo)
+                    bad = bad or (sn[i] & uint32(0x7C00)) == uint32(0x7C00)
+            p = pn
+        # the warps' partial sums -> shared memory -> one rounding per output
+        for j in range(nt):
+            slot = (warp * uint32(ROWS_PER_CTA) + rl) * uint32(MM) + uint32(2 * j) + (t >> 1)
+            red_hi[slot] = acc_hi[j]
+            red_lo[slot] = acc_lo[j]
+        if t < 2:
+            s_bad[warp * uint32(ROWS_PER_CTA) + rl] = int32(1) if bad else int32(0)
+        cuda.syncthreads()
+        for idx in range(tid, uint32(ROWS_PER_CTA * MM), uint32(THREADS)):
+            r = idx // uint32(MM)
+            m = idx % uint32(MM)
+            row = row0 + r
+            if m < uint32(M) and row < n_rows:
+                hsum = int64(0)
+                lsum = uint64(0)
+                flag = int32(0)
+                for w in range(WARPS):
+                    slot = (uint32(w * ROWS_PER_CTA) + r) * uint32(MM) + m
+                    hsum += red_hi[slot]
+                    lsum += red_lo[slot]
+                    flag |= s_bad[uint32(w * ROWS_PER_CTA) + r]
+                e = EROW[M0 + m]
+                if flag != 0 or e == SPECIAL_ROW:
+                    C[m, row] = uint16(BF16_NAN)
+                else:
+                    pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
+                    C[m, row] = uint16(round_fixed_bf16(hsum, lsum, pe))
+
+    return body
+
+
+PREPARE_SIGNATURE = "void(uint16[:, ::1], uint32[:, ::1], int32[:, ::1], int32[::1], int32)"
+Q2_SIGNATURE = (
+    "void(uint32[::1], int32[::1], int32[::1], uint32[::1], uint16[::1], uint16[:, ::1], "
+    "int32, int32, int32, int32)"
+)
+
+
+@functools.cache
+def _prepare_kernel():
+    return cuda.jit(PREPARE_SIGNATURE)(_prepare_body)
+
+
+@functools.cache
+def _q2_kernel(nt: int, group: int):
+    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group))
+
+
+def ptx_specs() -> list[tuple[str, object, str]]:
+    """``(name, body, signature)`` of each build, for the PTX tests (every M group)."""
+    specs = [("exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
+    specs += [
+        (f"q2_0_gemv_exact@m{2 * nt}g{group}", _make_q2_body(nt, group), Q2_SIGNATURE)
+        for group in fmt.GROUPS
+        for nt in (1, 2, 4)
+    ]
+    return specs
+
+
+# -- host side -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExactOperands:
+    """Activations converted once (:func:`prepare_device`) for any number of exact GEMVs.
+
+    ``limbs`` uint32 [3M, K/4]: the three byte-limb rows of each activation
+    row in kernel order;
+    ``unit_sums`` int32 [M, K/64]; ``exponents`` int32 [M] (E_m, or
+    :data:`SPECIAL_ROW`).
+    """
+
+    limbs: object
+    unit_sums: object
+    exponents: object
+    m: int
+    k: int
+
+    @classmethod
+    def allocate(cls, m: int, k: int, stream=0) -> ExactOperands:
+        check_k(k)
+        return cls(
+            cuda.device_array((LIMBS * m, k // 4), np.uint32, stream=stream),
+            cuda.device_array((m, k // UNIT), np.int32, stream=stream),
+            cuda.device_array((m,), np.int32, stream=stream),
+            m,
+            k,
+        )
+
+    def prepare_args(self, d_a) -> tuple:
+        """``exact_prepare``'s arguments for bf16 bits ``d_a`` (uint16 [M, K])."""
+        return (d_a, self.limbs, self.unit_sums, self.exponents, np.int32(self.k))
+
+
+# The exact-family interface (q2gemv.cuda.runtime.launcher.ExactFamily); the kernel is the
+# family spec's exact_kernel (q2gemv.kernels).
+PREPARE = "exact_prepare"
+Operands = ExactOperands
+
+
+def prepare_launch(m: int, k: int) -> tuple:
+    """``(kernel, grid, block)`` of ``exact_prepare`` for ``m`` rows of ``k``: (row, span) CTAs."""
+    threads = prepare_threads(k)
+    return _prepare_kernel(), (m, launch.div_ceil(k // 16, threads)), threads
+
+
+def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
+    return q2_launches(ops, dw, d_out, rows_of)
+
+
+def check_k(k: int) -> None:
+    if k % UNIT:
+        raise ValueError(f"a: the exact kernels need K a multiple of {UNIT}, got {k}")
+
+
+def prepare_threads(k: int) -> int:
+    """``exact_prepare``'s CTA size: one thread per 16-code word, a multiple of 32, at most 256."""
+    return min(PREP_THREADS, launch.div_ceil(k // 16, 32) * 32)
+
+
+def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOperands:
+    """Run ``exact_prepare`` on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands.
+
+    ``ops``: operands of the same (M, K) to fill instead of allocating new ones
+    (a graph-captured or repeated call must not allocate).
+    """
+    from ..runtime import launcher
+
+    return launcher.prepare_device("q2_0", d_a, stream, ops)
+
+
+def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
+    """``(kernel, grid, args)`` of each ``q2_0_gemv_exact`` launch: chunks of :data:`MAX_M` rows.
+
+    Validates before anything is launched: ``dw`` a DeviceQ2Weight of ``ops.k``
+    columns, ``d_out`` uint16 [M, N]. ``chunks``: the ``(row0, rows)`` of each
+    launch (the plan's, from :mod:`q2gemv.cuda.runtime.launcher`); default chunks of
+    :data:`MAX_M` rows. They must cover the M rows once, in order.
+    """
+    from .weight import DeviceQ2Weight
+
+    if not isinstance(dw, DeviceQ2Weight):
+        raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
+    if ops.k != dw.k:
+        raise ValueError(f"a: expected K={dw.k} columns (the weight's k), got {ops.k}")
+    if np.dtype(d_out.dtype) != np.uint16 or tuple(d_out.shape) != (ops.m, dw.n):
+        raise ValueError(
+            f"out: expected uint16 of shape {(ops.m, dw.n)}, got {d_out.dtype} {tuple(d_out.shape)}"
+        )
+    codes, scales = dw.exec_layout()
+    launch.check_weight_halves("q2_0_gemv_exact", 2 * codes.size)
+    grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
+    return [
+        (
+            _q2_kernel(tiles_for(rows), dw.group),
+            grid,
+            (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows])
+            + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
+        )
+        for r0, rows in launch.check_chunks(chunks, ops.m, MAX_M)
+    ]

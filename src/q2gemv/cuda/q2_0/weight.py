@@ -1,0 +1,211 @@
+"""Q2_0 weights on the device: :class:`DeviceQ2Weight` (uploaded once, or wrapped in place).
+
+The device copy is the exact kernel's execution layout
+(:mod:`q2gemv.formats.q2_0_layout`, made by :mod:`q2gemv.cuda.q2_0.layout` on
+the device); the GGUF ``block_q2_0`` bytes (:mod:`q2gemv.formats.q2_0`),
+viewed as uint16 (codes) and float16 (the inline scales), are kept only
+where the seed contract's kernels need them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from numba import cuda
+
+from ... import launch
+from ...formats import q2_0 as fmt
+from ...formats import q2_0_layout as lay
+from . import layout as q2_layout
+
+_LAYOUT_LOCK = threading.Lock()  # a device weight makes its layout / GGUF bytes once
+
+
+@dataclass(frozen=True)
+class DeviceQ2Weight:
+    """A :class:`~q2gemv.Q2Weight` on the device: reuse it across calls.
+
+    It holds the weight in the exact kernel's execution layout
+    (:mod:`q2gemv.formats.q2_0_layout`: ``codes`` uint32, ``scales`` uint16),
+    and the GGUF bytes (``b16``/``bh``, two views of one buffer) only where
+    they are needed:
+
+    * :meth:`upload` (``Q2Weight.to_device()``) builds the layout on the host
+      and uploads only it: the device holds the weight once. With
+      ``keep_gguf=True`` it uploads the GGUF bytes too (for the seed
+      contract's kernels, which read them). Without, the first seed-contract
+      call rebuilds them from the layout on the device (the tested inverse,
+      once per weight; the weight's device memory then doubles).
+    * :meth:`from_buffers` wraps GGUF bytes already on the device and
+      repacks them on the device into a layout it owns.
+    * A hand-built one (``DeviceQ2Weight(b16, bh, n, k, group)``) is checked at
+      construction against (n, k, group), like ``Q2Weight``: ``b16`` and ``bh``
+      must be 1-D C-contiguous device arrays (uint16, float16) of exactly
+      ``n * row_bytes(k, group) / 2`` halves, the two views of one buffer.
+      The size decides the group too: the same (n, k) takes 18 bytes per 64
+      codes at group 64 and 34 per 128 at group 128, so group-64 bytes
+      declared as group 128 (or bytes for fewer rows than ``n``, which a
+      kernel would read past) are refused naming ``b16``. Its layout is
+      made on the device at its first exact-contract call.
+
+    The GGUF bytes and the layout must not change while the weight is used.
+    """
+
+    b16: object  # device uint16 view of the GGUF bytes, or None (see gguf_halves)
+    bh: object  # device float16 view of the same bytes, or None
+    n: int
+    k: int
+    group: int
+    codes: object = None  # device uint32 [layout.code_words(n, k)], or None (see exec_layout)
+    scales: object = None  # device uint16 [layout.scale_halves(n, k, group)], or None
+    # bound launches of q2gemv.cuda.runtime.launcher, per call signature; dies with the weight
+    launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    family: ClassVar[str] = "q2_0"
+
+    def __post_init__(self) -> None:
+        from ..runtime.interop import check_device_array
+
+        group = fmt.check_group(self.group)
+        n, k = fmt._check_nk(self.n, self.k, group)  # Python ints (fmt.as_size)
+        if self.b16 is None and self.bh is None:
+            if self.codes is None or self.scales is None:
+                raise ValueError("b16: expected the GGUF bytes, or codes and scales (the layout)")
+        else:
+            halves = n * fmt.row_bytes(k, group) // 2
+            for name, arr, dt in (("b16", self.b16, np.uint16), ("bh", self.bh, np.float16)):
+                if getattr(arr, "__cuda_ndarray__", False) and np.dtype(arr.dtype) == np.dtype(dt):
+                    if arr.ndim == 1 and arr.size != halves:
+                        raise ValueError(
+                            f"{name}: expected {halves} halves ({2 * halves} bytes) for n={n} "
+                            f"k={k} group={group}, got {arr.size} ({2 * arr.size} bytes)"
+                        )
+                check_device_array(arr, name, dt, (halves,))
+            if not self._same_buffer(self.b16, self.bh):
+                raise ValueError(
+                    "bh: expected the float16 view of b16's buffer (b16.view(np.float16))"
+                )
+        if self.codes is not None or self.scales is not None:
+            check_device_array(self.codes, "codes", np.uint32, (lay.code_words(n, k),))
+            check_device_array(self.scales, "scales", np.uint16, (lay.scale_halves(n, k, group),))
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "k", k)
+        object.__setattr__(self, "group", group)
+
+    def exec_layout(self, stream=0) -> tuple:
+        """``(codes, scales)``: the execution layout, made on the device at first use if absent."""
+        if self.codes is None:
+            with _LAYOUT_LOCK:
+                if self.codes is None:
+                    codes, scales = q2_layout.pack(self.b16, self.n, self.k, self.group, stream)
+                    object.__setattr__(self, "scales", scales)
+                    object.__setattr__(self, "codes", codes)
+        return self.codes, self.scales
+
+    def gguf_halves(self, stream=0) -> tuple:
+        """``(b16, bh)``: the GGUF bytes, rebuilt on the device from the layout at first use if absent.
+
+        Only the seed contract's kernels read them; the rebuild is the exact
+        inverse of the layout (:func:`q2gemv.cuda.q2_0.layout.unpack`).
+        """
+        if self.b16 is None:
+            with _LAYOUT_LOCK:
+                if self.b16 is None:
+                    b16 = q2_layout.unpack(
+                        self.codes, self.scales, self.n, self.k, self.group, stream
+                    )
+                    object.__setattr__(self, "bh", b16.view(np.float16))
+                    object.__setattr__(self, "b16", b16)
+        return self.b16, self.bh
+
+    def to_gguf(self) -> np.ndarray:
+        """The weight's GGUF ``block_q2_0`` bytes, copied to the host (uint8 [n * row_bytes])."""
+        b16, _ = self.gguf_halves()
+        return b16.copy_to_host().view(np.uint8)
+
+    @classmethod
+    def upload(cls, w: fmt.Q2Weight, stream=0, *, keep_gguf: bool = False) -> DeviceQ2Weight:
+        """``w`` on the device in the execution layout (and its GGUF bytes if ``keep_gguf``)."""
+        if not isinstance(w, fmt.Q2Weight):
+            raise TypeError(f"weight: expected a Q2Weight, got {type(w).__name__}")
+        if not isinstance(keep_gguf, bool):
+            raise TypeError(f"keep_gguf: expected a bool, got {type(keep_gguf).__name__}")
+        from ...backends import simulator_lock
+
+        codes, scales = lay.to_exec_layout(w.raw, w.n, w.k, w.group)
+        with simulator_lock():
+            d_codes = cuda.to_device(codes, stream=stream)
+            d_scales = cuda.to_device(scales, stream=stream)
+            d = cuda.to_device(w.raw.view(np.uint16), stream=stream) if keep_gguf else None
+        bh = None if d is None else d.view(np.float16)
+        return cls(d, bh, w.n, w.k, w.group, d_codes, d_scales)
+
+    @classmethod
+    def from_buffers(cls, raw, n: int, k: int, group: int) -> DeviceQ2Weight:
+        """Wrap GGUF ``block_q2_0`` bytes already on the GPU: no host copy.
+
+        The weight keeps ``raw`` (no copy: the seed contract's kernels read
+        it) and repacks it on the device, once, into an execution layout it
+        owns (the exact kernel reads that), on the default stream.
+
+        Args:
+            raw: the weight's bytes on the device, uint8 (or int8), C-contiguous,
+                [n * row_bytes] or [n, row_bytes] (``row_bytes(k, group)`` bytes a
+                row, the GGUF layout of :mod:`q2gemv.formats.q2_0`): a numba
+                device array, or anything with ``__cuda_array_interface__`` (a
+                CUDA ``torch.uint8`` tensor, a CuPy array), which the weight keeps
+                alive. Its bytes must not change while the weight is used.
+            n, k, group: the shape and block size (64 or 128), as for ``Q2Weight``.
+
+        Raises:
+            TypeError / ValueError naming ``raw`` (not a device array, wrong
+            dtype, not contiguous, not 2-byte aligned, wrong size) or
+            ``n``/``k``/``group``.
+        """
+        from ..runtime.interop import as_device_buffer
+
+        group = fmt.check_group(group)
+        n, k = fmt._check_nk(n, k, group)  # Python ints: no fixed-width overflow below
+        d = as_device_buffer(raw, "raw")
+        if np.dtype(d.dtype).itemsize != 1 or np.dtype(d.dtype).kind not in "ui":
+            raise TypeError(f"raw: expected uint8 bytes, got {d.dtype}")
+        if not d.is_c_contiguous() or d.ndim not in (1, 2):
+            raise ValueError(
+                f"raw: expected a C-contiguous 1-D or 2-D byte array, got shape {d.shape}"
+            )
+        want = n * fmt.row_bytes(k, group)
+        if d.size != want:
+            raise ValueError(
+                f"raw: expected {want} bytes for n={n} k={k} group={group}, got {d.size}"
+            )
+        addr = launch.device_address(d)
+        if addr is not None and addr % 2:
+            raise ValueError(f"raw: expected a 2-byte aligned device buffer, got address {addr:#x}")
+        flat = d.reshape(d.size)
+        if np.dtype(flat.dtype) != np.uint8:
+            flat = flat.view(np.uint8)
+        b16 = flat.view(np.uint16)
+        dw = cls(b16, b16.view(np.float16), n, k, group)
+        dw.exec_layout()
+        return dw
+
+    @staticmethod
+    def _same_buffer(x, y) -> bool:
+        """Do device arrays ``x`` and ``y`` start at one address (the simulator: share memory)?"""
+        try:
+            return x.device_ctypes_pointer.value == y.device_ctypes_pointer.value
+        except AttributeError:  # the simulator's arrays are NumPy underneath
+            return np.shares_memory(np.asarray(x._ary), np.asarray(y._ary))
+
+
+def as_device_weight(weight, stream=0) -> DeviceQ2Weight:
+    if isinstance(weight, DeviceQ2Weight):
+        return weight
+    if isinstance(weight, fmt.Q2Weight):
+        return DeviceQ2Weight.upload(weight, stream)
+    raise TypeError(f"weight: expected a Q2Weight or DeviceQ2Weight, got {type(weight).__name__}")
+
+
+__all__ = ["DeviceQ2Weight", "as_device_weight"]

@@ -1,0 +1,272 @@
+"""Device-resident activations and outputs: numba device arrays, CuPy arrays, torch tensors.
+
+:func:`q2gemv.gemv` sends any activation that already lives on the GPU here,
+so nothing is copied to the host:
+
+* numba device arrays (real or simulated) and any object with
+  ``__cuda_array_interface__`` (CuPy, ...) must hold **bf16 bit patterns as
+  uint16** ([K] or [M, K], C-contiguous): neither numba nor CuPy has a bf16
+  dtype. The result is a numba device array of uint16 bits (wrap it with
+  ``cupy.asarray`` for CuPy).
+* torch CUDA tensors must be ``torch.bfloat16``; they are reinterpreted as
+  16-bit integers (no copy) and the result is a ``torch.bfloat16`` tensor on
+  the same device. Without ``stream=``, launches go on torch's current stream
+  (through ``cuda.external_stream``) so they order with the surrounding torch
+  work and can be captured in a torch CUDA graph.
+
+``out=`` may be a device array / tensor of the result's shape and kind;
+``stream=`` a numba stream or a raw ``cudaStream_t`` handle (int). torch is
+never imported here unless a torch tensor was passed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import cuda
+
+from ...arrays import is_torch, numba_stream
+
+
+def as_bits(x, name: str):
+    """``(numba uint16 device array, kind)`` for a device array / tensor ``x``; no copy.
+
+    Raises TypeError/ValueError naming ``name`` for a wrong dtype, a host
+    tensor, or a non-contiguous array.
+    """
+    if is_torch(x):
+        import torch
+
+        if not x.is_cuda:
+            raise TypeError(f"{name}: expected a CUDA tensor, got one on {x.device}")
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"{name}: expected torch.bfloat16, got {x.dtype}")
+        if not x.is_contiguous():
+            raise ValueError(f"{name}: expected a contiguous tensor")
+        return cuda.as_cuda_array(x.view(torch.int16)).view(np.uint16), "torch"
+    if getattr(x, "__cuda_ndarray__", False):
+        d, kind = x, "numba"
+    elif hasattr(x, "__cuda_array_interface__"):
+        d, kind = cuda.as_cuda_array(x), "cai"
+    else:
+        raise TypeError(f"{name}: expected a device array or CUDA tensor, got {type(x).__name__}")
+    if np.dtype(d.dtype) != np.uint16:
+        raise TypeError(f"{name}: expected uint16 bf16 bit patterns on the device, got {d.dtype}")
+    if not d.is_c_contiguous():
+        raise ValueError(f"{name}: expected a C-contiguous device array")
+    return d, kind
+
+
+def as_device_buffer(x, name: str):
+    """``x`` as a numba device array over the same memory (no copy), for ``from_buffers``.
+
+    Takes a numba device array as it is, or anything with
+    ``__cuda_array_interface__`` (a CUDA torch tensor, a CuPy array), which
+    stays alive as long as the view. Raises TypeError naming ``name`` for
+    host arrays (and, under the CUDA simulator, which has no foreign device
+    memory, for anything but its own device arrays).
+    """
+    if getattr(x, "__cuda_ndarray__", False):
+        return x
+    if hasattr(x, "__cuda_array_interface__") and hasattr(cuda, "as_cuda_array"):
+        return cuda.as_cuda_array(x)
+    raise TypeError(
+        f"{name}: expected a device array (a numba device array, or a CUDA torch tensor / CuPy "
+        f"array: anything with __cuda_array_interface__), got {type(x).__name__}"
+    )
+
+
+def check_device_array(x, name: str, dtype, shape: tuple[int, ...]) -> None:
+    """``x`` must be a C-contiguous numba device array of ``dtype`` and ``shape``.
+
+    Raises TypeError/ValueError naming ``name``: a kernel handed a smaller
+    buffer than (n, k) imply would read out of bounds.
+    """
+    if not getattr(x, "__cuda_ndarray__", False):
+        raise TypeError(f"{name}: expected a numba device array, got {type(x).__name__}")
+    if np.dtype(x.dtype) != np.dtype(dtype):
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype)}, got {x.dtype}")
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(x.shape)}")
+    if not x.is_c_contiguous():
+        raise ValueError(f"{name}: expected a C-contiguous device array")
+
+
+def gemv_device(
+    a, weight, launches, out_shape, *, family: str, out=None, stream=None, numerics="seed",
+    key=None,
+):  # fmt: skip
+    """Run ``launches`` (``(row0, rows, kernel)``) on device activations ``a``; see module doc.
+
+    ``weight`` may be a host or device-resident weight (a host weight is
+    uploaded for this call: upload it once with ``to_device()`` to reuse it).
+    ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``. ``numerics``:
+    ``"seed"`` runs ``launches`` as they are; ``"exact"`` runs the family's
+    activation prepare then its exact GEMV per plan entry, all on the
+    caller's stream, with the operands in a per-(stream, M, K) workspace
+    (:func:`exact_workspace`). Everything is checked before the first launch
+    (:func:`q2gemv.cuda.runtime.launcher.launches`).
+
+    ``key``: the call's cache key (:func:`q2gemv.api.call_key`), or None.
+    When given (a device-resident weight and ``out=``), the validated
+    launches are bound (:class:`~q2gemv.cuda.runtime.launcher.BoundPlan`) and stored
+    in ``weight.launch_cache`` under it, so the next call with the same
+    buffers, shapes, dtypes, stream, kernel and contract is a dictionary
+    lookup and the launches (:func:`q2gemv.gemv`'s fast path).
+    """
+    from ... import kernels
+    from ...backends import simulator_lock
+    from . import launcher
+
+    spec = kernels.family(family)
+    d_a, kind = as_bits(a, "a")
+    st = numba_stream(stream, a)
+    with simulator_lock():
+        dw = spec.as_device_weight(weight, st)
+        if numerics == "exact":
+            exact = launcher.exact_kernel_of(family, launches)[1]
+            exact.check_k(dw.k)
+        result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
+        d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
+        d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
+        m = d_a2.shape[0]
+        if m == 0:
+            return result
+        cache = getattr(weight, "launch_cache", None) if key is not None else None
+        bind = cache is not None and len(launches) <= BIND_MAX_LAUNCHES
+        if numerics != "exact":
+            ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st)
+            if not bind:
+                launcher.launch_all(ls, st)
+                return result
+            bound = launcher.BoundPlan(ls, _handle(key), keep=_keep(a, out, stream))
+        else:
+            with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
+                ops = exact_workspace(m, dw.k, st, exact)
+                ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st, ops)
+                if not bind:
+                    launcher.launch_all(ls, st)
+                    return result
+            bound = launcher.BoundPlan(
+                ls, _handle(key), lock=_WORKSPACE_LOCK, keep=(ops, *_keep(a, out, stream))
+            )
+        _remember(cache, key, bound)
+        bound()
+    return result
+
+
+# A decode loop's calls differ only in their buffers: one bound plan per (buffers' addresses,
+# shapes, dtypes, strides, stream, kernel, contract), per weight, at most this many per weight
+# (the oldest is dropped first), and only for plans of at most BIND_MAX_LAUNCHES launches
+# (a long plan is kernel-bound: binding it would cost more than it saves).
+LAUNCH_CACHE_SIZE = 64
+BIND_MAX_LAUNCHES = 64
+
+
+def _handle(key) -> int:
+    """The raw stream handle in a cache key (the simulator's streams have none: 0)."""
+    return key[2] if type(key[2]) is int else 0
+
+
+def _keep(a, out, stream) -> tuple:
+    """What a bound plan must keep alive: nothing on a GPU (it holds addresses, keyed by
+    address), the caller's objects under the simulator (keyed by identity there)."""
+    from .prebound import SIMULATED
+
+    return (a, out, stream) if SIMULATED else ()
+
+
+_CACHE_LOCK = threading.Lock()  # misses only: lookups on the fast path take no lock
+
+
+def _remember(cache: dict, key, bound) -> None:
+    with _CACHE_LOCK:
+        while len(cache) >= LAUNCH_CACHE_SIZE:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = bound
+
+
+# Exact-contract operands per (device, stream, M, K), reused by every later call there: a call
+# allocates nothing once its shape has run on its stream, so it can be captured in a CUDA graph
+# after a warm-up call (cudaMalloc is not allowed during capture), and the graph keeps reading
+# the same buffers. Calls on one stream are ordered by the stream; the lock orders the
+# enqueueing of one call's two steps against another thread's on the same stream.
+_WORKSPACES: dict[tuple, object] = {}
+_WORKSPACE_LOCK = threading.Lock()
+
+
+def _stream_key(st) -> int:
+    if not st:
+        return 0
+    try:
+        return int(st)
+    except TypeError:  # the simulator's streams have no handle
+        return id(st)
+
+
+def exact_workspace(m: int, k: int, st, exact):
+    """The exact-contract operands of (this device, ``st``, the exact module ``exact``, m, k).
+
+    ``exact``: the module of the plan's exact kernel
+    (:func:`~q2gemv.cuda.runtime.launcher.exact_kernel_of`); its ``Operands``
+    (Q2_0: :class:`~q2gemv.cuda.q2_0.exact.ExactOperands`; NVFP4:
+    :class:`~q2gemv.cuda.w4a16.exact.W4Operands`). Allocated on first use and
+    kept for the process (a few bytes per activation: about ``3 M K`` bytes);
+    :func:`clear_workspaces` drops them (never while a captured CUDA graph that
+    uses them may still replay).
+    """
+    device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
+    key = (device, _stream_key(st), exact.__name__, int(m), int(k))
+    ops = _WORKSPACES.get(key)
+    if ops is None:
+        ops = _WORKSPACES[key] = exact.Operands.allocate(m, k, st)
+    return ops
+
+
+def clear_workspaces() -> None:
+    """Forget every exact-contract workspace (the buffers are freed when unused)."""
+    with _WORKSPACE_LOCK:
+        _WORKSPACES.clear()
+
+
+def _output(kind, a, d_a, dw, out_shape, out, st):
+    """``(result to return, its uint16 device view)``: a new array, or ``out`` checked."""
+    if out is None:
+        if kind == "torch":
+            import torch
+
+            result = torch.empty(out_shape, dtype=torch.bfloat16, device=a.device)
+            d_out, _ = as_bits(result, "out")
+        else:
+            result = d_out = cuda.device_array(out_shape, dtype=np.uint16, stream=st)
+        return result, d_out
+    d_out, out_kind = as_bits(out, "out")
+    if (out_kind == "torch") != (kind == "torch"):
+        raise TypeError("out: expected the same kind of device array as a")
+    if tuple(d_out.shape) != tuple(out_shape):
+        raise ValueError(f"out: expected shape {tuple(out_shape)}, got {tuple(d_out.shape)}")
+    if _same_memory(d_out, d_a):
+        raise ValueError("out: must not alias the activations a")
+    for name, part in _device_parts(dw).items():
+        if _same_memory(d_out, part):
+            raise ValueError(f"out: must not overlap the weight's device buffer ({name})")
+    return out, d_out
+
+
+def _device_parts(dw) -> dict[str, object]:
+    """The device arrays of a device weight, by attribute name."""
+    names = ("b16", "codes", "scales") if hasattr(dw, "b16") else ("wp", "scales")
+    # a Q2_0 weight holds the GGUF bytes and the layout only where made (None otherwise)
+    return {name: getattr(dw, name) for name in names if getattr(dw, name) is not None}
+
+
+def _same_memory(x, y) -> bool:
+    try:
+        px = x.device_ctypes_pointer.value
+        py = y.device_ctypes_pointer.value
+    except AttributeError:  # the simulator's arrays are NumPy underneath
+        return np.shares_memory(np.asarray(x._ary), np.asarray(y._ary))
+    nx = x.size * np.dtype(x.dtype).itemsize
+    ny = y.size * np.dtype(y.dtype).itemsize
+    return px < py + ny and py < px + nx

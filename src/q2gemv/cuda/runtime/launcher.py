@@ -1,0 +1,314 @@
+"""The one launcher: a plan of launches ``(row0, rows, kernel)`` on device arrays, run or bound.
+
+Every CUDA path of the package goes through here: :func:`q2gemv.gemv` on host
+arrays (:func:`run_host`) and on device arrays (:mod:`q2gemv.cuda.runtime.interop`),
+prepared activations (:mod:`q2gemv.prepared`), the golden harness, tests and
+scripts (:func:`run_kernel`: one kernel's chunks), and the benchmark and the
+families' ``launch_raw`` (:func:`seed_launch`: one launch, then
+:func:`launch_all` or :func:`prebind`). This module knows no family: each is
+reached through its :class:`~q2gemv.kernels.FamilySpec`.
+The plan itself comes from :func:`q2gemv.api.plan`; nothing here re-chunks it
+(the exact contract's ``exact_prepare`` is the one launch that is not a plan
+entry: it runs once, before the chunks, over all rows).
+
+Two steps:
+
+* :func:`launches` validates the whole plan against the arrays (every
+  launch's rows, shapes, dtypes, alignment, weight size) and returns the
+  launches ``(dispatcher, grid, block, args, name)``; nothing is enqueued
+  until every one is valid.
+* :func:`launch_all` enqueues them through numba's dispatcher, or
+  :class:`BoundPlan` binds them once (:class:`~q2gemv.cuda.runtime.prebound.PreboundLaunch`:
+  one ``cuLaunchKernel`` each, the arguments packed at bind time) and
+  enqueues them on every call. On the simulator a bound launch goes through
+  the dispatcher (same code path, same bits).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol
+
+import numpy as np
+from numba import cuda
+
+from ... import kernels, launch
+from ...backends import SIMULATOR_LOCK
+from .prebound import SIMULATED, PreboundLaunch
+
+
+def launches(
+    family: str, numerics: str, plan, dw, d_a, d_out, stream=0, ops=None, *, prepare: bool = True
+) -> list[tuple]:
+    """The validated launches of ``plan`` on ``d_a`` (uint16 [M, K]) into ``d_out`` (uint16 [M, N]).
+
+    Args:
+        family: ``"q2_0"`` or ``"w4a16"``; ``numerics``: ``"seed"`` or ``"exact"``.
+        plan: ``(row0, rows, kernel)`` entries covering rows ``0..M`` once, in order.
+        dw: the device weight of ``family``.
+        stream: the stream the exact contract's workspace belongs to (exact only).
+        ops: exact only: the :class:`~q2gemv.cuda.q2_0.exact.ExactOperands` to fill
+            (None: new ones are allocated).
+        prepare: exact only: False when ``ops`` already hold ``d_a``'s operands
+            (:func:`q2gemv.prepare`): no ``exact_prepare`` launch.
+
+    Returns ``(dispatcher, grid, block, args, name)`` per launch. Raises the
+    family's TypeError/ValueError (naming ``a``, ``out``, ``m``, ``weight``,
+    ``kernel``) before anything is enqueued.
+    """
+    if numerics == "exact":
+        return _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare)
+    mod = kernels.family(family).seed()  # the seed launch interface (kernels.FamilySpec)
+    block = kernels.THREADS_PER_CTA  # every kernel's CTA (the thread maps assume 256)
+    out = []
+    for r0, rows, name in plan:
+        va, vo = d_a[r0 : r0 + rows], d_out[r0 : r0 + rows]
+        grid, args = mod.launch_args(name, va, dw, vo, rows)
+        out.append((name, rows, grid, block, args))
+    compiled = mod.compiled  # looked up now: tests replace it to prove nothing launches
+    return [(compiled(name, rows), g, b, a, name) for name, rows, g, b, a in out]
+
+
+class ExactFamily(Protocol):
+    """What a family's exact-contract module gives the launcher (the exact-family interface).
+
+    The module is named by the family's :class:`~q2gemv.kernels.FamilySpec`
+    (``exact_module``; its kernel: ``exact_kernel``, a registered spec). One
+    GEMV under the exact contract is ``prepare_launch`` once over all rows
+    (filling ``Operands``), then ``chunk_launches`` for the plan's chunks.
+    """
+
+    PREPARE: str  # the prepare kernel's name (launch lists, errors)
+    THREADS: int  # the CTA size of every chunk launch
+    Operands: type  # allocate(m, k, stream) -> ops (with .m, .k); ops.prepare_args(d_a)
+
+    def check_k(self, k: int) -> None:
+        """ValueError naming ``a`` for a K the kernel does not serve."""
+
+    def prepare_launch(self, m: int, k: int) -> tuple:
+        """``(kernel, grid, block)`` of the prepare over ``m`` rows of ``k``."""
+
+    def chunk_launches(self, ops, dw, d_out, rows_of) -> list[tuple]:
+        """Validated ``(kernel, grid, args)`` per chunk ``(row0, rows)`` of ``rows_of``."""
+
+
+def exact_module(family: str) -> ExactFamily:
+    """The exact contract's module of ``family`` (:class:`ExactFamily`), named by its spec."""
+    return kernels.family(family).exact()
+
+
+def exact_kernel_of(family: str, plan) -> tuple[kernels.KernelSpec, ExactFamily]:
+    """The exact kernel a plan of ``family`` runs, and its module (:func:`q2gemv.kernels.module_of`).
+
+    The kernel of the plan's first launch when it is an exact kernel of
+    ``family`` (a variant registered beside the default), else the family's
+    ``exact_kernel``; :func:`launches` then requires every launch to be of it.
+    """
+    spec = kernels.get(kernels.family(family).exact_kernel)
+    first = plan[0][2] if len(plan) else spec.name
+    if first in {s.name for s in kernels.specs(family, "exact")}:
+        spec = kernels.get(first)
+    return spec, importlib.import_module(kernels.module_of(spec.name))
+
+
+def _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
+    """The kernel's prepare over all rows (unless ``prepare`` is False), then the plan's chunks."""
+    spec, mod = exact_kernel_of(family, plan)
+    m, k = (int(x) for x in d_a.shape)
+    ops = _operands(mod, m, k, stream, ops)
+    rows_of = []
+    for r0, rows, name in plan:
+        if name != spec.name or not 1 <= rows <= spec.max_m:
+            raise ValueError(
+                f"plan: launch at row {r0}: expected 1..{spec.max_m} rows of {spec.name}, "
+                f"got {rows} of {name!r}"
+            )
+        rows_of.append((r0, rows))
+    chunks = mod.chunk_launches(ops, dw, d_out, rows_of)  # validates the weight, out and rows
+    launch.check_alignment(spec.name, d_a, spec.a_align)  # the prepares load 16 bytes
+    out = [(kern, grid, mod.THREADS, args, spec.name) for kern, grid, args in chunks]
+    if prepare:  # once, over all rows, before the chunks
+        out.insert(0, (*mod.prepare_launch(m, k), ops.prepare_args(d_a), mod.PREPARE))
+    return out
+
+
+def _operands(mod, m: int, k: int, stream, ops):
+    """``ops`` checked against (M, K), or new operands of the exact module ``mod``."""
+    mod.check_k(k)
+    if ops is None:
+        return mod.Operands.allocate(m, k, stream)
+    if (ops.m, ops.k) != (m, k):
+        raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
+    return ops
+
+
+def prepare_device(family: str, d_a, stream=0, ops=None):
+    """Run the family's exact-contract prepare on device bf16 bits ``d_a`` (uint16 [M, K]).
+
+    Returns the operands (``ops``, of the same (M, K), filled instead of new
+    ones: a graph-captured or repeated call must not allocate).
+    """
+    mod = exact_module(family)
+    m, k = (int(x) for x in d_a.shape)
+    ops = _operands(mod, m, k, stream, ops)
+    if m:
+        kernel, grid, block = mod.prepare_launch(m, k)
+        kernel[grid, block, stream](*ops.prepare_args(d_a))
+    return ops
+
+
+def exact_plan(family: str, m: int) -> launch.ChunkPlan:
+    """The plan of ``m`` rows under the exact contract: chunks of the family's exact kernel."""
+    spec = kernels.get(kernels.family(family).exact_kernel)
+    return launch.ChunkPlan(m, spec.max_m, lambda rows: spec.name)
+
+
+def exact_launches(family: str, d_a, dw, d_out, stream=0, ops=None) -> list[tuple]:
+    """The validated launches of one exact GEMV over every row of ``d_a`` (uint16 [M, K]).
+
+    The family's prepare, skipped when ``ops`` (the operands of an earlier
+    prepare of ``d_a``) are given, then the chunks of :func:`exact_plan`.
+    For scripts and benchmarks; :func:`q2gemv.gemv` goes through :func:`launches`.
+    """
+    plan = exact_plan(family, int(d_a.shape[0]))
+    return launches(family, "exact", plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
+
+
+def seed_launch(name: str, d_a, dw, d_out, m: int) -> tuple:
+    """One validated seed-contract launch of kernel ``name`` on exactly ``d_a`` [m, K] / ``d_out``.
+
+    Returns ``(dispatcher, grid, block, args, name)``, as :func:`launches`
+    does per plan entry, for :func:`launch_all` or :func:`prebind`: the road
+    of the family modules' ``launch_raw`` and of the benchmark's single
+    launches. The family's ``launch_args`` validates it (rows, shapes,
+    dtypes, alignment, weight size) before the kernel is looked up.
+    """
+    mod = kernels.family(kernels.get(name).family).seed()
+    grid, args = mod.launch_args(name, d_a, dw, d_out, m)
+    return mod.compiled(name, m), grid, kernels.THREADS_PER_CTA, args, name
+
+
+def prebind(launches_: list[tuple], stream=0) -> list[PreboundLaunch]:
+    """``launches_`` (from :func:`launches`) as :class:`PreboundLaunch` objects, one per launch."""
+    return [PreboundLaunch(d, g, b, a, stream=stream, name=n) for d, g, b, a, n in launches_]
+
+
+def launch_all(launches_: list[tuple], stream=0) -> None:
+    """Enqueue ``launches_`` (from :func:`launches`) through numba's dispatcher on ``stream``."""
+    for dispatcher, grid, block, args, _ in launches_:
+        dispatcher[grid, block, stream](*args)
+
+
+class BoundPlan:
+    """The launches of one call, pre-bound: ``plan()`` enqueues them all on the bound stream.
+
+    Built from :func:`launches` (already validated). On a GPU each is a
+    :class:`~q2gemv.cuda.runtime.prebound.PreboundLaunch` (one ``cuLaunchKernel``);
+    the device addresses are packed at bind time, so a BoundPlan is valid for
+    exactly the buffers it was built from (the cache in
+    :mod:`q2gemv.cuda.runtime.interop` keys it on their addresses, shapes, dtypes
+    and the stream) and does not keep the caller's buffers alive (the device
+    weight owning the cache keeps its own). ``keep`` holds Python objects for
+    the plan's lifetime: the exact contract's workspace, and under the
+    simulator (no addresses: the cache keys on object identity there) the
+    caller's arrays.
+
+    ``lock``: a lock held around the enqueueing (the exact contract's
+    workspace: the prepare and the chunks of one call must not interleave
+    with another thread's on the same stream). Under the simulator the
+    simulator lock is held instead (one call at a time there).
+    """
+
+    __slots__ = ("_calls", "_lock", "keep", "names")
+
+    def __init__(self, launches_: list[tuple], stream_handle: int = 0, *, lock=None, keep=()):
+        self._calls = tuple(
+            PreboundLaunch(d, g, b, a, stream=stream_handle, name=n, keep_args=False)
+            for d, g, b, a, n in launches_
+        )
+        self.names = tuple(n for *_, n in launches_)
+        self.keep = keep
+        self._lock = SIMULATOR_LOCK if SIMULATED else lock
+
+    def __call__(self) -> None:
+        if self._lock is None:
+            for call in self._calls:
+                call()
+            return
+        with self._lock:
+            for call in self._calls:
+                call()
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def __repr__(self) -> str:
+        return f"BoundPlan({', '.join(self.names)})"
+
+
+def check_bits(a_bits, k: int) -> None:
+    """Host activation bits for :func:`run_host`'s callers: a uint16 numpy array [M, k].
+
+    Raises TypeError / ValueError naming ``a_bits``.
+    """
+    if not isinstance(a_bits, np.ndarray) or a_bits.dtype != np.uint16:
+        got = a_bits.dtype if isinstance(a_bits, np.ndarray) else type(a_bits).__name__
+        raise TypeError(f"a_bits: expected uint16 bf16 bits (a numpy array), got {got}")
+    if a_bits.ndim != 2 or a_bits.shape[1] != k:
+        raise ValueError(f"a_bits: expected shape [M, K] = [M, {k}], got {a_bits.shape}")
+
+
+def run_host(family: str, numerics: str, plan, a_bits: np.ndarray, dw, stream=0) -> np.ndarray:
+    """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N].
+
+    Uploads the activations, validates every launch of ``plan`` (before any
+    is enqueued), runs them through the dispatcher on ``stream`` (0 or a
+    numba stream) and copies the result back.
+    """
+    m = a_bits.shape[0]
+    out = np.empty((m, dw.n), dtype=np.uint16)
+    if m == 0:
+        return out
+    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
+    d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
+    launch_all(launches(family, numerics, plan, dw, d_a, d_out, stream), stream)
+    d_out.copy_to_host(out, stream=stream)
+    if stream:
+        stream.synchronize()
+    return out
+
+
+def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
+    """Run kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K]) -> uint16 [M, N].
+
+    The plan is the kernel's chunks of its ``max_m`` rows (one launch per row
+    for the M=1 kernels; an exact kernel's activation prepare runs once
+    before its chunks); ``weight`` is a host or device weight of the
+    kernel's family (uploaded here when on the host). For the golden
+    harness, scripts and tests; :func:`q2gemv.gemv` builds its own plan.
+    Raises the launcher's errors (naming ``kernel``, ``weight``, ``a_bits``)
+    before anything is launched.
+    """
+    spec = kernels.get(kernel)
+    dw = kernels.family(spec.family).as_device_weight(weight, stream)
+    check_bits(a_bits, dw.k)
+    plan = launch.ChunkPlan(a_bits.shape[0], spec.max_m, lambda rows: spec.name)
+    return run_host(spec.family, spec.contract, plan, a_bits, dw, stream)
+
+
+__all__ = [
+    "ExactFamily",
+    "exact_module",
+    "exact_kernel_of",
+    "prepare_device",
+    "seed_launch",
+    "run_kernel",
+    "launches",
+    "launch_all",
+    "BoundPlan",
+    "run_host",
+    "check_bits",
+    "exact_plan",
+    "exact_launches",
+    "prebind",
+]

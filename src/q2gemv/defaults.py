@@ -1,0 +1,111 @@
+"""The seed contract's default kernels, one rule per family (pure: no numba, no device).
+
+Under the exact contract every family has one kernel (its
+:attr:`~q2gemv.kernels.FamilySpec.exact_kernel`), chunked by its ``max_m``.
+Under the seed contract each family has its own measured rule: Q2_0 picks
+one kernel by M and N (:func:`default_q2_kernel`), NVFP4 plans its tiers
+(:func:`q2gemv.tiers.plan_w4a16`). The registry names each family's rule
+(:attr:`~q2gemv.kernels.FamilySpec.seed_plan`, ``.seed_reason``); the API
+calls it through the spec and never asks which family it holds.
+
+A rule's ``plan(weight, m, kernel)`` returns the launches (a
+:class:`~q2gemv.launch.ChunkPlan`; ``kernel``: a seed kernel of the family
+to force, or None) and its ``reason(weight, m, kernel)`` the line
+:func:`q2gemv.explain` prints for it, with whether the launches follow.
+"""
+
+from __future__ import annotations
+
+from . import kernels, launch, tiers
+
+# Output rows from which the 4-rows-per-warp M=1 kernel wins (H200, one run with
+# torch bf16 beside it: benchmarks/results/h200_candidates_v4b_gemv.csv, M=1):
+# q2_0_gemv_vec_rt4 56.4 us vs 61.3 us for q2_0_gemv_vec_batchm_rt2 at 16384x16384
+# and 23.9 vs 23.9 us at 17408x5120, but 11.8 vs 10.1 us at 5120x5120 and 33.5 vs
+# 27.6 us at 5120x17408 (N/32 = 160 CTAs for 132 SMs leaves SMs idle).
+Q2_RT4_MIN_N = 16384
+
+
+def default_q2_kernel(m: int, n: int = 0) -> str:
+    """The Q2_0 kernel :func:`q2gemv.gemv` uses for ``m`` activation rows and ``n`` output rows.
+
+    Every choice here computes the same bits (all share q2_0_gemv_vec's per-row
+    order); the rule only picks the fastest measured on the H200 (same run,
+    benchmarks/results/h200_candidates_v4b_gemv.csv):
+
+    * M=1 and ``n >= Q2_RT4_MIN_N``: ``q2_0_gemv_vec_rt4``;
+    * otherwise ``q2_0_gemv_vec_batchm_rt2`` in chunks of 8. It is built per
+      M: at M=1 it loads activations directly (2 rows per warp: 10.1 us vs
+      11.2 us for ``q2_0_gemv_vec`` at 5120x5120), and from M=2 on it beats
+      one M=1 launch per row on all four shapes (91.5 us vs 2 x 56.4 us at
+      16384x16384, M=2) and the seed's ``q2_0_gemv_vec_batchm`` at every M.
+    """
+    if m == 1 and n >= Q2_RT4_MIN_N:
+        return "q2_0_gemv_vec_rt4"
+    return "q2_0_gemv_vec_batchm_rt2"
+
+
+def default_w4a16_tiers() -> tiers.W4a16BatchmTiers:
+    """Every tier this package builds counts as present; the kill switches still apply."""
+    return tiers.W4a16BatchmTiers.resolve(available=tiers.candidate_kernel_names())
+
+
+def q2_0_seed_plan(weight, m: int, kernel: str | None) -> launch.ChunkPlan:
+    """Q2_0, seed: ``m`` rows on the default kernel for ``weight``'s N (or ``kernel``), in chunks."""
+    name = default_q2_kernel(m, weight.n) if kernel is None else kernel
+    return launch.ChunkPlan(m, kernels.table("q2_0", "seed")[name], lambda rows: name)
+
+
+def q2_0_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
+    """Q2_0, seed: the kernel for ``m`` rows of ``weight`` (or ``kernel``) and why; launches follow."""
+    name = kernel or default_q2_kernel(m, weight.n)
+    if kernel:
+        why = "forced by kernel="
+    elif m == 1 and weight.n >= Q2_RT4_MIN_N:
+        why = f"default for M=1, N >= {Q2_RT4_MIN_N}: 4 rows per warp"
+    else:
+        why = "default: 2 rows per warp, built for this M, chunks of 8"
+    return f"m = {m}; kernel: {name if m else '-'} ({why})", True
+
+
+def w4a16_seed_plan(weight, m: int, kernel: str | None) -> launch.ChunkPlan:
+    """NVFP4, seed: the tier plan of ``m`` rows, or one forced tier ``kernel`` covering ``m``.
+
+    ``weight`` is not needed (the tiers depend on M alone); the signature is every seed rule's.
+    """
+    if kernel is None:
+        t = default_w4a16_tiers()
+        wide = tiers.WIDE_MAX_M  # plan_w4a16's chunk; its kernel depends only on the chunk's rows
+        full = tiers.plan_w4a16(wide, t)[0][2]
+        tail = tiers.plan_w4a16(m % wide, t)[0][2] if m % wide else full
+        return launch.ChunkPlan(m, wide, lambda rows: full if rows == wide else tail)
+    table = kernels.table("w4a16", "seed")
+    if kernel not in table:
+        raise ValueError(f"kernel: expected one of {tuple(table)}, got {kernel!r}")
+    if m > table[kernel]:
+        raise ValueError(
+            f"kernel: {kernel} serves at most {table[kernel]} rows, got M={m} "
+            "(leave kernel=None to let the tier plan chunk it)"
+        )
+    return launch.ChunkPlan(m, max(m, 1), lambda rows: kernel)
+
+
+def w4a16_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
+    """NVFP4, seed: the forced tier ``kernel``, or the tier table's account for ``m`` rows.
+
+    The account lists its own plan (no launches follow); ``weight`` is not needed.
+    """
+    if kernel is None:
+        return tiers.explain_tier(m, default_w4a16_tiers()), False
+    return f"m = {m}; kernel forced: {kernel}", True
+
+
+__all__ = [
+    "Q2_RT4_MIN_N",
+    "default_q2_kernel",
+    "default_w4a16_tiers",
+    "q2_0_seed_plan",
+    "q2_0_seed_reason",
+    "w4a16_seed_plan",
+    "w4a16_seed_reason",
+]

@@ -1,0 +1,360 @@
+"""The exact-contract kernels (q2gemv.cuda.q2_0.exact) against q2gemv.reference.exact, bit for bit.
+
+Only public entry points: ``launcher.run_kernel``, ``prepare_device`` / ``q2_launches``,
+and the device helpers through one-CTA test kernels. The kernel body may be
+reorganised freely; these results may not change. Runs on the CUDA
+simulator in CI (tiny shapes) and on the GPU where there is one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from q2gemv import Q2Weight
+from q2gemv.check import assert_bits_equal
+from q2gemv.cuda.q2_0 import as_device_weight
+from q2gemv.cuda.q2_0 import exact as ex
+from q2gemv.cuda.runtime import launcher
+from q2gemv.formats.bf16 import BF16
+from q2gemv.reference import exact as rex
+
+NAN, INF, NEG_INF = 0x7FC0, 0x7F80, 0xFF80
+
+
+def _acts(rng, m, k) -> np.ndarray:
+    """bf16 bits [m, k]: a wide spread of magnitudes (small entries lose bits), a few zeros."""
+    a = rng.standard_normal((m, k)) * 2.0 ** rng.integers(-28, 6, (m, k))
+    a[rng.random((m, k)) < 0.05] = 0.0
+    return a.astype(BF16).view(np.uint16)
+
+
+def _weight(rng, n, k, group) -> Q2Weight:
+    """Codes 0..3 and fp16 scales over the whole exponent range (subnormal, negative, large)."""
+    codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    mant = rng.uniform(-2.0, 2.0, (n, k // group))
+    scales = (mant * 2.0 ** rng.integers(-26, 15, (n, k // group))).astype(np.float16)
+    return Q2Weight.from_codes(codes, scales, group=group)
+
+
+def _check(a_bits, w, label):
+    got = launcher.run_kernel("q2_0_gemv_exact", a_bits, w)
+    want = rex.q2_0_gemv_exact(a_bits.view(BF16), w).view(np.uint16)
+    assert got.dtype == np.uint16 and got.shape == (a_bits.shape[0], w.n)
+    assert_bits_equal(got, want, label)
+    return got
+
+
+# (m, n, k, group): N = 1, tails (N % 16), more blocks than the CTA's 8 warps, every M build
+CHUNKED_M = 17  # test_run_kernel_is_batch_invariant: chunks of MAX_M rows and a 1-row chunk
+SHAPES = [
+    (1, 1, 64, 64),
+    (1, 17, 256, 128),  # a tail CTA of one row
+    (2, 16, 64 * 9, 64),  # 9 blocks: warp 0 takes two
+    (3, 5, 128 * 9, 128),
+    (5, 7, 128, 64),
+    (9, 3, 256, 128),  # a full chunk and a 1-row chunk (MAX_M = 8)
+]
+
+
+def _chunks(m: int) -> list[int]:
+    return [min(ex.MAX_M, m - r0) for r0 in range(0, m, ex.MAX_M)]
+
+
+def test_shapes_cover_every_tile_build():
+    every = {ex.tiles_for(m) for m in range(1, ex.MAX_M + 1)}
+    ms = [m for m, *_ in SHAPES] + [CHUNKED_M]
+    assert {ex.tiles_for(rows) for m in ms for rows in _chunks(m)} == every
+    assert len(_chunks(CHUNKED_M)) > 1
+    for group in (64, 128):  # more blocks than warps, at each group
+        assert any(g == group and k // g > ex.WARPS for _, _, k, g in SHAPES)
+
+
+@pytest.mark.parametrize("m,n,k,group", SHAPES)
+def test_run_kernel_matches_the_reference(m, n, k, group):
+    rng = np.random.default_rng(1000 * m + n + k)
+    _check(_acts(rng, m, k), _weight(rng, n, k, group), f"m={m} n={n} k={k} g{group}")
+
+
+def _special_case(group):
+    """Rows: NaN, normal, zeros (+-0), huge +, huge -, -Inf, subnormals, cancelling.
+
+    Columns (N = 17: a tail CTA): Inf / NaN scales (columns 1-3, 9, 16), the
+    largest fp16 with code 3, zero scales, duplicated halves for the
+    cancelling row, random.
+    """
+    rng = np.random.default_rng(group)
+    k, n = 2 * group, 17
+    codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    scales = (rng.standard_normal((n, 2)) * 0.05).astype(np.float16)
+    scales[1, 1] = np.inf
+    scales[2, 0] = np.nan
+    scales[3, 0] = -np.inf
+    scales[9, 1] = np.inf  # rows g + 8 of the m16 tile (the odd lanes' flag)
+    scales[16, 0] = np.nan  # the tail CTA's only row
+    codes[4] = 3
+    scales[4] = 65504.0
+    scales[5] = [0.0, -0.0]
+    scales[6] = [-65504.0, 2.0**-24]
+    codes[7, :group] = codes[7, group:]
+    scales[7, 1] = scales[7, 0]
+    w = Q2Weight.from_codes(codes, scales, group=group)
+    base = rng.standard_normal(k)
+    a = np.zeros((8, k))
+    a[0] = base
+    a[0, 3] = np.nan
+    a[1] = base
+    a[3] = 1.0e38 * (1.0 + rng.random(k))  # beyond bf16 against large scales
+    a[4] = -a[3]
+    a[5] = base
+    a[5, -1] = -np.inf
+    a[6] = 2.0**-133 * rng.integers(1, 128, k) * np.sign(base)  # subnormals only
+    a[7, :group] = base[:group]  # x and -x against duplicated halves
+    a[7, group:] = -base[:group]
+    bits = a.astype(BF16).view(np.uint16)
+    bits[2, ::2] = 0x8000  # -0 in the zero row
+    return bits, w
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_run_kernel_special_values(group):
+    a, w = _special_case(group)
+    y = _check(a, w, f"special g{group}")
+    assert (y[0] == NAN).all() and (y[5] == NAN).all()  # NaN, -Inf rows
+    assert (y[:, [1, 2, 3, 9, 16]] == NAN).all()  # Inf, NaN, -Inf scale columns
+    assert (y[2, 4:9] == 0).all() and (y[2, 10:16] == 0).all()  # a zero row gives +0
+    assert (y[[1, 2, 3, 4, 6, 7], 5] == 0).all()  # zero scales give +0
+    assert y[3, 4] == INF and y[4, 4] == NEG_INF  # overflow
+    assert y[7, 7] == 0  # exact cancellation: +0
+    assert (y[6, 4] & 0x7FFF) not in (0, INF)  # subnormal activations, large scales: normal
+
+
+def test_run_kernel_is_batch_invariant():
+    """Each row of a chunked call equals the reference and that row computed alone."""
+    rng = np.random.default_rng(7)
+    w = _weight(rng, 3, 128, 64)
+    a = _acts(rng, CHUNKED_M, 128)
+    a[9, 4] = 0x7FC0  # a NaN row inside the second chunk
+    ys = _check(a, w, f"m={CHUNKED_M}")
+    for i in (0, 9, CHUNKED_M - 1):
+        assert np.array_equal(launcher.run_kernel("q2_0_gemv_exact", a[i : i + 1], w)[0], ys[i]), i
+
+
+def test_q2_launches_chunk_by_max_m():
+    rng = np.random.default_rng(8)
+    w = _weight(rng, 3, 64, 64)
+    m = 2 * ex.MAX_M + 1
+    ops = ex.ExactOperands.allocate(m, 64)  # launching nothing: only the launch list
+    dw = as_device_weight(w)
+    launches = ex.q2_launches(ops, dw, cuda.device_array((m, 3), np.uint16))
+    assert len(launches) == 3
+    with pytest.raises(ValueError, match="out"):
+        ex.q2_launches(ops, dw, cuda.device_array((m, 4), np.uint16))
+    with pytest.raises(ValueError, match="m: q2_0_gemv_exact serves"):
+        ex.tiles_for(ex.MAX_M + 1)
+
+
+def test_prepared_operands_serve_two_weights():
+    """One prepare, two GEMVs (the same ExactOperands, no second prepare): both bit-exact."""
+    from q2gemv.cuda.runtime import launcher
+
+    rng = np.random.default_rng(9)
+    a = _acts(rng, 3, 128)
+    d_a = cuda.to_device(a)
+    ops = ex.prepare_device(d_a)
+    for group in (64, 128):
+        w = _weight(rng, 5, 128, group)
+        d_out = cuda.device_array((3, 5), np.uint16)
+        ls = launcher.exact_launches("q2_0", d_a, as_device_weight(w), d_out, ops=ops)
+        assert [name for *_, name in ls] == ["q2_0_gemv_exact"]  # no prepare
+        launcher.launch_all(ls)
+        want = rex.q2_0_gemv_exact(a.view(BF16), w).view(np.uint16)
+        assert_bits_equal(d_out.copy_to_host(), want, f"g{group}")
+
+
+# -- exact_prepare -------------------------------------------------------------
+
+
+def _prepare_rows(k: int) -> np.ndarray:
+    rng = np.random.default_rng(k)
+    a = _acts(rng, 7, k)
+    a[1, 9] = 0xFFC1  # a NaN: SPECIAL_ROW, A = 0
+    a[2] = 0  # zeros: E = 0, A = 0
+    a[3, 5] = 0x437F  # 255.0 (mantissa 0x7F): A = 255 * 2**15, the largest |A|
+    a[3, 6] = 0xC37F
+    a[4] = rng.integers(0, 0x80, k) | (rng.integers(0, 2, k) << 15)  # subnormals only
+    a[5, -1] = 0x7F80  # +Inf in the last word
+    a[6] = rng.integers(0, 2**16, k)  # every exponent
+    a[6][(a[6] & 0x7F80) == 0x7F80] ^= 0x0100
+    return a.astype(np.uint16)
+
+
+@pytest.mark.parametrize("k", [64, 192])  # 4 words, and 12 words (3 units, most threads idle)
+def test_prepare_device_matches_fixed_point(k):
+    a = _prepare_rows(k)
+    m = a.shape[0]
+    ops = ex.prepare_device(cuda.to_device(a))
+    assert (ops.m, ops.k) == (m, k)
+    exps = ops.exponents.copy_to_host()
+    limbs = ops.limbs.copy_to_host()
+    sums = ops.unit_sums.copy_to_host()
+    A, E, special = rex.fixed_point(a)
+    assert special.tolist() == [False, True, False, False, False, True, False]
+    assert exps.tolist() == np.where(special, ex.SPECIAL_ROW, E).tolist()
+    assert A[3, 5] == 255 * 2**15 and A[3, 6] == -(255 * 2**15)
+    assert sums.shape == (m, k // 64)
+    assert sums.tolist() == A.reshape(m, k // 64, 64).sum(axis=2).tolist()
+    # limb l of row m: byte 4i + b of word w (16 bytes) is byte l of A[16w + 4b + i] + 2**23
+    off = (A + 2**23).astype(np.uint32)
+    assert ((off >= 0) & (off < 2**24)).all()
+    assert limbs.shape == (3 * m, k // 4) and limbs.dtype == np.uint32
+    got = limbs.reshape(m, 3, k // 16, 4)  # [m, limb, word, i] uint32
+    want = np.zeros_like(got)
+    for b in range(4):
+        for i in range(4):
+            code = off.reshape(m, k // 16, 16)[:, :, 4 * b + i]  # [m, word]
+            for li in range(3):
+                want[:, li, :, i] |= ((code >> (8 * li)) & 0xFF) << (8 * b)
+    assert np.array_equal(got, want)
+    assert (got[[1, 5], 2] == 0x80808080).all() and (got[[1, 5], :2] == 0).all()  # A = 0
+
+
+# -- device helpers ------------------------------------------------------------
+
+
+@cuda.jit
+def _round_kernel(hi, lo, p, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = ex.round_fixed_bf16(hi[i], lo[i], p[i])
+
+
+def _split(v: int, rng) -> tuple[int, int]:
+    """``v = hi * 2**32 + lo`` with ``lo`` a random uint64 below 2**62 (the kernel's sums are such)."""
+    lo = (v & 0xFFFFFFFF) + (int(rng.integers(0, 2**30)) << 32)
+    hi = (v - lo) >> 32
+    assert hi * 2**32 + lo == v and abs(hi) < 2**62
+    return hi, lo
+
+
+def _round_cases(rng) -> list[tuple[int, int]]:
+    cases = [(0, 0), (0, -200), (1, -133), (1, -134), (-1, -134), (3, -134), (255, -134)]
+    cases += [(255, 120), (511, 119), (-511, 119), ((511 << 40) - 1, 79), (1, 128), (-1, 0)]
+    cases += [(2**93 - 1, -213), (-(2**93) + 1, 40), (2**64, -64), (2**64 - 1, -64)]
+    cases += [(-(2**32), 0), (-(2**40), 3), (2**63, -300)]
+    # 64 bits dropped at once (r == 64): 2**-134 is a tie (to 0), a unit more rounds up
+    cases += [(2**63, -197), (2**63 + 1, -197), (2**63 - 1, -197), (-(2**63) - 1, -197)]
+    cases += [(2**64, -198), (2**64 + 1, -198)]  # the same through the high word's sticky bit
+    for _ in range(150):  # random widths and signs, p over the kernel's range (E - 46)
+        nb = int(rng.integers(0, 94))
+        v = int.from_bytes(rng.bytes(12), "little") % (1 << nb) if nb else 0
+        cases.append((-v if rng.random() < 0.5 else v, int(rng.integers(-179, 82))))
+    for _ in range(100):  # ties and their neighbours, both above and below 64 bits
+        nb = int(rng.integers(10, 94))
+        mant = int(rng.integers(256, 512)) | 1  # 9 bits, odd: a tie when cut to 8
+        v = (mant << (nb - 9)) + int(rng.integers(-1, 2))
+        target = int(rng.integers(-141, 130))  # the result's exponent: subnormal .. overflow
+        cases.append((-v if rng.random() < 0.5 else v, target - nb + 1))
+    return cases
+
+
+def test_round_fixed_bf16_matches_bf16_nearest():
+    rng = np.random.default_rng(31)
+    cases = _round_cases(rng)
+    hl = [_split(v, rng) for v, _ in cases]
+    hl[0] = (-1, 2**32)  # zero as -1 * 2**32 + 2**32
+    hi = np.array([h for h, _ in hl], np.int64)
+    lo = np.array([x for _, x in hl], np.uint64)
+    p = np.array([p for _, p in cases], np.int64)
+    out = np.zeros(len(cases), np.uint32)
+    _round_kernel[1, len(cases)](hi, lo, p, out)
+    want = np.array([rex.bf16_nearest(v, p) for v, p in cases], np.uint32)
+    assert_bits_equal(out, want, "round_fixed_bf16", context=lambda i: f"case {cases[i[0]]}")
+
+
+@cuda.jit
+def _acc_kernel(ps, shs, pexp, acc_hi, acc_lo, out):
+    i = cuda.grid(1)
+    if i < acc_hi.size:
+        for j in range(ps.shape[1]):
+            ex.acc_add(acc_hi, acc_lo, i, ps[i, j], shs[i, j])
+        out[i] = ex.round_fixed_bf16(acc_hi[i], acc_lo[i], pexp[i])
+
+
+def test_acc_add_is_exact():
+    rng = np.random.default_rng(32)
+    threads, terms = 64, 48
+    lim = 2**43 - 1
+    ps = rng.integers(-lim, lim + 1, (threads, terms), dtype=np.int64)
+    ps[rng.random((threads, terms)) < 0.3] >>= 30  # small terms too
+    shs = rng.integers(0, 30, (threads, terms)).astype(np.int32)
+    ps[0], shs[0] = lim, 29  # the largest terms
+    ps[1], shs[1] = -lim, 29
+    ps[2], shs[2] = -1, 0  # many -1: borrows through the low word
+    ps[3, ::2], ps[3, 1::2], shs[3] = lim, -lim, 29  # cancelling to exactly 0
+    ps[4], shs[4] = np.int64(2**32 - 1), 0  # low-word carries
+    pexp = rng.integers(-179, 40, threads).astype(np.int64)
+    acc_hi = np.zeros(threads, np.int64)
+    acc_lo = np.zeros(threads, np.uint64)
+    out = np.zeros(threads, np.uint32)
+    _acc_kernel[1, threads](ps, shs, pexp, acc_hi, acc_lo, out)
+    for i in range(threads):
+        total = sum(int(p) << int(s) for p, s in zip(ps[i], shs[i], strict=True))
+        assert int(acc_hi[i]) * 2**32 + int(acc_lo[i]) == total, i
+        assert int(out[i]) == rex.bf16_nearest(total, int(pexp[i])), i
+    assert int(acc_hi[3]) * 2**32 + int(acc_lo[3]) == 0 and out[3] == 0
+
+
+@cuda.jit
+def _fixed_point_kernel(h, e, out):
+    i = cuda.grid(1)
+    n = h.size
+    for j in range(i, n, cuda.gridsize(1)):
+        out[j] = ex.fixed_point_one(h[j], e[j])
+
+
+def _finite_sample(rng, exp_mask: int, size: int, edges) -> np.ndarray:
+    """``size`` random finite patterns (exponent field != all ones) plus ``edges``."""
+    h = rng.integers(0, 2**16, 2 * size).astype(np.uint16)
+    h = h[(h & exp_mask) != exp_mask][:size]
+    return np.concatenate([np.array(edges, np.uint16), h])
+
+
+def test_fixed_point_one_matches_the_reference():
+    """Random finite bf16 and every subnormal, each at E = its own exponent and at E + 1..23."""
+    rng = np.random.default_rng(33)
+    subs = [x | s for x in range(128) for s in (0, 0x8000)]
+    h = _finite_sample(rng, 0x7F80, 2500, subs + [0x7F7F, 0xFF7F, 0x0080, 0x437F, 0xC37F])
+    lg = np.where(
+        (h & 0x7F80) != 0,
+        ((h >> 7) & 0xFF).astype(np.int64) - 127,
+        np.floor(np.log2(np.maximum(h & 0x7F, 1))).astype(np.int64) - 133,
+    )
+    e = np.minimum(lg + rng.choice([0, 0, 1, 8, 9, 10, 11, 23], h.size), 127)
+    out = np.zeros(h.size, np.int64)
+    _fixed_point_kernel[1, 64](h, e.astype(np.int32), out)
+    # the reference's row [h, 2**e]: its E is e (2**e a normal or a subnormal bf16)
+    top = np.where(e >= -126, (e + 127).clip(1, 254) << 7, 1 << (e + 133).clip(0, 6))
+    A, E, _ = rex.fixed_point(np.stack([h, top.astype(np.uint16)], axis=1))
+    assert np.array_equal(E, e)
+    assert_bits_equal(out, A[:, 0], "fixed_point_one", context=lambda i: f"h={h[i]:04X} E={e[i]}")
+    assert (out == 255 * 2**15).any() and (out == -(255 * 2**15)).any()
+
+
+@cuda.jit
+def _scale_kernel(h, mant, sh, neg):
+    i = cuda.grid(1)
+    for j in range(i, h.size, cuda.gridsize(1)):
+        mant[j], sh[j], neg[j] = ex.scale_parts(h[j])
+
+
+def test_scale_parts_matches_fp16_scale_parts():
+    edges = [0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x3C00, 0x7BFF, 0xFBFF]
+    h = _finite_sample(np.random.default_rng(34), 0x7C00, 2000, edges)
+    mant, sh, neg = (np.zeros(h.size, t) for t in (np.int32, np.int32, np.bool_))
+    _scale_kernel[1, 64](h, mant, sh, neg)
+    rmant, rexp, _ = rex.fp16_scale_parts(h)
+    assert np.array_equal(np.where(neg, -mant, mant), rmant)
+    assert np.array_equal(sh - ex.SCALE_LSB, rexp)  # |d| = mant * 2**(sh - 24)
+    assert sh.min() == 0 and sh.max() == 29  # acc_add's precondition 0 <= sh <= 29

@@ -1,0 +1,132 @@
+"""The Q2_0 execution layout: host builder, its inverse, the device twins, and the kernel on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import q2gemv
+from q2gemv.formats import q2_0 as fmt
+from q2gemv.formats import q2_0_layout as lay
+
+SHAPES = [(1, 64, 64), (17, 192, 64), (33, 256, 128), (16, 128, 128), (5, 320, 64), (9, 384, 128)]
+
+
+def _raw(rng, n, k, group, nan_at=None):
+    raw = rng.integers(0, 256, n * fmt.row_bytes(k, group), dtype=np.uint8)
+    blocks = raw.reshape(n, k // group, fmt.block_bytes(group))
+    d = (rng.standard_normal((n, k // group)) * 0.05).astype(np.float16)
+    if nan_at is not None:
+        d[nan_at] = np.float16(np.nan)
+    blocks[:, :, :2] = d.view(np.uint8).reshape(n, k // group, 2)
+    return raw
+
+
+@pytest.mark.parametrize("n,k,group", SHAPES)
+def test_host_layout_round_trip_and_code_positions(n, k, group):
+    rng = np.random.default_rng(n * k + group)
+    raw = _raw(rng, n, k, group)
+    codes, scales = lay.to_exec_layout(raw, n, k, group)
+    assert codes.dtype == np.uint32 and codes.size == lay.code_words(n, k)
+    assert scales.dtype == np.uint16 and scales.size == lay.scale_halves(n, k, group)
+    np.testing.assert_array_equal(lay.from_exec_layout(codes, scales, n, k, group), raw)
+    # every code where the module docstring says it is
+    want = fmt.unpack_codes(raw, n, k, group)
+    cw = codes.reshape(lay.tiles(n), lay.steps(k), 8, 4, 4)  # tile, step, g, t, word
+    r, j = np.meshgrid(np.arange(n), np.arange(k), indexing="ij")
+    tile, rr = np.divmod(r, 16)
+    step, ui = np.divmod(j // 64, 2)
+    word = cw[tile, step, rr % 8, (j % 64) // 16, ui * 2 + rr // 8]
+    np.testing.assert_array_equal((word >> (2 * (j % 16))) & 3, want)
+    # scales: [tile, block, row in tile]; padding rows hold 0
+    s = scales.reshape(lay.tiles(n), k // group, 16).transpose(0, 2, 1).reshape(-1, k // group)
+    np.testing.assert_array_equal(s[:n].view(np.float16), fmt.unpack_scales(raw, n, k, group))
+    assert not s[n:].any()
+
+
+def test_from_exec_layout_refuses_wrong_sizes():
+    codes, scales = lay.to_exec_layout(np.zeros(2 * 34, np.uint8), 2, 128, 128)
+    with pytest.raises(ValueError, match="codes: expected 128 uint32 words"):
+        lay.from_exec_layout(codes[:-1], scales, 2, 128, 128)
+    with pytest.raises(ValueError, match="scales: expected 16 uint16"):
+        lay.from_exec_layout(codes, scales[:-1], 2, 128, 128)
+
+
+@pytest.mark.parametrize("n,k,group", [(17, 192, 64), (9, 384, 128)])
+def test_device_pack_and_unpack_equal_the_host(n, k, group):
+    from numba import cuda
+
+    from q2gemv.cuda.q2_0 import layout as dlay
+
+    rng = np.random.default_rng(7)
+    raw = _raw(rng, n, k, group)
+    codes, scales = lay.to_exec_layout(raw, n, k, group)
+    d_codes, d_scales = dlay.pack(cuda.to_device(raw.view(np.uint16)), n, k, group)
+    np.testing.assert_array_equal(d_codes.copy_to_host(), codes)
+    np.testing.assert_array_equal(d_scales.copy_to_host(), scales)
+    back = dlay.unpack(cuda.to_device(codes), cuda.to_device(scales), n, k, group)
+    np.testing.assert_array_equal(back.copy_to_host().view(np.uint8), raw)
+
+
+def test_device_weight_holds_the_weight_once_unless_asked():
+    rng = np.random.default_rng(3)
+    n, k, group = 5, 192, 64
+    w = q2gemv.Q2Weight.from_bytes(_raw(rng, n, k, group).tobytes(), n, k, group)
+    dw = w.to_device()
+    assert dw.b16 is None and dw.bh is None  # only the layout on the device
+    a = rng.standard_normal((2, k)).astype(q2gemv.BF16)
+    # a seed call rebuilds the GGUF bytes on the device, bit for bit
+    y = q2gemv.gemv(a, dw, numerics="seed")
+    want = q2gemv.gemv(a, w, numerics="seed", backend="reference")
+    q2gemv.assert_bits_equal(y.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(dw.to_gguf(), w.raw)
+    kept = w.to_device(keep_gguf=True)
+    np.testing.assert_array_equal(kept.b16.copy_to_host().view(np.uint8), w.raw)
+    with pytest.raises(ValueError, match="keep_gguf"):
+        q2gemv.to_device(q2gemv.Nvfp4Weight.from_float(np.ones((16, 32), np.float32)), keep_gguf=1)
+
+
+def test_from_buffers_repacks_into_its_own_layout():
+    from numba import cuda
+
+    from q2gemv.cuda.q2_0.weight import DeviceQ2Weight
+
+    rng = np.random.default_rng(4)
+    n, k, group = 9, 384, 128
+    raw = _raw(rng, n, k, group)
+    dw = DeviceQ2Weight.from_buffers(cuda.to_device(raw), n, k, group)
+    codes, scales = lay.to_exec_layout(raw, n, k, group)
+    np.testing.assert_array_equal(dw.codes.copy_to_host(), codes)
+    np.testing.assert_array_equal(dw.scales.copy_to_host(), scales)
+
+
+@pytest.mark.parametrize(
+    "n,k,group,m,nan_at",
+    [
+        (17, 64 * 19, 64, 3, (16, 18)),  # odd unit count: the last step is half padded
+        (5, 128 * 10, 128, 1, (2, 9)),  # more steps than warps: the prefetch path
+        (20, 128 * 9, 128, 5, None),
+    ],
+)
+def test_exact_kernel_on_the_layout_equals_the_reference(n, k, group, m, nan_at):
+    rng = np.random.default_rng(n + k)
+    w = q2gemv.Q2Weight.from_bytes(_raw(rng, n, k, group, nan_at).tobytes(), n, k, group)
+    a = rng.standard_normal((m, k)).astype(q2gemv.BF16)
+    a[0, 5] = a[0, 5] * 1000  # an outlier
+    y = q2gemv.gemv(a, w)
+    want = q2gemv.gemv(a, w, backend="reference")
+    q2gemv.assert_bits_equal(y.view(np.uint16), want.view(np.uint16))
+    if nan_at is not None:
+        assert (y.view(np.uint16)[:, nan_at[0]] == 0x7FC0).all()
+
+
+def test_out_overlapping_the_layout_is_refused(no_launch):
+    from numba import cuda
+
+    rng = np.random.default_rng(5)
+    n, k, group = 16, 128, 128
+    dw = q2gemv.Q2Weight.from_bytes(_raw(rng, n, k, group).tobytes(), n, k, group).to_device()
+    d_a = cuda.to_device(rng.standard_normal((2, k)).astype(q2gemv.BF16).view(np.uint16))
+    out = dw.codes.view(np.uint16)[: 2 * n].reshape(2, n)
+    with pytest.raises(ValueError, match=r"overlap the weight's device buffer \(codes\)"):
+        q2gemv.gemv(d_a, dw, out=out)

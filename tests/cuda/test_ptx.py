@@ -1,0 +1,130 @@
+"""Every kernel compiles to PTX for sm_90 on a machine without a GPU, with no local memory.
+
+Runs in subprocesses: this pytest process may have selected the simulator,
+and numba decides that once per process. The exact family (about a minute
+of NVVM on its own) compiles in a second process beside the seed's kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from q2gemv.cuda.ptx import FAMILIES
+
+# one process each, in parallel: the seed kernels together, each exact module alone
+GROUPS = [("q2_0", "w4a16"), *((f,) for f in FAMILIES if f not in ("q2_0", "w4a16"))]
+
+
+@pytest.fixture(scope="module")
+def ptx_summary():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    assert sorted(f for g in GROUPS for f in g) == sorted(FAMILIES)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "q2gemv.cuda.ptx", "--cc", "9.0"]
+            + [a for f in group for a in ("--family", f)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for group in GROUPS
+    ]
+    summary = {}
+    for proc in procs:
+        out, err = proc.communicate(timeout=1200)
+        assert proc.returncode == 0, err[-3000:]
+        summary.update(json.loads(out))
+    return summary
+
+
+EXPECTED = ["q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_batchm"]
+
+
+def _exact_names() -> list[str]:
+    from q2gemv.cuda.q2_0 import exact
+
+    return [name for name, _, _ in exact.ptx_specs()]
+
+
+def test_every_registered_kernel_compiles(ptx_summary):
+    """Every spec of the registry (q2gemv.kernels) has at least one build in the summary."""
+    from q2gemv import kernels
+
+    built = {name.split("@")[0] for name in ptx_summary}
+    assert {s.name for s in kernels.specs()} <= built
+
+
+def test_no_local_memory(ptx_summary):
+    offenders = [name for name, s in ptx_summary.items() if s["uses_local_memory"]]
+    assert offenders == []
+
+
+def test_q2_inner_loop_uses_fused_products_and_explicit_scale_rounding(ptx_summary):
+    for name in EXPECTED:
+        s = ptx_summary[name]
+        assert s["fma.rn.f32"] >= 8, name  # the per-code fma chain
+        assert s["mul.rn.f32"] >= 1 and s["add.rn.f32"] >= 1, name  # fmul_rn / fadd_rn
+        assert s["shfl"] >= 5, name  # the butterfly
+
+
+def test_batchm_unrolls_all_eight_rows(ptx_summary):
+    # every one of the 8 accumulators has its own 16-fma chain: >= 8 * 16
+    assert ptx_summary["q2_0_gemv_vec_batchm"]["fma.rn.f32"] >= 128
+
+
+def test_exact_kernels_compile_every_build(ptx_summary):
+    names = _exact_names()
+    assert "exact_prepare" in names
+    builds = [n for n in names if n.startswith("q2_0_gemv_exact@")]
+    assert {n.rsplit("g", 1)[1] for n in builds} == {"64", "128"}  # both groups
+    assert set(names) <= set(ptx_summary)
+
+
+def test_exact_gemv_uses_the_int8_tensor_cores(ptx_summary):
+    """Every q2_0_gemv_exact build issues mma.sync.aligned.m16n8k32 (IMMA), the prepare none."""
+    for name in _exact_names():
+        s = ptx_summary[name]
+        if name.startswith("q2_0_gemv_exact@"):
+            assert s["mma.sync.aligned.m16n8k32"] >= 1, name
+            # the weight stream: the first step's load and the in-flight next step's, twice
+            # (the loop body is written once per register set), none of it through L1
+            assert s["ld.global.nc.L1::no_allocate"] >= 3, name
+        else:
+            assert s["mma.sync.aligned.m16n8k32"] == 0, name
+        assert not s["uses_local_memory"], name
+        assert s["fma.rn.f32"] == 0, name  # integer arithmetic only
+
+
+def test_exact_w4a16_builds_use_signed_imma_and_no_float(ptx_summary):
+    """Every w4a16_gemv_exact build (groups 1/2/4, one or two row tiles, both load paths)
+    issues the k32 IMMA (s8 x u8 for limbs 0-1, s8 x s8 for the signed top limb)."""
+    from q2gemv.cuda.w4a16 import exact as exact_w4a16
+
+    names = [name for name, _, _ in exact_w4a16.ptx_specs()]
+    assert "w4a16_exact_prepare" in names and len(names) == 1 + len(exact_w4a16.builds())
+    for name in names:
+        s = ptx_summary[name]
+        gemv = name.startswith("w4a16_gemv_exact@")
+        assert (s["mma.sync.aligned.m16n8k32"] >= 3) == gemv, name
+        assert s["mma.s8.u8"] == 2 * s["mma.s8.s8"], name  # per block: 2 unsigned limbs, 1 signed
+        assert not s["uses_local_memory"], name
+        assert s["fma.rn.f32"] == 0, name
+
+
+def test_summary_counts_the_mma_form():
+    from q2gemv.cuda.ptx import summarise
+
+    ptx = (
+        "\tmma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%r1, %r2, %r3, %r4}, "
+        "{%r5, %r6, %r7, %r8}, {%r9, %r10}, {%r11, %r12, %r13, %r14};\n"
+        "\tst.local.u32 [%rd1], %r1;\n"
+    )
+    s = summarise(ptx)
+    assert s["mma.sync.aligned.m16n8k32"] == 1 and s["uses_local_memory"]
+    assert summarise("\tld.global.u32 %r1, [%rd1];\n")["uses_local_memory"] is False

@@ -1,0 +1,78 @@
+"""The Q2_0 references against float64, within a derived bound, and on hand-computed cases.
+
+Bound (u = 2^-24, gamma_n = n u / (1 - n u), S = sum_k |a_k w_k|): every
+product a_k (code_k - 1) is exact. On its way to the output it passes through
+at most n rounded fp32 operations:
+
+* 15 adds inside its unit's partial sum;
+* 1 multiply by d;
+* T - 1 adds into the lane accumulator, where T is the number of units per lane;
+* 5 butterfly adds (+1 for the baseline's two-warp combine).
+
+So |y_fp32 - y| <= gamma_n * S (Higham, Accuracy and Stability, ch. 3). The
+bf16 store adds at most 2^-8 |y_fp32|. The float64 check sum is itself off by
+at most K * 2^-53 * S.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from q2gemv import Q2Weight, reference
+from q2gemv.formats.bf16 import BF16
+from tests.q2_cases import random_acts, random_weight
+
+U = 2.0**-24
+
+
+def _bound(kernel: str, k: int, s_abs: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if kernel == "q2_0_gemv":
+        per_unit, lanes, unit, tree = 7, 64, 8, 6
+    else:
+        per_unit, lanes, unit, tree = 15, 32, 16, 5
+    t = -(-(k // unit) // lanes)
+    n = per_unit + 1 + (t - 1) + tree
+    gamma = n * U / (1 - n * U)
+    f32_err = gamma * s_abs
+    return 2.0**-8 * (np.abs(y) + f32_err) + f32_err + k * 2.0**-53 * s_abs
+
+
+@pytest.mark.parametrize("kernel", ["q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_batchm"])
+@pytest.mark.parametrize("group,k", [(64, 64), (128, 1024), (64, 5120)])
+def test_reference_within_derived_bound_of_float64(kernel, group, k):
+    rng = np.random.default_rng(k + group)
+    w = random_weight(rng, 24, k, group)
+    a = random_acts(rng, 3, k)
+    got = getattr(reference, kernel)(a, w).astype(np.float64)
+    wd = w.dequantize().astype(np.float64)
+    af = a.astype(np.float64)
+    exact = af @ wd.T
+    s_abs = np.abs(af) @ np.abs(wd).T
+    bound = _bound(kernel, k, s_abs, exact)
+    excess = np.abs(got - exact) - bound
+    assert (excess <= 0).all(), (
+        f"worst excess {excess.max()} at {np.unravel_index(excess.argmax(), excess.shape)}"
+    )
+    # and the bound is not vacuous: it is far below the magnitudes involved
+    assert np.median(bound / np.maximum(s_abs, 1e-30)) < 2.0**-7
+
+
+def test_hand_case_single_nonzero_and_code_three():
+    codes = np.ones((2, 64), np.uint8)  # all zero weights
+    codes[0, 5] = 3  # +2 * d
+    codes[1, 63] = 0  # -1 * d
+    w = Q2Weight.from_codes(codes, np.array([[0.5], [3.0]], np.float16), group=64)
+    a = np.zeros(64, np.float32)
+    a[5], a[63] = 1.5, -0.25
+    y = reference.q2_0_gemv_vec(a.astype(BF16), w)
+    assert y.astype(np.float32).tolist() == [1.5, 0.75]  # 1.5*2*0.5 ; -0.25*-1*3
+
+
+def test_all_zero_weights_give_plus_zero_and_nan_is_canonical():
+    w = Q2Weight.from_codes(np.ones((1, 64), np.uint8), np.ones((1, 1), np.float16), group=64)
+    a = -np.ones(64, np.float32)
+    assert reference.q2_0_gemv_vec(a.astype(BF16), w).view(np.uint16).tolist() == [0x0000]
+    a[3] = np.inf  # 0 * inf = NaN
+    for kernel in ("q2_0_gemv", "q2_0_gemv_vec"):
+        assert getattr(reference, kernel)(a.astype(BF16), w).view(np.uint16).tolist() == [0x7FC0]
