@@ -289,6 +289,31 @@ def _make_q2_body(nt: int, group: int):
                 s_ = int32(-s_)
             acc_add(acc_hi, acc_lo, j, int64(s_) * int64(mant), sh)
 
+    @cuda.jit(device=True, inline="always")
+    def step(CODES, SCALES, P32, ASUM, p, ns, nu, nb, t, qc, qs, pidx, aidx, bload,  # noqa: N803
+             wv, sv, bq, av, wn, sn, bn, an, cf, acc_hi, acc_lo):  # fmt: skip
+        """Step ``p`` (operands in ``wv, sv, bq, av``) times every activation row, with step
+        ``p + WARPS``'s operands loaded into ``wn, sn, bn, an`` meanwhile (at M <= 2; above,
+        this step's B is loaded here, into ``bq, av``). Returns ``(p + WARPS, qc, qs, bad)``:
+        the next step, the advanced weight indices, a NaN/Inf scale seen.
+        """
+        pn = int32(p + int32(WARPS))
+        if pn < ns:  # the next step's operands in flight while this one is multiplied
+            load_w(CODES, SCALES, qc, qs, pn, nb, wn, sn)
+            qc += WARPS * STEP_WORDS
+            qs += WARPS * BPS * ROWS_PER_CTA
+            if PREFETCH_B:
+                load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bn, an)
+                advance(pidx, aidx)
+        if not PREFETCH_B:  # one B set (its registers cost occupancy), loaded for this step
+            load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
+            advance(pidx, aidx)
+        bad = False
+        for i in range(BPS):
+            mac_block(t, wv, i * UPB, sv[i], bq, av, cf, acc_hi, acc_lo)
+            bad = bad or (sv[i] & uint32(0x7C00)) == uint32(0x7C00)
+        return pn, qc, qs, bad
+
     def body(P32, ASUM, EROW, CODES, SCALES, C, N, K, M, M0):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)
         red_lo = cuda.shared.array(RED, uint64)
@@ -345,8 +370,8 @@ def _make_q2_body(nt: int, group: int):
             bload[j] = pidx[j] >= 0  # this lane's column of tile j is a limb row
         if PREFETCH_B:
             fill_b(pidx, bn)
-        # Two register sets (wv/sv/bq/av and wn/sn/bn/an) take turns: the loop body is
-        # written twice so that no step copies one set into the other.
+        # Two register sets (wv/sv/bq/av and wn/sn/bn/an) take turns: step() is called
+        # twice a loop so that no step copies one set into the other.
         p = int32(warp)
         if p < ns:
             load_w(CODES, SCALES, qc, qs, p, nb, wv, sv)
@@ -355,43 +380,21 @@ def _make_q2_body(nt: int, group: int):
             if PREFETCH_B:
                 load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
                 advance(pidx, aidx)
+        b2 = bn if PREFETCH_B else bq  # the second set's B: its own, or the one B set
+        a2 = an if PREFETCH_B else av
         while p < ns:
-            pn = int32(p + int32(WARPS))
-            if pn < ns:  # the next step's operands in flight while this one is multiplied
-                load_w(CODES, SCALES, qc, qs, pn, nb, wn, sn)
-                qc += WARPS * STEP_WORDS
-                qs += WARPS * BPS * ROWS_PER_CTA
-                if PREFETCH_B:
-                    load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bn, an)
-                    advance(pidx, aidx)
-            if not PREFETCH_B:
-                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
-                advance(pidx, aidx)
-            for i in range(BPS):
-                mac_block(t, wv, i * UPB, sv[i], bq, av, cf, acc_hi, acc_lo)
-                bad = bad or (sv[i] & uint32(0x7C00)) == uint32(0x7C00)
-            p = pn
+            p, qc, qs, bad1 = step(
+                CODES, SCALES, P32, ASUM, p, ns, nu, nb, t, qc, qs, pidx, aidx, bload,
+                wv, sv, bq, av, wn, sn, bn, an, cf, acc_hi, acc_lo,
+            )  # fmt: skip
+            bad = bad or bad1
             if p >= ns:
                 break
-            pn = int32(p + int32(WARPS))
-            if pn < ns:
-                load_w(CODES, SCALES, qc, qs, pn, nb, wv, sv)
-                qc += WARPS * STEP_WORDS
-                qs += WARPS * BPS * ROWS_PER_CTA
-                if PREFETCH_B:
-                    load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bq, av)
-                    advance(pidx, aidx)
-            if PREFETCH_B:
-                for i in range(BPS):
-                    mac_block(t, wn, i * UPB, sn[i], bn, an, cf, acc_hi, acc_lo)
-                    bad = bad or (sn[i] & uint32(0x7C00)) == uint32(0x7C00)
-            else:  # one B set (its registers cost occupancy), loaded for this step
-                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
-                advance(pidx, aidx)
-                for i in range(BPS):
-                    mac_block(t, wn, i * UPB, sn[i], bq, av, cf, acc_hi, acc_lo)
-                    bad = bad or (sn[i] & uint32(0x7C00)) == uint32(0x7C00)
-            p = pn
+            p, qc, qs, bad1 = step(
+                CODES, SCALES, P32, ASUM, p, ns, nu, nb, t, qc, qs, pidx, aidx, bload,
+                wn, sn, b2, a2, wv, sv, bq, av, cf, acc_hi, acc_lo,
+            )  # fmt: skip
+            bad = bad or bad1
         # the warps' partial sums -> shared memory -> one rounding per output
         for j in range(nt):
             slot = (warp * uint32(ROWS_PER_CTA) + rl) * uint32(MM) + uint32(2 * j) + (t >> 1)
