@@ -13,9 +13,12 @@ Two kernels:
   cannot hold +255 * 2**15), and the sum of ``A_k`` over each unit of
   :data:`UNIT` codes. Computed once per activation batch and shareable by
   every GEMV on that input (:class:`ExactOperands`).
-* ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps; the
-  warps split the row's blocks (warp w takes blocks w, w + 8, ...), one
-  block at a time. Per block and unit of 64 codes, lane (g, t) (g = lane / 4,
+* ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps, on the
+  weight's execution layout (:mod:`q2gemv.formats.q2_0_layout`); the warps
+  split the row's steps of 128 codes (warp w takes steps w, w + 8, ...), the
+  next step's operands in flight while one is multiplied (two register sets
+  taking turns). One 16-byte load per lane and step brings the warp the
+  step's 16 x 128 codes: per unit of 64 codes, lane (g, t) (g = lane / 4,
   t = lane % 4) holds word t of rows g and g + 8; ``(word >> 2j) & 0x03030303``
   puts 4 codes in the 4 bytes of a register, which is the A operand of
   ``mma.m16n8k32`` (u8 x u8 -> s32) as is. Within a block the order of k is
