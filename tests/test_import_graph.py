@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from q2gemv import kernels
+
 PKG = Path(__file__).resolve().parents[1] / "src" / "q2gemv"
 
 # module (or package prefix) -> prefixes it must never import
@@ -236,3 +238,78 @@ def test_lower_layers_import_without_numba():
     mods = ", ".join(f"q2gemv.{low}" for low in LOWER)
     code = f"import sys, {mods}; assert 'numba' not in sys.modules, 'numba was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- dispatch is data: no family string comparisons outside the registry and the formats ------
+
+FAMILY_NAMES = frozenset(kernels.FAMILIES) | {f"{f}_exact" for f in kernels.FAMILIES}
+# Where a family may be named in a comparison: the registry states the families, a format
+# module its own.
+FAMILY_HOME = ("kernels", "formats")
+
+
+def _family_valued(node: ast.expr) -> bool:
+    """``family``, ``fam``, ``x.family`` or ``x["family"]``: an expression holding a family."""
+    if isinstance(node, ast.Name):
+        return node.id in ("family", "fam")
+    if isinstance(node, ast.Attribute):
+        return node.attr == "family"
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "family"
+    return False
+
+
+def _names_family(node: ast.expr) -> bool:
+    """A string literal naming a family (``"q2_0"``, ``"w4a16_exact"``, ...)."""
+    return isinstance(node, ast.Constant) and node.value in FAMILY_NAMES
+
+
+def _family_comparisons(source: str) -> list[int]:
+    """Lines of ``source`` that compare a family: ``==``/``!=``/``is`` with a family literal or
+    a family-valued operand, ``in``/``not in`` a literal holding a family name."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        left = node.left
+        for op, right in zip(node.ops, node.comparators, strict=True):
+            if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+                pair = (left, right)
+                if any(_family_valued(x) or _names_family(x) for x in pair):
+                    lines.append(node.lineno)
+            elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(
+                right, (ast.Tuple, ast.List, ast.Set)
+            ):
+                if _family_valued(left) or any(_names_family(x) for x in right.elts):
+                    lines.append(node.lineno)
+            left = right
+    return sorted(set(lines))
+
+
+def test_family_comparison_finder_sees_each_form():
+    src = "\n".join(
+        [
+            'a = fmt == "q2_0"',
+            "b = s.family == fam",
+            'c = r["family"] != "bf16"',
+            'd = family in ("x", "y")',
+            'e = "w4a16_exact" is k',
+            'f = kind in ("w4a16", "z")',
+            "g = 1 < n == 2",  # not a family
+            'h = r["kind"] == "q3"',  # not a family
+            "i = fam in table",  # a lookup in data, not a comparison
+        ]
+    )
+    assert _family_comparisons(src) == [1, 2, 3, 4, 5, 6]
+
+
+def test_no_family_string_comparisons_outside_the_registry():
+    """Dispatch goes through ``kernels.family(...)`` and per-family data (issue 20): no module
+    outside ``kernels.py`` and ``formats/`` decides which family it holds by comparing names."""
+    bad = [
+        f"{path.relative_to(PKG)}:{line}"
+        for path in sorted(PKG.rglob("*.py"))
+        if not any(_under(_module_name(path), home) for home in FAMILY_HOME)
+        for line in _family_comparisons(path.read_text())
+    ]
+    assert bad == []

@@ -30,15 +30,21 @@ FMA_FLOOR_FORMULA = "N*K*M / (SMs*128*clock)"
 # -- byte formulas, floors, rotation (pure) --------------------------------------
 
 
+# family -> bytes of one weight [N, K] as its kernels stream it, given (n, k, group):
+# the weight term of BYTES_FORMULA.
+_WEIGHT_BYTES = {
+    "q2_0": lambda n, k, group: n * (k // group) * q2fmt.block_bytes(group),
+    "w4a16": lambda n, k, group: n * k // 2 + n * (k // NVFP4_BLOCK) + 4,
+    "bf16": lambda n, k, group: n * k * 2,
+}
+
+
 def weight_bytes(family: str, n: int, k: int, group: int = 0) -> int:
     """Bytes of one weight [N, K] as the kernel streams it."""
-    if family == "q2_0":
-        return n * (k // group) * q2fmt.block_bytes(group)
-    if family == "w4a16":
-        return n * k // 2 + n * (k // NVFP4_BLOCK) + 4
-    if family == "bf16":
-        return n * k * 2
-    raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+    formula = _WEIGHT_BYTES.get(family) if isinstance(family, str) else None
+    if formula is None:
+        raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+    return formula(n, k, group)
 
 
 def bytes_moved(family: str, n: int, k: int, m: int, group: int = 0) -> int:

@@ -40,6 +40,9 @@ Q2_BATCHM = "q2_0_gemv_vec_batchm"
 Q2_M1_REFERENCE = "q2_0_gemv_vec"  # "M x (the M=1 kernel)" is M x this kernel's M=1 time
 W4A16_TABLE_TIERS = tuple(tier_kernel_name(w) for w in W4A16_BATCHM_WIDTHS) + (BATCH8_RT2,)
 W4A16_MAX_M = kernels.table("w4a16", "seed")  # the registry's W4A16 kernels -> rows per launch
+# Families whose weights take a block size per weight (the registry's FamilySpec.grouped): a
+# case's label names its group.
+GROUPED_FAMILIES = frozenset(f.name for f in kernels.families() if f.grouped)
 # The CUDA simulator runs one OS thread per CUDA thread. Measured on a 2-core CPU machine:
 # `NUMBA_ENABLE_CUDASIM=1 q2gemv bench --dry-run --no-overhead --shapes 16x512 --m 1` (6
 # cases, 2 CTAs per launch) took 60 s, ~10 s a case; the cost grows with the CTAs, i.e.
@@ -73,7 +76,7 @@ class Case:
 
     @property
     def label(self) -> str:
-        g = f" g{self.group}" if self.family == "q2_0" else ""
+        g = f" g{self.group}" if self.family in GROUPED_FAMILIES else ""
         return f"{self.family} {self.kernel} {self.n}x{self.k}{g} M={self.m}"
 
 

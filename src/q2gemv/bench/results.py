@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _atomic
-from .formulas import BYTES_FORMULA, FMA_FLOOR_FORMULA, L2_ROTATE_FACTOR, bytes_moved, fma_floor_s
+from .formulas import (
+    BYTES_FORMULA,
+    FMA_FLOOR_FORMULA,
+    L2_ROTATE_FACTOR,
+    TORCH_KERNEL,
+    bytes_moved,
+    fma_floor_s,
+)
 from .matrix import Q2_M1_REFERENCE, W4A16_SWEEP_SHAPES, Case, Settings
 
 DEFAULT_OUT = "q2gemv-bench"
@@ -100,6 +107,24 @@ def case_row(case: Case, **measured) -> dict:
     return row
 
 
+def _is_bf16(row: dict) -> bool:
+    """The torch ``F.linear`` baseline's row (family bf16, role bf16)."""
+    return row["kernel"] == TORCH_KERNEL
+
+
+def _by_family(rows: Iterable[dict]) -> dict[str, list[dict]]:
+    """``family -> its rows`` in their order: a report section looks its family's rows up here.
+
+    Roles name the rest: ``batchm`` rows are the batched Q2_0 kernels, ``tier`` and
+    ``tier+dispatch`` rows the W4A16 tiers, ``selected`` the W4A16 tier dispatch picks
+    (:class:`~q2gemv.bench.matrix.Case`).
+    """
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["family"], []).append(r)
+    return out
+
+
 def _ratio(num, den):
     if num is None or den is None or not den or not math.isfinite(num) or not math.isfinite(den):
         return None
@@ -124,11 +149,11 @@ def derive(
     time of the same (N, K, group) and the speed-up over it (every batched
     Q2_0 kernel, role ``batchm``).
     """
-    bf16 = {(r["n"], r["k"], r["m"]): r.get("time_us") for r in rows if r["family"] == "bf16"}
+    bf16 = {(r["n"], r["k"], r["m"]): r.get("time_us") for r in rows if _is_bf16(r)}
     m1 = {
         (r["n"], r["k"], r["group"]): r.get("time_us")
         for r in rows
-        if r["family"] == "q2_0" and r["kernel"] == Q2_M1_REFERENCE and r["m"] == 1
+        if r["kernel"] == Q2_M1_REFERENCE and r["m"] == 1
     }
     for r in rows:
         n, k, m = r["n"], r["k"], r["m"]
@@ -144,7 +169,7 @@ def derive(
         r["pct_read_ceiling"] = None
         if r["gbps"] is not None and ceiling_gbps:
             r["pct_read_ceiling"] = 100.0 * r["gbps"] / ceiling_gbps
-        if r["family"] == "bf16" or not sms or not clock_hz:
+        if _is_bf16(r) or not sms or not clock_hz:
             r["fma_floor_us"] = r["pct_fma_floor"] = None
         else:
             r["fma_floor_us"] = fma_floor_s(n, k, m, sms, clock_hz) * 1e6
@@ -152,7 +177,7 @@ def derive(
         r["bf16_us"] = bf16.get((n, k, m))
         r["speedup_vs_bf16"] = _ratio(r["bf16_us"], t)
         r["m1_x_m_us"] = r["speedup_vs_m1_x_m"] = None
-        if r["family"] == "q2_0" and r["role"] == "batchm":
+        if r["role"] == "batchm":
             base = m1.get((n, k, r["group"]))
             if base is not None and math.isfinite(base):
                 r["m1_x_m_us"] = m * base
@@ -238,8 +263,8 @@ PERF_HEADERS = ["us", "GB/s", "% read ceiling", "FMA floor us", "% of floor", "b
 def q2_m1_table(rows: list[dict]) -> str:
     """Q2_0 at M=1: baseline vs vec vs batchm, per shape and group."""
     body = []
-    for r in rows:
-        if r["family"] == "q2_0" and r["m"] == 1:
+    for r in _by_family(rows).get("q2_0", ()):
+        if r["m"] == 1:
             body.append(
                 [f"{r['n']}x{r['k']}", f"g{r['group']}", f"`{r['kernel']}`"] + _perf_cells(r)
             )
@@ -250,7 +275,7 @@ def q2_batchm_table(rows: list[dict]) -> str:
     """The batched Q2_0 kernels at every M vs M x (the M=1 kernel ``q2_0_gemv_vec``)."""
     body = []
     for r in rows:
-        if r["family"] == "q2_0" and r["role"] == "batchm":
+        if r["role"] == "batchm":
             body.append(
                 [f"{r['n']}x{r['k']}", f"g{r['group']}", f"`{r['kernel']}`", str(r["m"])]
                 + [str(r["launches_per_call"])]
@@ -272,7 +297,7 @@ def w4a16_tier_table(
     body = []
     want = {tuple(s) for s in shapes}
     for r in rows:
-        if r["family"] == "w4a16" and (r["n"], r["k"]) in want and "tier" in (r["role"] or ""):
+        if (r["n"], r["k"]) in want and "tier" in (r["role"] or ""):
             name = f"`{r['kernel']}`" + (" *" if r.get("selected") else "")
             body.append([f"{r['n']}x{r['k']}", name, str(r["m"])] + _perf_cells(r))
     return md_table(["N x K", "tier", "M"] + PERF_HEADERS, body)
@@ -291,9 +316,10 @@ def headline_rows(rows: list[dict]) -> list[dict]:
         sel = [r for r in rows if (r["n"], r["k"]) == (n, k)]
         for m in sorted({r["m"] for r in sel}):
             at = [r for r in sel if r["m"] == m]
-            bf = next((r for r in at if r["family"] == "bf16"), None)
-            q2 = _fastest([r for r in at if r["family"] == "q2_0"])
-            w4 = next((r for r in at if r["family"] == "w4a16" and r.get("selected")), None)
+            fam = _by_family(at)
+            bf = next((r for r in at if _is_bf16(r)), None)
+            q2 = _fastest(fam.get("q2_0", []))
+            w4 = next((r for r in fam.get("w4a16", ()) if r.get("selected")), None)
             out.append(dict(n=n, k=k, m=m, bf16=bf, q2=q2, w4=w4))
     return out
 
@@ -373,7 +399,7 @@ def progress_line(i: int, total: int, case: Case, row: dict) -> str:
         if ceil:
             parts.append(f"({100 * gbps / ceil:3.0f}% of read)")
         bf = row.get("bf16_us")
-        if bf and case.family != "bf16":
+        if bf and case.kernel != TORCH_KERNEL:
             parts.append(f"bf16 {bf:.1f} us -> {bf / t:.2f}x")
     if row.get("copies"):
         parts.append(f"[{row['copies']} copies, {row.get('calls_per_graph')} calls]")
@@ -542,21 +568,21 @@ def summary_markdown(report: Report, st: Settings) -> str:
             "",
         ]
     parts += ["## Per shape and M", "", headline_table(rows), ""]
-    if any(r["family"] == "q2_0" and r["m"] == 1 for r in rows):
+    if any(r["m"] == 1 for r in _by_family(rows).get("q2_0", ())):
         parts += [
             "## Q2_0 at M=1: every kernel (baseline, vec, batchm, ...)",
             "",
             q2_m1_table(rows),
             "",
         ]
-    if any(r["family"] == "q2_0" and r["role"] == "batchm" for r in rows):
+    if any(r["role"] == "batchm" for r in rows):
         parts += [
             f"## Batched Q2_0 kernels vs M x {Q2_M1_REFERENCE} (M=1)",
             "",
             q2_batchm_table(rows),
             "",
         ]
-    if any(r["family"] == "w4a16" and "tier" in (r["role"] or "") for r in rows):
+    if any("tier" in (r["role"] or "") for r in rows):
         parts += [
             "## W4A16: every tier at every M it serves (* = the tier dispatch picks)",
             "",

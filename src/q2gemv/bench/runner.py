@@ -30,7 +30,14 @@ from ..formats.bf16 import BF16
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.q2_0 import Q2Weight, block_bytes
 from . import timing
-from .formulas import H200_FALLBACK, NVFP4_GROUP, calls_per_graph, rotation_copies, weight_bytes
+from .formulas import (
+    H200_FALLBACK,
+    NVFP4_GROUP,
+    TORCH_KERNEL,
+    calls_per_graph,
+    rotation_copies,
+    weight_bytes,
+)
 from .matrix import Q2_BATCHM, Case, Settings
 from .results import PREBOUND_PATH, Report, _f, base_meta, case_row, derive, progress_line
 
@@ -553,6 +560,7 @@ def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
 
 
 def _families_available(cases: list[Case], notes: list[str]) -> list[Case]:
+    dropped: set[str] = set()
     for fam in dict.fromkeys(c.family for c in cases if c.family in _POOLS):
         spec = kernels.family(fam)
         try:
@@ -562,8 +570,8 @@ def _families_available(cases: list[Case], notes: list[str]) -> list[Case]:
                 getattr(mod, name)
         except Exception as e:  # noqa: BLE001 - another engineer's module may be mid-change
             notes.append(f"{spec.title} kernels unavailable ({_short(e)}): their cases dropped")
-            cases = [c for c in cases if c.family != fam]
-    return cases
+            dropped.add(fam)
+    return [c for c in cases if c.family not in dropped]
 
 
 def _free(torch=None) -> None:
@@ -581,7 +589,7 @@ def execute(st: Settings, cases: list[Case]) -> Report:
     notes = meta["notes"]
     env = _Env(st, notes)
     if env.torch is None:
-        cases = [c for c in cases if c.family != "bf16"]
+        cases = [c for c in cases if c.kernel != TORCH_KERNEL]  # no torch: no bf16 baseline
     cases = _families_available(cases, notes)
     meta.update(
         device=env.device,
@@ -634,7 +642,7 @@ def execute(st: Settings, cases: list[Case]) -> Report:
         except Exception as e:  # noqa: BLE001 - one broken case must not end the run
             row = case_row(case, check=f"error: {_short(e)}", timing=env.timer.method)
             traceback.print_exc()
-        if case.family == "bf16" and row.get("time_us") is not None:
+        if case.kernel == TORCH_KERNEL and row.get("time_us") is not None:
             bf16_at[(case.n, case.k, case.m)] = row["time_us"]
         row["bf16_us"] = bf16_at.get((case.n, case.k, case.m))
         row["read_ceiling_gbps"] = ceiling

@@ -37,6 +37,7 @@ enough for the CUDA simulator) is :func:`gemv_specs` and :func:`model_specs`.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,7 @@ from .. import kernels
 from ..formats import q2_0 as q2fmt
 from ..formats.bf16 import BF16_MAX
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
+from ..formats.nvfp4 import Nvfp4Weight
 
 GENERATOR_VERSION = 1
 FORMAT_VERSION = 1
@@ -80,6 +82,14 @@ N_SWEEP = (1, 7, 8, 9, 33)
 def weight_format(family: str) -> str:
     """``"q2_0"`` or ``"w4a16"``: the weight format of ``family``'s cases."""
     return FAMILY_FORMAT[family]
+
+
+def grouped(family: str) -> bool:
+    """Whether ``family``'s weights carry a group (:attr:`q2gemv.kernels.FamilySpec.grouped`).
+
+    A grouped family's case ids and weight labels name the group.
+    """
+    return kernels.family(weight_format(family)).grouped
 
 
 def family_of(kernel: str) -> str:
@@ -416,7 +426,7 @@ class GemvSpec:
 
     @property
     def weight_label(self) -> str:
-        g = f"/g{self.group}" if weight_format(self.family) == "q2_0" else ""
+        g = f"/g{self.group}" if grouped(self.family) else ""
         return f"v{GENERATOR_VERSION}/{self.family}{g}/w/{self.weight_kind}/{self.n}x{self.k}"
 
     @property
@@ -427,12 +437,9 @@ class GemvSpec:
         return "small" if kernel in self.small else self.size
 
 
-def _q2_id(g, n, k, m, wk, ak, fam="q2_0"):
-    return f"{fam}/g{g}/n{n}_k{k}_m{m}/{wk}/{ak}"
-
-
-def _w4_id(n, k, m, wk, ak, fam="w4a16"):
-    return f"{fam}/n{n}_k{k}_m{m}/{wk}/{ak}"
+def _case_id(fam, g, n, k, m, wk, ak):
+    gpart = f"/g{g}" if grouped(fam) else ""
+    return f"{fam}{gpart}/n{n}_k{k}_m{m}/{wk}/{ak}"
 
 
 # M values of the M sweep run on the simulator: 0, 2 and both sides of the kernel's
@@ -456,10 +463,7 @@ def gemv_specs() -> list[GemvSpec]:
     def add(fam, n, k, m, wk, ak, small, g=0):
         """Add a case; a case already added (same id) gains the new small kernels."""
         kernels = FAMILY_KERNELS[fam]
-        if weight_format(fam) == "q2_0":
-            cid = _q2_id(g, n, k, m, wk, ak, fam)
-        else:
-            cid = _w4_id(n, k, m, wk, ak, fam)
+        cid = _case_id(fam, g, n, k, m, wk, ak)
         if cid in specs:
             small = set(small) | set(specs[cid].small)
         small = tuple(x for x in kernels if x in small)
@@ -692,11 +696,30 @@ def build_inputs(spec: GemvSpec) -> dict[str, np.ndarray]:
     ``w_g`` (uint32 [1], the fp32 bits of the global scale).
     """
     a = activations(spec.act_label, spec.act_kind, spec.m, spec.k)
-    if weight_format(spec.family) == "q2_0":
-        raw = q2_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k, spec.group)
-        return {"a": a, "w_raw": raw}
+    return {"a": a, **FORMAT_CASES[weight_format(spec.family)].weight_arrays(spec)}
+
+
+def _q2_weight_arrays(spec: GemvSpec) -> dict[str, np.ndarray]:
+    return {"w_raw": q2_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k, spec.group)}
+
+
+def _w4_weight_arrays(spec: GemvSpec) -> dict[str, np.ndarray]:
     packed, scales, g = w4_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k)
-    return {"a": a, "w_packed": packed, "w_scales": scales, "w_g": np.array([g], np.uint32)}
+    return {"w_packed": packed, "w_scales": scales, "w_g": np.array([g], np.uint32)}
+
+
+def host_weight(spec: GemvSpec, arrays: dict[str, np.ndarray]):
+    """The host weight (a ``Q2Weight`` or an ``Nvfp4Weight``) of ``spec``'s weight ``arrays``."""
+    return FORMAT_CASES[weight_format(spec.family)].host_weight(spec, arrays)
+
+
+def _q2_host_weight(spec: GemvSpec, x: dict[str, np.ndarray]) -> q2fmt.Q2Weight:
+    return q2fmt.Q2Weight.from_bytes(x["w_raw"], spec.n, spec.k, spec.group)
+
+
+def _w4_host_weight(spec: GemvSpec, x: dict[str, np.ndarray]) -> Nvfp4Weight:
+    g = float(x["w_g"].view(np.float32)[0])
+    return Nvfp4Weight.from_parts(x["w_packed"], x["w_scales"], g)
 
 
 def inputs_sha256(arrays: dict[str, np.ndarray]) -> str:
@@ -753,18 +776,25 @@ def roundtrip_inputs(spec: RoundtripSpec) -> dict[str, np.ndarray]:
     code in both nibble positions), scale of group i (row-major) = byte
     ``i % 256`` (all 256), g = 1.0.
     """
+    return FORMAT_CASES[spec.family].roundtrip_inputs(spec)
+
+
+def _q2_roundtrip_inputs(spec: RoundtripSpec) -> dict[str, np.ndarray]:
     n, k = spec.n, spec.k
-    if spec.family == "q2_0":
-        nb = k // spec.group
-        if spec.kind == "random":
-            codes = fields(spec.label + "/codes", n * k, 2).astype(np.uint8).reshape(n, k)
-            d = fp16_bits(spec.label + "/d", n * nb).reshape(n, nb)
-        else:
-            r, j = np.indices((n, k))
-            codes = ((j + j // 4 + r) % 4).astype(np.uint8)
-            d = np.array(Q2_SPECIAL_D, np.uint16)[np.arange(n * nb) % len(Q2_SPECIAL_D)]
-            d = d.reshape(n, nb)
-        return {"codes": codes, "d": d}
+    nb = k // spec.group
+    if spec.kind == "random":
+        codes = fields(spec.label + "/codes", n * k, 2).astype(np.uint8).reshape(n, k)
+        d = fp16_bits(spec.label + "/d", n * nb).reshape(n, nb)
+    else:
+        r, j = np.indices((n, k))
+        codes = ((j + j // 4 + r) % 4).astype(np.uint8)
+        d = np.array(Q2_SPECIAL_D, np.uint16)[np.arange(n * nb) % len(Q2_SPECIAL_D)]
+        d = d.reshape(n, nb)
+    return {"codes": codes, "d": d}
+
+
+def _w4_roundtrip_inputs(spec: RoundtripSpec) -> dict[str, np.ndarray]:
+    n, k = spec.n, spec.k
     ng = k // NVFP4_BLOCK
     if spec.kind == "random":
         codes = fields(spec.label + "/codes", n * k, 4).astype(np.uint8).reshape(n, k)
@@ -776,3 +806,20 @@ def roundtrip_inputs(spec: RoundtripSpec) -> dict[str, np.ndarray]:
         scales = (np.arange(n * ng) % 256).astype(np.uint8).reshape(n, ng)
         g = 0x3F800000
     return {"codes": codes, "scales": scales, "g": np.array([g], np.uint32)}
+
+
+@dataclass(frozen=True)
+class FormatCases:
+    """How the cases of one weight format are built (:data:`FORMAT_CASES`)."""
+
+    weight_arrays: Callable[[GemvSpec], dict[str, np.ndarray]]  # a GEMV case's ``w_*`` arrays
+    host_weight: Callable[[GemvSpec, dict[str, np.ndarray]], object]  # their host weight
+    roundtrip_inputs: Callable[[RoundtripSpec], dict[str, np.ndarray]]  # a round trip's inputs
+
+
+# Weight format (a registry family name, :func:`weight_format`) -> how its cases are built:
+# the suite looks the format of a case up here and never compares family names.
+FORMAT_CASES: dict[str, FormatCases] = {
+    "q2_0": FormatCases(_q2_weight_arrays, _q2_host_weight, _q2_roundtrip_inputs),
+    "w4a16": FormatCases(_w4_weight_arrays, _w4_host_weight, _w4_roundtrip_inputs),
+}

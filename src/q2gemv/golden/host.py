@@ -242,49 +242,64 @@ def check_roundtrip(case_id: str, payload) -> list[CheckResult]:
     spec = meta["spec"]
     x = {k: arrays["in/" + v] for k, v in meta["inputs"].items()}
     want = {k: arrays["want/" + v] for k, v in meta["want"].items()}
-    n, k = spec["n"], spec["k"]
-    if spec["family"] == "q2_0":
-        g = spec["group"]
-        c.run(
-            "q2_0.from_codes",
-            lambda: (
-                q2fmt.Q2Weight.from_codes(x["codes"], x["d"].view(np.float16), g).raw,
-                want["raw"],
-            ),
-        )
-        w = lambda: q2fmt.Q2Weight.from_bytes(want["raw"], n, k, g)  # noqa: E731
-        c.run("q2_0.codes", lambda: (w().codes(), x["codes"]))
-        c.run("q2_0.scales", lambda: (w().scales().view(np.uint16), x["d"]))
-        c.run(
-            "q2_0.dequantize",
-            lambda: (canon_nan_f32(w().dequantize().view(np.uint32)), want["dequant"]),
-        )
-    else:
-        gs = float(x["g"].view(np.float32)[0])
-        c.run(
-            "nvfp4.from_codes",
-            lambda: (
-                nvfmt.Nvfp4Weight.from_codes(x["codes"], x["scales"], gs).packed,
-                want["packed"],
-            ),
-        )
-        w = lambda: nvfmt.Nvfp4Weight.from_parts(want["packed"], x["scales"], gs)  # noqa: E731
-        c.run("nvfp4.codes", lambda: (w().codes(), x["codes"]))
-        c.run(
-            "nvfp4.dequantize",
-            lambda: (canon_nan_f32(w().dequantize().view(np.uint32)), want["dequant"]),
-        )
+    _ROUNDTRIP_CHECKS[spec["family"]](c, spec, x, want)
     return c.results
+
+
+def _check_q2_roundtrip(c: _Checks, spec: dict, x: dict, want: dict) -> None:
+    n, k, g = spec["n"], spec["k"], spec["group"]
+    c.run(
+        "q2_0.from_codes",
+        lambda: (
+            q2fmt.Q2Weight.from_codes(x["codes"], x["d"].view(np.float16), g).raw,
+            want["raw"],
+        ),
+    )
+    w = lambda: q2fmt.Q2Weight.from_bytes(want["raw"], n, k, g)  # noqa: E731
+    c.run("q2_0.codes", lambda: (w().codes(), x["codes"]))
+    c.run("q2_0.scales", lambda: (w().scales().view(np.uint16), x["d"]))
+    c.run(
+        "q2_0.dequantize",
+        lambda: (canon_nan_f32(w().dequantize().view(np.uint32)), want["dequant"]),
+    )
+
+
+def _check_w4_roundtrip(c: _Checks, spec: dict, x: dict, want: dict) -> None:
+    gs = float(x["g"].view(np.float32)[0])
+    c.run(
+        "nvfp4.from_codes",
+        lambda: (
+            nvfmt.Nvfp4Weight.from_codes(x["codes"], x["scales"], gs).packed,
+            want["packed"],
+        ),
+    )
+    w = lambda: nvfmt.Nvfp4Weight.from_parts(want["packed"], x["scales"], gs)  # noqa: E731
+    c.run("nvfp4.codes", lambda: (w().codes(), x["codes"]))
+    c.run(
+        "nvfp4.dequantize",
+        lambda: (canon_nan_f32(w().dequantize().view(np.uint32)), want["dequant"]),
+    )
 
 
 def roundtrip_expect(spec, x: dict) -> dict[str, np.ndarray]:
     """Expected outputs of a round trip, computed by the format modules (used by regen)."""
-    if spec.family == "q2_0":
-        w = q2fmt.Q2Weight.from_codes(x["codes"], x["d"].view(np.float16), spec.group)
-        return {"raw": w.raw.copy(), "dequant": canon_nan_f32(w.dequantize().view(np.uint32))}
+    return _ROUNDTRIP_EXPECT[spec.family](spec, x)
+
+
+def _q2_roundtrip_expect(spec, x: dict) -> dict[str, np.ndarray]:
+    w = q2fmt.Q2Weight.from_codes(x["codes"], x["d"].view(np.float16), spec.group)
+    return {"raw": w.raw.copy(), "dequant": canon_nan_f32(w.dequantize().view(np.uint32))}
+
+
+def _w4_roundtrip_expect(spec, x: dict) -> dict[str, np.ndarray]:
     gs = float(x["g"].view(np.float32)[0])
     w = nvfmt.Nvfp4Weight.from_codes(x["codes"], x["scales"], gs)
     return {"packed": w.packed.copy(), "dequant": canon_nan_f32(w.dequantize().view(np.uint32))}
+
+
+# A round trip's family (its weight format) -> its checks and its expected outputs.
+_ROUNDTRIP_CHECKS = {"q2_0": _check_q2_roundtrip, "w4a16": _check_w4_roundtrip}
+_ROUNDTRIP_EXPECT = {"q2_0": _q2_roundtrip_expect, "w4a16": _w4_roundtrip_expect}
 
 
 def run_host_case(case: HostCase) -> list[CheckResult]:

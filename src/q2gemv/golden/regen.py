@@ -125,7 +125,10 @@ def build(file: str) -> dict:
     if file == MODEL_FILE:
         return build_gemv_file(gen.model_specs(), file, store_inputs=False)
     fam = next(s for s, f in gemv_files().items() if f == file)
-    return build_gemv_file([s for s in gen.gemv_specs() if s.family == fam], file, True)
+    by_family: dict[str, list[gen.GemvSpec]] = {}
+    for s in gen.gemv_specs():
+        by_family.setdefault(s.family, []).append(s)
+    return build_gemv_file(by_family.get(fam, []), file, True)
 
 
 FIXED = tuple(TABLE_FILES.values()) + (GGML_FILE,)  # hand-written / external: never rewritten

@@ -142,15 +142,7 @@ class GemvCase:
 
     def weight(self):
         """The host weight: a Q2Weight or an Nvfp4Weight."""
-        x = self.inputs()
-        if gen.weight_format(self.family) == "q2_0":
-            from ..formats.q2_0 import Q2Weight
-
-            return Q2Weight.from_bytes(x["w_raw"], self.spec.n, self.spec.k, self.spec.group)
-        from ..formats.nvfp4 import Nvfp4Weight
-
-        g = float(x["w_g"].view(np.float32)[0])
-        return Nvfp4Weight.from_parts(x["w_packed"], x["w_scales"], g)
+        return gen.host_weight(self.spec, self.inputs())
 
     def want(self, kernel: str) -> np.ndarray:
         return self.arrays["want/" + self.want_keys[kernel]]

@@ -6,13 +6,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import kernels
 from ..api import resolve_numerics
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
 from ..torch import Nvfp4Linear, Q2Linear
 from .swap import find_linears, swap_linears
 
-FORMATS = ("q2_0", "nvfp4")
+# fmt= -> (its weight family in the registry, the layer it makes)
+_LAYERS = {"q2_0": ("q2_0", Q2Linear), "nvfp4": ("w4a16", Nvfp4Linear)}
+FORMATS = tuple(_LAYERS)
 
 
 @dataclass
@@ -81,13 +84,16 @@ def quantize_model(
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt: expected one of {FORMATS}, got {fmt!r}")
-    if fmt == "q2_0" and (isinstance(group, bool) or group not in GROUPS):
+    family, layer = _LAYERS[fmt]
+    grouped = kernels.family(family).grouped  # Q2_0: a group per weight; NVFP4: blocks of 16
+    if grouped and (isinstance(group, bool) or group not in GROUPS):
         raise ValueError(f"group: expected one of {GROUPS}, got {group!r}")
     if isinstance(skip, str) or not all(isinstance(s, str) for s in skip):
         raise TypeError(f"skip: expected a tuple of layer names, got {skip!r}")
     skip = tuple(skip)
-    multiple = group if fmt == "q2_0" else BLOCK
-    resolve_numerics("q2_0" if fmt == "q2_0" else "w4a16", numerics)  # ValueError naming numerics
+    multiple = group if grouped else BLOCK
+    resolve_numerics(family, numerics)  # ValueError naming numerics
+    group_arg = {"group": group} if grouped else {}
 
     def reason(name: str, linear: torch.nn.Linear) -> str | None:
         hit = _matches(name, skip)
@@ -99,15 +105,9 @@ def quantize_model(
             return f"in_features={linear.in_features} is not a multiple of {multiple}"
         return None
 
-    if fmt == "q2_0":
-
-        def make(lin: torch.nn.Linear) -> torch.nn.Module:
-            return Q2Linear.from_linear(lin, group=group, numerics=numerics)
-    else:
-
-        def make(lin: torch.nn.Linear) -> torch.nn.Module:
-            return Nvfp4Linear.from_linear(lin, numerics=numerics)
+    def make(lin: torch.nn.Linear) -> torch.nn.Module:
+        return layer.from_linear(lin, **group_arg, numerics=numerics)
 
     targets, skipped = find_linears(model, reason)
     replaced = swap_linears(targets, make)
-    return QuantizeReport(fmt, group if fmt == "q2_0" else None, replaced, skipped)
+    return QuantizeReport(fmt, group if grouped else None, replaced, skipped)
