@@ -67,7 +67,13 @@ def to_device(weight, stream=0, *, keep_gguf: bool = False) -> DeviceWeight:
 
     Raises:
         TypeError naming ``weight`` for anything else.
+        ValueError (one line, saying how to get a backend, as ``gemv(backend="cuda")``)
+        uploading a host weight where neither a GPU nor the simulator serves.
     """
+    if isinstance(weight, (Q2Weight, Nvfp4Weight)):
+        from .backends import require_cuda
+
+        require_cuda()  # else numba's multi-line CudaSupportError from deep inside the upload
     if isinstance(weight, Q2Weight):
         from .cuda.q2_0 import DeviceQ2Weight
 

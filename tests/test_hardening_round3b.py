@@ -1,0 +1,83 @@
+"""Hardening round 3, items 9-14 (issue 24): CLI streams, bounded seed references, no-backend
+uploads, bf16 quantization, newcomer papercuts, borderline inputs.
+
+Host-side checks only; nothing here launches a kernel (subprocesses run with the simulator off).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from q2gemv.backends import gpu_present
+from q2gemv.formats.q2_0 import quantize_q2_0
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(SRC), **env}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True
+    )
+
+
+# -- 11. no GPU and no simulator -------------------------------------------------------------
+
+
+@pytest.mark.skipif(gpu_present(), reason="needs a machine without a CUDA GPU")
+def test_to_device_without_any_backend_raises_the_one_line_backend_error():
+    r = _run(
+        """
+        import numpy as np
+        import q2gemv
+        from q2gemv.formats.nvfp4 import Nvfp4Weight
+        w = q2gemv.quantize_q2_0(np.ones((2, 128), np.float32))
+        f = Nvfp4Weight.from_float(np.ones((2, 16), np.float32))
+        msgs = []
+        import ml_dtypes
+        try:
+            q2gemv.gemv(np.zeros(128, ml_dtypes.bfloat16), w, backend="cuda")
+        except ValueError as e:
+            msgs.append(str(e))
+        for call in (w.to_device, f.to_device, lambda: q2gemv.to_device(w)):
+            try:
+                call()
+            except ValueError as e:
+                msgs.append(str(e))
+        print(len(msgs))
+        for m in msgs:
+            print(m)
+        """,
+        NUMBA_ENABLE_CUDASIM="0",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "4", r.stdout
+    assert len(lines) == 5, r.stdout  # each message is one line
+    assert lines[1].startswith("backend: 'cuda' needs a CUDA GPU or the CUDA simulator")
+    assert len(set(lines[1:])) == 1, lines
+
+
+# -- 12. quantize_q2_0 takes bf16 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["ggml", "absmean"])
+def test_quantize_q2_0_takes_bf16_as_its_fp32_value(method):
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((3, 128)).astype(ml_dtypes.bfloat16)
+    got = quantize_q2_0(w, 64, method)
+    want = quantize_q2_0(w.astype(np.float32), 64, method)
+    assert got.raw.tobytes() == want.raw.tobytes()
+
+
+def test_quantize_q2_0_still_refuses_integers():
+    with pytest.raises(TypeError, match="^w: expected a float array, got int32"):
+        quantize_q2_0(np.zeros((1, 128), np.int32))
