@@ -81,3 +81,59 @@ def test_quantize_q2_0_takes_bf16_as_its_fp32_value(method):
 def test_quantize_q2_0_still_refuses_integers():
     with pytest.raises(TypeError, match="^w: expected a float array, got int32"):
         quantize_q2_0(np.zeros((1, 128), np.int32))
+
+
+# -- 13. newcomer papercuts ------------------------------------------------------------------
+
+
+def test_version_flag_prints_the_package_version(capsys):
+    import q2gemv
+    from q2gemv.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"q2gemv {q2gemv.__version__}\n"
+
+
+def test_ptx_without_nvvm_is_one_line_with_an_install_hint():
+    r = _run(
+        """
+        import sys
+        from numba.cuda.cudadrv.error import NvvmSupportError
+        import q2gemv.cuda.ptx as ptx
+        def no_nvvm(*args, **kwargs):
+            raise NvvmSupportError("libNVVM cannot be found.\\nDo `conda install cudatoolkit`:\\n")
+        ptx.compile_all = no_nvvm
+        sys.exit(ptx.main(["--family", "q2_0"]))
+        """,
+        NUMBA_ENABLE_CUDASIM="0",
+    )
+    assert r.returncode == 1, r.stderr
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("q2gemv.cuda.ptx: libNVVM cannot be found.;")
+    assert "pip install 'q2gemv[cu13]'" in lines[0]
+
+
+def test_ptx_under_the_simulator_is_one_line(capsys):
+    from q2gemv.cuda import ptx
+
+    assert ptx.main(["--family", "q2_0"]) == 1  # conftest switched the simulator on
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NUMBA_ENABLE_CUDASIM unset" in err
+
+
+def test_bench_help_states_the_prefix_rule_device_prefix_follows():
+    import argparse
+
+    from q2gemv.bench.command import add_arguments
+    from q2gemv.bench.results import SIM_PREFIX, device_prefix
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    (prefix,) = [a for a in p._actions if a.dest == "prefix"]
+    assert "'_dryrun' appended for --dry-run on a GPU" in prefix.help
+    assert device_prefix({"simulated": True, "dry_run": True}) == SIM_PREFIX
+    assert device_prefix({"device": "NVIDIA H200", "dry_run": True}) == "h200_dryrun"

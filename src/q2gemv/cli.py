@@ -30,10 +30,11 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, verify
+    from . import __version__, bench, verify
     from .golden import regen as golden_regen
 
     p = argparse.ArgumentParser(prog="q2gemv", description=DESCRIPTION)
+    p.add_argument("--version", action="version", version=f"q2gemv {__version__}")
     sub = p.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", title="commands")
     verify.add_arguments(
         sub.add_parser(

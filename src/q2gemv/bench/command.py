@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--prefix",
         default=None,
         help="file name prefix (default: from the device, e.g. 'h200' on an NVIDIA H200, "
-        f"'{SIM_PREFIX}' under the CUDA simulator, '_dryrun' appended for --dry-run)",
+        f"'{SIM_PREFIX}' under the CUDA simulator, '_dryrun' appended for --dry-run on a GPU)",
     )
     p.add_argument(
         "--overwrite",
