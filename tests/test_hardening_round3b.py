@@ -175,3 +175,59 @@ def test_seed_reference_memory_is_bounded_by_its_chunk_not_by_m(monkeypatch, fam
     assert y.shape == (m, n)
     assert peak - y.nbytes < 8_000_000, peak
     np.testing.assert_array_equal(y[:3000].view(np.uint16), want)
+
+
+# -- 14. borderline inputs -------------------------------------------------------------------
+
+
+def _gguf_with_alignment(path: Path, layout: int, claimed: int, n_tensors: int = 2) -> None:
+    """A GGUF written by the ``gguf`` package padded to ``layout``, whose ``general.alignment``
+    then says ``claimed`` (the u32 patched in place)."""
+    import gguf
+
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_custom_alignment(layout)
+    for i in range(n_tensors):
+        wr.add_tensor(f"t{i}", np.arange(1, 9 + 8 * i, dtype=np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    data = bytearray(path.read_bytes())
+    at = data.index(b"general.alignment") + len(b"general.alignment") + 4  # key, u32 type
+    assert int.from_bytes(data[at : at + 4], "little") == layout
+    data[at : at + 4] = claimed.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
+def test_gguf_read_with_its_own_alignment(tmp_path):
+    from q2gemv.io.gguf import read_gguf
+
+    p = tmp_path / "ok.gguf"
+    _gguf_with_alignment(p, 64, 64)
+    f = read_gguf(p)
+    assert f.alignment == 64 and f.data_offset % 64 == 0
+    t1 = f.tensor("t1")
+    got = np.frombuffer(p.read_bytes()[t1.offset : t1.offset + t1.nbytes], np.float32)
+    np.testing.assert_array_equal(got, np.arange(1, 17, dtype=np.float32))
+
+
+@pytest.mark.parametrize(("layout", "claimed"), [(64, 32), (64, 128), (32, 64)])
+def test_gguf_whose_alignment_disagrees_with_its_layout_is_refused(tmp_path, layout, claimed):
+    from q2gemv.io.gguf import GgufError, read_gguf
+
+    for n_tensors in (1, 2, 3):  # header ends at different offsets: some agree by chance
+        p = tmp_path / f"bad{n_tensors}.gguf"
+        _gguf_with_alignment(p, layout, claimed, n_tensors)
+        data = p.read_bytes()
+        try:
+            f = read_gguf(p)
+        except GgufError as e:
+            assert "alignment" in str(e) or "past the end" in str(e), e
+            continue
+        # accepted: then every tensor must be where the layout put it (same bytes as written)
+        for i in range(n_tensors):
+            t = f.tensor(f"t{i}")
+            got = np.frombuffer(data[t.offset : t.offset + t.nbytes], np.float32)
+            want = np.arange(1, 9 + 8 * i, dtype=np.float32)
+            np.testing.assert_array_equal(got, want, err_msg=f"{p.name}: read off")
