@@ -231,3 +231,41 @@ def test_gguf_whose_alignment_disagrees_with_its_layout_is_refused(tmp_path, lay
             got = np.frombuffer(data[t.offset : t.offset + t.nbytes], np.float32)
             want = np.arange(1, 9 + 8 * i, dtype=np.float32)
             np.testing.assert_array_equal(got, want, err_msg=f"{p.name}: read off")
+
+
+@pytest.mark.parametrize(
+    "g_ct", [1e-40, -1e-40, np.float32(2.0**-129), np.array([1e-39], np.float32)]
+)
+def test_compressed_tensors_divisor_with_an_infinite_reciprocal_is_refused(g_ct):
+    from q2gemv.formats.nvfp4 import Nvfp4Weight, global_scale_from_divisor
+
+    with pytest.raises(ValueError, match=r"^weight_global_scale: expected a divisor whose fp32"):
+        global_scale_from_divisor(g_ct)
+    packed, scales = np.zeros((1, 8), np.uint8), np.full((1, 1), 0x38, np.uint8)
+    with pytest.raises(ValueError, match=r"^weight_global_scale: expected a divisor"):
+        Nvfp4Weight.from_compressed_tensors(packed, scales, g_ct)
+
+
+def test_smallest_divisor_with_a_finite_reciprocal_is_kept():
+    from q2gemv.formats.nvfp4 import global_scale_from_divisor
+
+    assert global_scale_from_divisor(2.0**-127) == 2.0**127
+    assert global_scale_from_divisor(0.0) == np.inf  # a special given as such: validate() reports
+
+
+def test_safetensors_load_refuses_a_divisor_with_an_infinite_reciprocal(tmp_path):
+    from safetensors.numpy import save_file
+
+    from q2gemv.io.safetensors import load_nvfp4_weights
+
+    p = tmp_path / "ct.safetensors"
+    save_file(
+        {
+            "l.weight_packed": np.zeros((2, 8), np.uint8),
+            "l.weight_scale": np.full((2, 1), 0x38, np.uint8),
+            "l.weight_global_scale": np.array([1e-40], np.float32),
+        },
+        str(p),
+    )
+    with pytest.raises(ValueError, match=r"weight_global_scale: expected a divisor"):
+        load_nvfp4_weights(p)
