@@ -269,3 +269,28 @@ def test_safetensors_load_refuses_a_divisor_with_an_infinite_reciprocal(tmp_path
     )
     with pytest.raises(ValueError, match=r"weight_global_scale: expected a divisor"):
         load_nvfp4_weights(p)
+
+
+@pytest.mark.parametrize("cls_name", ["Q2Linear", "Nvfp4Linear"])
+def test_from_linear_on_a_meta_linear_names_the_argument(cls_name):
+    torch = pytest.importorskip("torch")
+    import q2gemv.torch as qt
+
+    with torch.device("meta"):
+        lin = torch.nn.Linear(128, 16)
+    with pytest.raises(ValueError, match=r"^linear: its weight is on the meta device"):
+        getattr(qt, cls_name).from_linear(lin)
+
+
+@pytest.mark.parametrize("cls_name", ["Q2Linear", "Nvfp4Linear"])
+def test_fx_symbolic_trace_and_jit_script_refuse_rather_than_trace_wrongly(cls_name):
+    """Decided (docs/guarantees.md): torch.export / jit.trace / torch.compile are the supported
+    captures; fx.symbolic_trace and jit.script raise (never a graph that computes other bits)."""
+    torch = pytest.importorskip("torch")
+    import q2gemv.torch as qt
+
+    m = getattr(qt, cls_name).from_linear(torch.nn.Linear(128, 16))
+    with pytest.raises(TypeError, match=r"^x: expected a torch.Tensor, got Proxy"):
+        torch.fx.symbolic_trace(m)
+    with pytest.raises(Exception, match="annotation|script|compile"):  # noqa: B017, PT011
+        torch.jit.script(m)
