@@ -294,3 +294,104 @@ def test_fx_symbolic_trace_and_jit_script_refuse_rather_than_trace_wrongly(cls_n
         torch.fx.symbolic_trace(m)
     with pytest.raises(Exception, match="annotation|script|compile"):  # noqa: B017, PT011
         torch.jit.script(m)
+
+
+# -- 9. CLI: one escaped line per error, JSON stays JSON, outputs checked first --------------
+
+
+def _cli(argv, capsys):
+    from q2gemv.cli import main
+
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse usage errors
+        rc = e.code
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_bench_negative_seed_is_a_usage_error(capsys):
+    rc, out, err = _cli(["bench", "--seed", "-1", "--dry-run"], capsys)
+    assert rc == 2 and out == ""
+    assert "--seed: expected an integer >= 0, got -1" in err and "Traceback" not in err
+
+
+def _no_run(monkeypatch):
+    from q2gemv.bench import runner
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("cases ran before the outputs were checked")
+
+    monkeypatch.setattr(runner, "execute", must_not_run)
+
+
+@pytest.mark.parametrize("prefix", ["../x", "a/b", "..", "x\ny"])
+def test_bench_prefix_must_be_a_file_name(tmp_path, monkeypatch, capsys, prefix):
+    _no_run(monkeypatch)
+    argv = ["bench", "--dry-run", "--out", str(tmp_path / "o"), "--prefix", prefix]
+    rc, out, err = _cli(argv + ["--shapes", "128x128", "--m", "1", "--no-torch"], capsys)
+    assert rc == 2 and out == ""
+    assert (
+        err.startswith("q2gemv bench: --prefix: expected a file name prefix")
+        and err.count("\n") == 1
+    ), err
+    assert not (tmp_path / "x").exists()
+
+
+def test_bench_unusable_out_is_refused_before_any_case_runs(tmp_path, monkeypatch, capsys):
+    _no_run(monkeypatch)
+    blocker = tmp_path / "file\x1bname"
+    blocker.write_text("not a folder")
+    argv = ["bench", "--dry-run", "--out", str(blocker / "sub")]
+    rc, out, err = _cli(argv + ["--shapes", "128x128", "--m", "1", "--no-torch"], capsys)
+    assert rc == 2 and out == ""
+    assert err.startswith("q2gemv bench: --out: cannot create the folder") and "\x1b" not in err
+    assert err.count("\n") == 1, err
+
+
+def test_verify_list_and_selection_errors_honour_json(capsys):
+    import json
+
+    rc, out, err = _cli(["verify", "--list", "--json", "--kernel", "q2_0_gemv_vec"], capsys)
+    listed = json.loads(out)
+    assert rc == 0 and listed["ok"] and listed["checks"]
+    assert {c["kernel"] for c in listed["checks"]} <= {"q2_0_gemv_vec", "host"}
+    assert any(c["kernel"] == "q2_0_gemv_vec" for c in listed["checks"])
+    rc, out, err = _cli(["verify", "--json", "--kernel", "no_such_kernel"], capsys)
+    assert rc == 1 and json.loads(out)["ok"] is False
+    assert err.startswith("q2gemv verify: ") and err.count("\n") == 1
+
+
+def test_inspect_escapes_a_path_with_a_newline(tmp_path, capsys):
+    p = tmp_path / "a\nb\x1b[31m.gguf"
+    p.write_bytes(b"not a gguf file at all")
+    rc, out, err = _cli(["inspect", str(p)], capsys)
+    assert rc == 1 and out == ""
+    assert err.count("\n") == 1 and "\x1b" not in err and "a\\nb\\x1b[31m.gguf" in err
+
+
+@pytest.mark.parametrize("argv", [["verify", "--list"], ["golden", "regen", "--dry-run"]])
+def test_stdout_on_a_full_disk_is_one_line_and_status_1(argv):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(
+            [sys.executable, "-m", "q2gemv.cli", *argv],
+            env={**os.environ, "PYTHONPATH": str(SRC), "NUMBA_ENABLE_CUDASIM": "1"},
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and "No space left on device" in r.stderr, r.stderr
+
+
+def test_golden_regen_refusal_goes_to_stderr(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "q2gemv.cli", "golden", "regen", "--data-dir", str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(SRC), "NUMBA_ENABLE_CUDASIM": "1"},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith("golden regen: refused:"), r.stderr
