@@ -395,3 +395,12 @@ def test_golden_regen_refusal_goes_to_stderr(tmp_path):
     )
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.startswith("golden regen: refused:"), r.stderr
+
+
+def test_golden_regen_refusal_escapes_the_path(tmp_path, capsys):
+    d = tmp_path / "gold\nen\x1b"
+    d.mkdir()
+    rc, out, err = _cli(["golden", "regen", "--data-dir", str(d)], capsys)
+    assert rc == 1 and out == ""
+    assert err.startswith("golden regen: refused:") and err.count("\n") == 1, err
+    assert "\x1b" not in err

@@ -233,6 +233,8 @@ def regen(
     one, e.g. ``--sets`` with a manifest that lacks another set's entry).
     An I/O error is one line on ``out`` and status 1.
     """
+    from ..cli import one_line
+
     err = sys.stderr if out is None else out  # refusals and errors: stderr on the command line
     out = sys.stdout if out is None else out
     data_dir = Path(data_dir) if data_dir is not None else store.default_data_dir()
@@ -249,8 +251,8 @@ def regen(
     except store.GoldenError as e:
         if not force:
             print(
-                f"golden regen: refused: {e}; without a valid manifest regen cannot tell which "
-                f"expectations would change. Rerun with --force to rebuild every file "
+                f"golden regen: refused: {one_line(e)}; without a valid manifest regen cannot "
+                f"tell which expectations would change. Rerun with --force to rebuild every file "
                 f"(hand-written and external files are then recorded as they are on disk).",
                 file=err,
             )
@@ -387,7 +389,7 @@ def regen(
             if written
             else "; nothing written"
         )
-        print(f"golden regen: cannot write {where}: {e.strerror or e}{tail}", file=err)
+        print(f"golden regen: cannot write {one_line(where)}: {e.strerror or e}{tail}", file=err)
         return 1
     return 0
 
