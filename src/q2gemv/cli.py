@@ -1,7 +1,9 @@
 """The ``q2gemv`` command: ``verify`` (the main job), ``inspect``, ``golden``, ``bench``.
 
-Every subcommand reports a usage or data problem as one line on stderr,
-never a traceback. A closed stdout (``q2gemv verify --list | head``) ends
+Every subcommand reports a usage or data problem as one line on stderr
+(control characters escaped: :func:`one_line`), never a traceback; an
+output that cannot be written (stdout on a full disk) is one such line
+and status 1. A closed stdout (``q2gemv verify --list | head``) ends
 the command quietly with status 141 (128 + SIGPIPE, what a shell reports).
 """
 
@@ -18,22 +20,30 @@ DESCRIPTION = (
 EXIT_BROKEN_PIPE = 141
 
 
+def one_line(text: object) -> str:
+    """``str(text)`` with control characters escaped: a path holding a newline or an ESC
+    stays one line of an error message and cannot drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from .io.gguf import GgufError, format_inspect
 
     try:
-        print(format_inspect(args.file))
+        text = format_inspect(args.file)
     except (GgufError, OSError) as e:
-        print(f"q2gemv inspect: {e}", file=sys.stderr)
+        print(f"q2gemv inspect: {one_line(e)}", file=sys.stderr)
         return 1
+    print(text)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, verify
+    from . import __version__, bench, verify
     from .golden import regen as golden_regen
 
     p = argparse.ArgumentParser(prog="q2gemv", description=DESCRIPTION)
+    p.add_argument("--version", action="version", version=f"q2gemv {__version__}")
     sub = p.add_subparsers(dest="subcommand", required=True, metavar="COMMAND", title="commands")
     verify.add_arguments(
         sub.add_parser(
@@ -77,10 +87,25 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         # the reader went away (`| head`): send what is left in Python's buffer nowhere
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _drop_stdout()
         return EXIT_BROKEN_PIPE
+    except OSError as e:  # stdout on a full disk (/dev/full) or a failing device
+        _drop_stdout()
+        where = e.filename or "stdout"
+        print(
+            f"q2gemv {args.subcommand}: cannot write {one_line(where)}: "
+            f"{one_line(e.strerror or e)}",
+            file=sys.stderr,
+        )
+        return 1
     return rc
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is left in
+    Python's buffer cannot fail again (a second, multi-line report at exit)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -66,12 +66,17 @@ def to_device(weight, stream=0, *, keep_gguf: bool = False) -> DeviceWeight:
 
     Raises:
         TypeError naming ``weight`` for anything else.
+        ValueError (one line, saying how to get a backend, as ``gemv(backend="cuda")``)
+        uploading a host weight where neither a GPU nor the simulator serves.
     """
     found = kernels.family_of(weight)
     if found is not None:  # a host weight is uploaded by its family's device class
         spec, on_device = found
         if on_device:
             return weight
+        from .backends import require_cuda
+
+        require_cuda()  # else numba's multi-line CudaSupportError from deep inside the upload
         if keep_gguf is False:
             return spec.as_device_weight(weight, stream)
         upload = spec.device_class().upload

@@ -409,6 +409,22 @@ def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return op(y, bias)
 
 
+def _linear_weight_f32(linear: torch.nn.Linear) -> np.ndarray:
+    """The float weight of ``linear`` as fp32 on the host; a meta-device weight has no values.
+
+    Both ``from_linear`` read it; a meta weight (``torch.device("meta")``, a model built
+    with ``init_empty_weights``) would fail inside torch with "Cannot copy out of meta tensor".
+    """
+    if not isinstance(linear, torch.nn.Linear):
+        raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
+    if linear.weight.is_meta:
+        raise ValueError(
+            "linear: its weight is on the meta device (no values to quantize); load the "
+            "float weights first (e.g. to_empty() then load_state_dict())"
+        )
+    return linear.weight.detach().to(device="cpu", dtype=torch.float32).numpy()
+
+
 class _QuantizedLinear(torch.nn.Module):
     """What both quantized layers share: ``torch.nn.Linear``'s feature names over ``k``, ``n``."""
 
@@ -477,9 +493,7 @@ class Q2Linear(_QuantizedLinear):
 
         Returns a :class:`Q2Linear` on the linear's device.
         """
-        if not isinstance(linear, torch.nn.Linear):
-            raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
-        w = linear.weight.detach().to(device="cpu", dtype=torch.float32).numpy()
+        w = _linear_weight_f32(linear)
         mod = cls(quantize_q2_0(w, group=group, method=method), linear.bias, numerics=numerics)
         return mod.to(linear.weight.device)
 
@@ -588,9 +602,7 @@ class Nvfp4Linear(_QuantizedLinear):
 
         Returns an :class:`Nvfp4Linear` on the linear's device.
         """
-        if not isinstance(linear, torch.nn.Linear):
-            raise TypeError(f"linear: expected a torch.nn.Linear, got {type(linear).__name__}")
-        w = linear.weight.detach().to(device="cpu", dtype=torch.float32).numpy()
+        w = _linear_weight_f32(linear)
         mod = cls(Nvfp4Weight.from_float(w), linear.bias, numerics=numerics)
         return mod.to(linear.weight.device)
 

@@ -40,33 +40,51 @@ def _problem_exit(msg: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"ok": False, "exit_code": 2, "integrity_problems": [msg]}, indent=1))
     else:
-        print(f"q2gemv verify: {msg}", file=sys.stderr)
+        from .cli import one_line
+
+        print(f"q2gemv verify: {one_line(msg)}", file=sys.stderr)
         print("FAIL: golden data unusable")
     return 2
+
+
+def _usage_exit(msg: str, as_json: bool) -> int:
+    """A selection problem: one escaped line on stderr, and in JSON mode the JSON too."""
+    from .cli import one_line
+
+    if as_json:
+        print(json.dumps({"ok": False, "exit_code": 1, "error": msg}, indent=1))
+    print(f"q2gemv verify: {one_line(msg)}", file=sys.stderr)
+    return 1
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         sel = suite.Selection.parse(args.cases, args.kernel)
     except ValueError as e:
-        print(f"q2gemv verify: {e}", file=sys.stderr)
-        return 1
+        return _usage_exit(str(e), args.json)
+    from .cli import one_line as _one_line
+
     try:
         s = suite.load_suite(args.data_dir)
     except store.GoldenError as e:
         return _problem_exit(str(e), args.json)
     for p in s.problems:
-        print(f"q2gemv verify: TAMPERED/UNUSABLE: {p}", file=sys.stderr)
+        print(f"q2gemv verify: TAMPERED/UNUSABLE: {_one_line(p)}", file=sys.stderr)
 
     n_gemv = len(sel.gemv_checks(s))
     n_host = len(sel.host_cases(s))
     if n_gemv + n_host == 0 and not s.problems:
-        print(
-            f"q2gemv verify: the selection (--cases {args.cases or ['all']}, "
+        return _usage_exit(
+            f"the selection (--cases {args.cases or ['all']}, "
             f"--kernel {args.kernel or 'all'}) matches no golden check",
-            file=sys.stderr,
+            args.json,
         )
-        return 1
+    if args.list and args.json:
+        checks = [{"size": c.size_of(k), "kernel": k, "case": c.id} for c, k in sel.gemv_checks(s)]
+        checks += [{"size": "small", "kernel": "host", "case": h.id} for h in sel.host_cases(s)]
+        code = 2 if s.problems else 0
+        print(json.dumps({"ok": code == 0, "exit_code": code, "checks": checks}, indent=1))
+        return code
     if args.list:
         for c, k in sel.gemv_checks(s):
             print(f"{c.size_of(k):6} {k:24} {c.id}")

@@ -206,8 +206,8 @@ def test_regen_into_an_unwritable_directory_is_one_line(data_copy, capsys, monke
         capsys, "golden", "regen", "--data-dir", str(data_copy), "--sets", "tables", "--force"
     )
     assert rc == 1 and "Traceback" not in out + err
-    assert out.strip().splitlines()[-1].startswith("golden regen: cannot write")
-    assert "Permission denied" in out
+    assert err.strip().splitlines()[-1].startswith("golden regen: cannot write")  # issue 24
+    assert "Permission denied" in err
 
 
 def test_golden_without_a_subcommand_names_the_choices(capsys):

@@ -8,6 +8,7 @@ GPU) only when a run starts.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--prefix",
         default=None,
         help="file name prefix (default: from the device, e.g. 'h200' on an NVIDIA H200, "
-        f"'{SIM_PREFIX}' under the CUDA simulator, '_dryrun' appended for --dry-run)",
+        f"'{SIM_PREFIX}' under the CUDA simulator, '_dryrun' appended for --dry-run on a GPU)",
     )
     p.add_argument(
         "--overwrite",
@@ -92,18 +93,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="host-overhead batches (median taken; default 9)",
     )
     p.add_argument(
-        "--seed", type=int, default=2026, help="seed of the random weights and activations"
+        "--seed",
+        type=_seed,
+        default=2026,
+        help="seed of the random weights and activations (an integer >= 0)",
     )
     p.set_defaults(func=run)
 
 
+def _seed(text: str) -> int:
+    """``--seed``: NumPy's generators take integers >= 0 only (-1 was a traceback)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _check_outputs(out: Path, prefix: str | None) -> None:
+    """Before any case runs: ``--prefix`` is a plain file name (``../x`` would write outside
+    ``--out``), and ``--out`` is a folder this process can write (found after the run, the
+    results were lost). Creates ``out``; raises ValueError saying which."""
+    if prefix is not None and (
+        prefix in ("", ".", "..")
+        or "/" in prefix
+        or os.sep in prefix
+        or (os.altsep and os.altsep in prefix)
+        or not prefix.isprintable()
+    ):
+        raise ValueError(f"--prefix: expected a file name prefix (no folders), got {prefix!r}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--out: cannot create the folder {str(out)!r}: {e.strerror}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"--out: the folder {str(out)!r} is not writable")
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``q2gemv bench`` (and ``benchmarks/run_h200.py``); returns the exit code."""
+    from ..cli import one_line
+
     try:
         st = Settings.from_args(args)
         cases = build_cases(st.shapes, st.ms, kernels=st.kernels, groups=st.groups, torch=st.torch)
+        _check_outputs(st.out, st.prefix)
     except ValueError as e:
-        print(f"q2gemv bench: {e}", file=sys.stderr)
+        print(f"q2gemv bench: {one_line(e)}", file=sys.stderr)
         return 2
     if not cases:
         print("q2gemv bench: no cases selected", file=sys.stderr)
@@ -135,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         paths = write_outputs(report, st)
     except OSError as e:
-        print(f"q2gemv bench: cannot write {e.filename or st.out}: {e.strerror}", file=sys.stderr)
+        where = one_line(e.filename or st.out)
+        print(f"q2gemv bench: cannot write {where}: {e.strerror}", file=sys.stderr)
         return 2
     args.prefix = st.prefix  # the prefix used (benchmarks/run_h200.py plots its CSV)
     print(text_summary(report.rows))

@@ -19,6 +19,10 @@ from pathlib import Path
 
 from .. import _atomic, kernels
 
+COMPILER_HINT = (
+    "PTX needs numba's real CUDA target with NVVM and NVRTC: pip install 'q2gemv[cu13]' "
+    "(or numba-cuda[cu13]; no GPU needed) and leave NUMBA_ENABLE_CUDASIM unset"
+)
 # compile unit -> module with ptx_specs(): each family's seed kernels ("q2_0") and exact
 # kernels ("q2_0_exact"), the modules its kernels.FamilySpec names, and any module a kernel's
 # spec names (a new family or kernel module is listed here by registering it).
@@ -97,7 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dump", type=Path, help="write NAME.ptx files here")
     args = p.parse_args(argv)
     cc = tuple(int(x) for x in args.cc.split("."))
-    ptxs = compile_all(cc, tuple(args.family or FAMILIES))  # type: ignore[arg-type]
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        print(f"q2gemv.cuda.ptx: the CUDA simulator is on; {COMPILER_HINT}", file=sys.stderr)
+        return 1
+    from numba.cuda.cudadrv.error import NvrtcSupportError, NvvmSupportError
+
+    try:
+        ptxs = compile_all(cc, tuple(args.family or FAMILIES))  # type: ignore[arg-type]
+    except (NvvmSupportError, NvrtcSupportError) as e:  # a 30-line trace without this
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"q2gemv.cuda.ptx: {first}; {COMPILER_HINT}", file=sys.stderr)
+        return 1
     if args.dump:
         args.dump.mkdir(parents=True, exist_ok=True)
         for name, ptx in ptxs.items():

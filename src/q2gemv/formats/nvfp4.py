@@ -250,11 +250,24 @@ def global_scale_from_divisor(weight_global_scale) -> float:
     power of two; otherwise ``g`` is within half an fp32 ulp (relative error
     <= 2^-24) of ``1 / g_ct``, so each dequantized weight can differ from
     ``fp32(e2m1 * s / g_ct)`` by about one fp32 ulp. ``g_ct = 0`` gives
-    ``+Inf``, reported by :meth:`Nvfp4Weight.validate`.
+    ``+Inf``, reported by :meth:`Nvfp4Weight.validate` (IEEE specials given
+    as such propagate, as in :func:`check_global_scale`).
+
+    Raises:
+        ValueError: naming ``weight_global_scale`` for a finite non-zero
+            divisor whose fp32 reciprocal overflows (magnitude below 2**-128,
+            e.g. ``1e-40``): a load would otherwise turn a finite checkpoint
+            scale into an infinite multiplier.
     """
     g_ct = np.float32(check_global_scale(weight_global_scale, "weight_global_scale"))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        return float(np.float32(1.0) / g_ct)
+        g = np.float32(1.0) / g_ct
+    if np.isfinite(g_ct) and g_ct != 0 and not np.isfinite(g):
+        raise ValueError(
+            f"weight_global_scale: expected a divisor whose fp32 reciprocal is finite "
+            f"(magnitude >= 2**-128), got {float(g_ct)!r}, whose reciprocal would be {float(g)}"
+        )
+    return float(g)
 
 
 # -- the weight --------------------------------------------------------------------

@@ -32,6 +32,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Literal
 
+import ml_dtypes
 import numpy as np
 
 from ._frozen import frozen
@@ -409,8 +410,8 @@ class Q2Weight:
                 it; without, the first seed call rebuilds it on the device).
 
         The same as :func:`q2gemv.to_device` (``self``): imports numba on first
-        use; needs a CUDA device (or the simulator), and numba's errors
-        propagate without one.
+        use; needs a CUDA device (or the simulator): without either, a one-line
+        ValueError saying how to get one.
         """
         from ._upload import upload
 
@@ -439,7 +440,8 @@ def quantize_q2_0(
     """Quantize float weights [n, k] to ``block_q2_0``.
 
     Args:
-        w: float array [n, k] (any float dtype; rounded to fp32 first), ``k``
+        w: float array [n, k] (any NumPy float dtype or ``ml_dtypes.bfloat16``;
+            rounded to fp32 first), ``k``
             a multiple of ``group``.
         group: codes per block, 64 or 128 (default 128).
         method: ``"ggml"`` (default) or ``"absmean"``, as described below.
@@ -467,7 +469,7 @@ def quantize_q2_0(
     """
     group = check_group(group)
     w = np.asarray(w)
-    if w.dtype.kind != "f":
+    if w.dtype.kind != "f" and w.dtype != np.dtype(ml_dtypes.bfloat16):
         raise TypeError(f"w: expected a float array, got {w.dtype}")
     if w.ndim != 2:
         raise ValueError(f"w: expected shape [n, k], got {w.shape}")

@@ -236,6 +236,9 @@ def regen(
     one, e.g. ``--sets`` with a manifest that lacks another set's entry).
     An I/O error is one line on ``out`` and status 1.
     """
+    from ..cli import one_line
+
+    err = sys.stderr if out is None else out  # refusals and errors: stderr on the command line
     out = sys.stdout if out is None else out
     data_dir = Path(data_dir) if data_dir is not None else store.default_data_dir()
     known_sets = suite_sets()
@@ -243,7 +246,7 @@ def regen(
     if unknown:
         print(
             f"golden regen: unknown set(s) {unknown}; expected some of {list(known_sets)}",
-            file=out,
+            file=err,
         )
         return 1
     try:
@@ -251,10 +254,10 @@ def regen(
     except store.GoldenError as e:
         if not force:
             print(
-                f"golden regen: refused: {e}; without a valid manifest regen cannot tell which "
-                f"expectations would change. Rerun with --force to rebuild every file "
+                f"golden regen: refused: {one_line(e)}; without a valid manifest regen cannot "
+                f"tell which expectations would change. Rerun with --force to rebuild every file "
                 f"(hand-written and external files are then recorded as they are on disk).",
-                file=out,
+                file=err,
             )
             return 1
         print(f"golden regen: {e}; --force: rebuilding the manifest from scratch", file=out)
@@ -275,7 +278,7 @@ def regen(
             f"{file}: dropped from the manifest (no longer a golden file of this suite)", file=out
         )
         del new_man["files"][file]
-    if _refuse_unlisted(expected, new_man, sets, out, planned=True):
+    if _refuse_unlisted(expected, new_man, sets, err, planned=True):
         return 1
     refusals = 0
     writes: dict[str, bytes] = {}
@@ -362,10 +365,10 @@ def regen(
         print(
             f"golden regen: refused ({refusals} file(s) would change existing expectations or "
             f"are unusable); nothing written. Rerun with --force to accept the new bits.",
-            file=out,
+            file=err,
         )
         return 1
-    if _refuse_unlisted(expected, new_man, sets, out):
+    if _refuse_unlisted(expected, new_man, sets, err):
         return 1
     if dry_run:
         print(f"golden regen: dry run, {len(writes)} file(s) would be written", file=out)
@@ -389,7 +392,7 @@ def regen(
             if written
             else "; nothing written"
         )
-        print(f"golden regen: cannot write {where}: {e.strerror or e}{tail}", file=out)
+        print(f"golden regen: cannot write {one_line(where)}: {e.strerror or e}{tail}", file=err)
         return 1
     return 0
 

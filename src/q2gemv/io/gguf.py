@@ -503,6 +503,7 @@ def _parse(buf, size: int, path: str) -> GgufFile:
                 f"data [{a.offset}, {a.offset + least}) overlaps tensor {b.name!r} at {b.offset}",
                 tensor=a.name,
             )
+    _check_alignment_agrees(buf, cur.pos, data_offset, by_offset, alignment, size, path)
     return GgufFile(
         path=path,
         version=version,
@@ -513,6 +514,35 @@ def _parse(buf, size: int, path: str) -> GgufFile:
         data_offset=data_offset,
         file_size=size,
     )
+
+
+def _check_alignment_agrees(buf, header_end, data_offset, by_offset, alignment, size, path):
+    """Refuse a file whose layout was padded to another alignment than ``general.alignment``.
+
+    Such a file would otherwise be read ``alignment`` bytes off without error
+    (issue 24): the specification's padding before the data section is zero
+    bytes (data there means the section starts earlier), and writers pad the
+    last tensor to the alignment at most (more bytes after it mean it starts
+    later). Checked only where the last tensor's size is known.
+    """
+    if not by_offset:
+        return
+    pad = bytes(buf[header_end:data_offset])
+    if pad.strip(b"\0"):
+        raise GgufError(
+            path,
+            f"the {len(pad)} padding bytes before the data section (offset {data_offset}) "
+            f"are not zero: {KEY_ALIGNMENT} = {alignment} disagrees with the file's layout",
+        )
+    last = by_offset[-1]
+    if last.nbytes is not None and size - (last.offset + last.nbytes) >= alignment:
+        raise GgufError(
+            path,
+            f"{size - last.offset - last.nbytes} bytes follow the last tensor's data (at most "
+            f"{alignment - 1} of padding expected): {KEY_ALIGNMENT} = {alignment} disagrees "
+            "with the file's layout",
+            tensor=last.name,
+        )
 
 
 def _recorded_groups(metadata: dict, path: str) -> dict[str, int]:

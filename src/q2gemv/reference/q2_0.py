@@ -44,8 +44,8 @@ def _prep(a, weight: Q2Weight):
     return as_bf16_rows(a, weight.k)
 
 
-def _finish(y: np.ndarray, squeeze: bool) -> np.ndarray:
-    out = bits_to_bf16(f32_to_bf16_bits(y))
+def _finish(bits: np.ndarray, squeeze: bool) -> np.ndarray:
+    out = bits_to_bf16(bits)
     return out[0] if squeeze else out
 
 
@@ -99,7 +99,7 @@ def _rows(a, weight: Q2Weight, lanes: int, width: int, combine) -> np.ndarray:
     bits, squeeze = _prep(a, weight)
     m, k = bits.shape
     units = k // width
-    y = np.empty((m, weight.n), np.float32)
+    out = np.empty((m, weight.n), np.uint16)  # each chunk is rounded to bf16 as it is done
     for r0 in range(0, weight.n, _ROW_CHUNK):
         r1 = min(weight.n, r0 + _ROW_CHUNK)
         cm1, d_unit = _weight_units(weight, r0, r1, lanes, width)
@@ -108,8 +108,8 @@ def _rows(a, weight: Q2Weight, lanes: int, width: int, combine) -> np.ndarray:
         for m0 in range(0, m, mstep):
             m1 = min(m, m0 + mstep)
             a32 = bf16_bits_to_f32(bits[m0:m1])
-            y[m0:m1, r0:r1] = combine(_lane_partials(a32, cm1, d_unit, units))
-    return _finish(y, squeeze)
+            out[m0:m1, r0:r1] = f32_to_bf16_bits(combine(_lane_partials(a32, cm1, d_unit, units)))
+    return _finish(out, squeeze)
 
 
 def q2_0_gemv(a: np.ndarray, weight: Q2Weight) -> np.ndarray:

@@ -48,10 +48,10 @@ _CHUNK_ELEMS = 1 << 21  # M * rows * groups handled at once (bounds memory, keep
 
 
 def _prep(a, weight: Nvfp4Weight) -> tuple[np.ndarray, bool]:
+    """uint16 bf16 bits [M, K] of ``a`` (no copy), and whether ``a`` was 1-D."""
     if not isinstance(weight, Nvfp4Weight):
         raise TypeError(f"weight: expected an Nvfp4Weight, got {type(weight).__name__}")
-    bits2, squeeze = as_bf16_rows(a, weight.k)
-    return bf16_bits_to_f32(bits2), squeeze
+    return as_bf16_rows(a, weight.k)
 
 
 def lane_partials(a32: np.ndarray, weight: Nvfp4Weight, r0: int, r1: int) -> np.ndarray:
@@ -91,18 +91,21 @@ def w4a16_gemv(a: np.ndarray, weight: Nvfp4Weight) -> np.ndarray:
         TypeError: ``weight`` is not an Nvfp4Weight, or ``a`` is not bfloat16.
         ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
     """
-    a32, squeeze = _prep(a, weight)
-    m = a32.shape[0]
+    bits, squeeze = _prep(a, weight)
+    m = bits.shape[0]
     n, groups = weight.n, weight.k // BLOCK
-    y = np.empty((m, n), np.float32)
-    step = max(1, _CHUNK_ELEMS // max(1, m * groups))
+    out = np.empty((m, n), np.uint16)  # each chunk is rounded to bf16 as it is done
+    m_per = max(1, _CHUNK_ELEMS // max(1, WARP * groups))  # memory does not grow with M
     g = np.float32(weight.global_scale)
-    if m:
+    for m0 in range(0, m, m_per):
+        m1 = min(m, m0 + m_per)
+        a32 = bf16_bits_to_f32(bits[m0:m1])
+        step = max(1, _CHUNK_ELEMS // ((m1 - m0) * max(WARP, groups)))
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
             total = warp_tree_sum_f32(lane_partials(a32, weight, r0, r1))
-            y[:, r0:r1] = fmul_rn(total, g)
-    out = bits_to_bf16(f32_to_bf16_bits(y))
+            out[m0:m1, r0:r1] = f32_to_bf16_bits(fmul_rn(total, g))
+    out = bits_to_bf16(out)
     return out[0] if squeeze else out
 
 
