@@ -13,17 +13,13 @@ import argparse
 import os
 import sys
 
+from ._escape import one_line
+
 DESCRIPTION = (
     "Bit-exact low-bit decode GEMV kernels (GGUF Q2_0, NVFP4 W4A16). "
     "Start with 'q2gemv verify'; 'q2gemv COMMAND --help' describes each command."
 )
 EXIT_BROKEN_PIPE = 141
-
-
-def one_line(text: object) -> str:
-    """``str(text)`` with control characters escaped: a path holding a newline or an ESC
-    stays one line of an error message and cannot drive the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ def _problem_exit(msg: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"ok": False, "exit_code": 2, "integrity_problems": [msg]}, indent=1))
     else:
-        from .cli import one_line
+        from ._escape import one_line
 
         print(f"q2gemv verify: {one_line(msg)}", file=sys.stderr)
         print("FAIL: golden data unusable")
@@ -49,7 +49,7 @@ def _problem_exit(msg: str, as_json: bool) -> int:
 
 def _usage_exit(msg: str, as_json: bool) -> int:
     """A selection problem: one escaped line on stderr, and in JSON mode the JSON too."""
-    from .cli import one_line
+    from ._escape import one_line
 
     if as_json:
         print(json.dumps({"ok": False, "exit_code": 1, "error": msg}, indent=1))
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         sel = suite.Selection.parse(args.cases, args.kernel)
     except ValueError as e:
         return _usage_exit(str(e), args.json)
-    from .cli import one_line as _one_line
+    from ._escape import one_line as _one_line
 
     try:
         s = suite.load_suite(args.data_dir)

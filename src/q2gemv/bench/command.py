@@ -134,7 +134,7 @@ def _check_outputs(out: Path, prefix: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``q2gemv bench`` (and ``benchmarks/run_h200.py``); returns the exit code."""
-    from ..cli import one_line
+    from .._escape import one_line
 
     try:
         st = Settings.from_args(args)
