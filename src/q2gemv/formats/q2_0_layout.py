@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import Q2_EXACT_UNIT as UNIT  # codes per unit: 4 words of 16 codes
 from . import q2_0 as fmt
 
-TILE_ROWS = 16  # weight rows per tile: the m16 of mma.m16n8k32
-UNIT = 64  # codes per unit: 4 words of 16 codes; both groups are whole units
+TILE_ROWS = 16  # weight rows per tile: the m16 of mma.m16n8k32 (q2_0_gemv_exact's rows per CTA)
 STEP_UNITS = 2  # units per 16-byte lane load (128 codes of 16 rows)
 LANES = 32
 WORDS_PER_LANE = 4

@@ -44,6 +44,13 @@ def test_host_layout_round_trip_and_code_positions(n, k, group):
     assert not s[n:].any()
 
 
+def test_layout_tiles_are_the_exact_kernels_rows():
+    from q2gemv import kernels
+
+    assert lay.TILE_ROWS == kernels.get("q2_0_gemv_exact").rows_per_cta == 16
+    assert lay.UNIT * 2 == lay.UNIT * lay.STEP_UNITS == 128  # a step is one g128 block
+
+
 def test_from_exec_layout_refuses_wrong_sizes():
     codes, scales = lay.to_exec_layout(np.zeros(2 * 34, np.uint8), 2, 128, 128)
     with pytest.raises(ValueError, match="codes: expected 128 uint32 words"):
