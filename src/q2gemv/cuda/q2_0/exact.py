@@ -192,7 +192,8 @@ def _make_q2_body(nt: int, group: int):
 
     @cuda.jit(device=True, inline="always")
     def load_w(CODES, SCALES, qc, qs, p, nb, wv, sv):  # noqa: N803
-        """Step ``p``'s codes and scales (``qc``, ``qs`` index them)."""
+        """Step ``p``'s codes and scales (``qc``, ``qs`` index them); returns the indices
+        of step ``p + WARPS``."""
         wv[0], wv[1], wv[2], wv[3] = ld_stream_u32x4(CODES, qc)
         for i in range(BPS):
             if TAIL:  # the second block of a last, half step does not exist: scale 0
@@ -200,6 +201,7 @@ def _make_q2_body(nt: int, group: int):
                 sv[i] = uint32(SCALES[uint64(qs + ROWS_PER_CTA * i)]) if ok else uint32(0)
             else:
                 sv[i] = uint32(SCALES[uint64(qs + ROWS_PER_CTA * i)])
+        return qc + WARPS * STEP_WORDS, qs + WARPS * BPS * ROWS_PER_CTA
 
     @cuda.jit(device=True, inline="always")
     def load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av):  # noqa: N803
@@ -209,7 +211,8 @@ def _make_q2_body(nt: int, group: int):
         registers keep the value :func:`fill_b` gave them before the loop (ncu:
         the load pipe bounds the kernel when every lane loads its column). A
         unit past K (the padded half of a last step) loads nothing either: its
-        codes are 0, so its block sum is 0 whatever B holds.
+        codes are 0, so its block sum is 0 whatever B holds. Then ``pidx`` and
+        ``aidx`` move to step ``p + WARPS``.
         """
         for v in range(lay.STEP_UNITS):
             here = True
@@ -220,6 +223,9 @@ def _make_q2_body(nt: int, group: int):
                 if bload[j] and here:
                     bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
                 av[v * nt + j] = ASUM[uint64(aidx[j] + v)] if here else int32(0)
+        for j in range(nt):  # constant columns never read their pidx
+            pidx[j] += WARPS * lay.STEP_UNITS * 16
+            aidx[j] += WARPS * lay.STEP_UNITS
 
     @cuda.jit(device=True, inline="always")
     def fill_b(pidx, bq):
@@ -229,13 +235,6 @@ def _make_q2_body(nt: int, group: int):
                 fill = uint32(ONES) if pidx[j] == ONES_COL else uint32(0)
                 for i2 in range(4):
                     bq[4 * (v * nt + j) + i2] = fill
-
-    @cuda.jit(device=True, inline="always")
-    def advance(pidx, aidx):
-        """The B and unit-sum indices of each tile, WARPS steps on (unused by constant columns)."""
-        for j in range(nt):
-            pidx[j] += WARPS * lay.STEP_UNITS * 16
-            aidx[j] += WARPS * lay.STEP_UNITS
 
     @cuda.jit(device=True, inline="always")
     def mac_block(t, wv, v0, s16, bq, av, cf, acc_hi, acc_lo):
@@ -302,15 +301,11 @@ def _make_q2_body(nt: int, group: int):
         """
         pn = int32(p + int32(WARPS))
         if pn < ns:  # the next step's operands in flight while this one is multiplied
-            load_w(CODES, SCALES, qc, qs, pn, nb, wn, sn)
-            qc += WARPS * STEP_WORDS
-            qs += WARPS * BPS * ROWS_PER_CTA
+            qc, qs = load_w(CODES, SCALES, qc, qs, pn, nb, wn, sn)
             if PREFETCH_B:
                 load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bn, an)
-                advance(pidx, aidx)
         if not PREFETCH_B:  # one B set (its registers cost occupancy), loaded for this step
             load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
-            advance(pidx, aidx)
         bad = False
         for i in range(BPS):
             mac_block(t, wv, i * UPB, sv[i], bq, av, cf, acc_hi, acc_lo)
@@ -377,12 +372,9 @@ def _make_q2_body(nt: int, group: int):
         # twice a loop so that no step copies one set into the other.
         p = int32(warp)
         if p < ns:
-            load_w(CODES, SCALES, qc, qs, p, nb, wv, sv)
-            qc += WARPS * STEP_WORDS
-            qs += WARPS * BPS * ROWS_PER_CTA
+            qc, qs = load_w(CODES, SCALES, qc, qs, p, nb, wv, sv)
             if PREFETCH_B:
                 load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
-                advance(pidx, aidx)
         b2 = bn if PREFETCH_B else bq  # the second set's B: its own, or the one B set
         a2 = an if PREFETCH_B else av
         while p < ns:
