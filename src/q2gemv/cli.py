@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from ._escape import one_line
+from ._command import one_line
 
 DESCRIPTION = (
     "Bit-exact low-bit decode GEMV kernels (GGUF Q2_0, NVFP4 W4A16). "

@@ -31,6 +31,7 @@ import json
 import sys
 from pathlib import Path
 
+from ._command import int_at_least, one_line
 from .golden import gen, harness, report, store, suite
 
 MAX_FAILURES_SHOWN = 50
@@ -40,8 +41,6 @@ def _problem_exit(msg: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"ok": False, "exit_code": 2, "integrity_problems": [msg]}, indent=1))
     else:
-        from ._escape import one_line
-
         print(f"q2gemv verify: {one_line(msg)}", file=sys.stderr)
         print("FAIL: golden data unusable")
     return 2
@@ -49,8 +48,6 @@ def _problem_exit(msg: str, as_json: bool) -> int:
 
 def _usage_exit(msg: str, as_json: bool) -> int:
     """A selection problem: one escaped line on stderr, and in JSON mode the JSON too."""
-    from ._escape import one_line
-
     if as_json:
         print(json.dumps({"ok": False, "exit_code": 1, "error": msg}, indent=1))
     print(f"q2gemv verify: {one_line(msg)}", file=sys.stderr)
@@ -62,14 +59,12 @@ def run(args: argparse.Namespace) -> int:
         sel = suite.Selection.parse(args.cases, args.kernel)
     except ValueError as e:
         return _usage_exit(str(e), args.json)
-    from ._escape import one_line as _one_line
-
     try:
         s = suite.load_suite(args.data_dir)
     except store.GoldenError as e:
         return _problem_exit(str(e), args.json)
     for p in s.problems:
-        print(f"q2gemv verify: TAMPERED/UNUSABLE: {_one_line(p)}", file=sys.stderr)
+        print(f"q2gemv verify: TAMPERED/UNUSABLE: {one_line(p)}", file=sys.stderr)
 
     n_gemv = len(sel.gemv_checks(s))
     n_host = len(sel.host_cases(s))
@@ -141,15 +136,7 @@ def _json_report(s: suite.Suite, runs: list[report.BackendRun], code: int) -> di
     }
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+positive_int = int_at_least(1)  # argparse type: an integer >= 1
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

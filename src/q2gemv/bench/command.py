@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from .._command import int_at_least, one_line
 from .matrix import (
     QUICK_MS,
     QUICK_SHAPES,
@@ -94,22 +95,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--seed",
-        type=_seed,
+        type=int_at_least(0),  # NumPy generators take integers >= 0 (-1 was a traceback)
         default=2026,
         help="seed of the random weights and activations (an integer >= 0)",
     )
     p.set_defaults(func=run)
-
-
-def _seed(text: str) -> int:
-    """``--seed``: NumPy's generators take integers >= 0 only (-1 was a traceback)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
 
 
 def _check_outputs(out: Path, prefix: str | None) -> None:
@@ -134,7 +124,6 @@ def _check_outputs(out: Path, prefix: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``q2gemv bench`` (and ``benchmarks/run_h200.py``); returns the exit code."""
-    from .._escape import one_line
 
     try:
         st = Settings.from_args(args)
