@@ -25,7 +25,6 @@ then prints the table.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -152,13 +151,11 @@ def main(argv=None) -> int:
 
 
 def write(rows: list[dict], out: Path) -> None:
-    fields = list(dict.fromkeys(f for r in rows for f in r))
-    path = out / "h200_q2_peers.csv"
-    with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=fields)
-        wr.writeheader()
-        for r in rows:
-            wr.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()})
+    from q2gemv.bench.results import write_csv
+
+    path = write_csv(
+        rows, out / "h200_q2_peers.csv", list(dict.fromkeys(f for r in rows for f in r))
+    )
     try:
         import matplotlib
 
