@@ -67,11 +67,10 @@ def scale_halves(n: int, k: int, group: int) -> int:
 
 def _words(raw: np.ndarray, n: int, k: int, group: int) -> tuple[np.ndarray, np.ndarray]:
     """GGUF bytes -> (codes uint32 [n, K/16] in row order, scale bits uint16 [n, K/group])."""
-    nb = k // group
-    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n, nb, fmt.block_bytes(group))
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    blocks = fmt._blocks(raw, n, k, group)
     qs = np.ascontiguousarray(blocks[:, :, fmt.SCALE_BYTES :]).view("<u4").reshape(n, k // 16)
-    d = np.ascontiguousarray(blocks[:, :, : fmt.SCALE_BYTES]).view("<u2").reshape(n, nb)
-    return qs, d
+    return qs, fmt.unpack_scales(raw, n, k, group).view(np.uint16)
 
 
 def to_exec_layout(raw, n: int, k: int, group: int) -> tuple[np.ndarray, np.ndarray]:
