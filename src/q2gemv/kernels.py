@@ -75,6 +75,11 @@ class KernelSpec:
             (the default): its family's ``seed_module`` or ``exact_module``
             (:class:`FamilySpec`, :func:`module_of`). An exact kernel variant
             in its own file names that file here.
+        grid_wait: it reads what the launch before it in its call wrote (the
+            prepared operands) only after ``grid_dep_wait``
+            (:mod:`q2gemv.cuda.runtime.dev`), so a pre-bound call may launch it
+            with programmatic dependent launch (it starts while that launch
+            still runs). Never set it on a kernel without that wait.
     """
 
     name: str
@@ -94,6 +99,7 @@ class KernelSpec:
     unroll_words: bool = True
     golden: bool = True
     module: str = ""
+    grid_wait: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -402,12 +408,12 @@ for _spec in (
     # Q2_0, exact contract: exact_prepare once, then this kernel per chunk of max_m rows
     # (q2gemv.cuda.q2_0.exact; 16 weight rows per CTA = one m16 tile; 16-byte operand loads).
     KernelSpec("q2_0_gemv_exact", "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact",
-               "q2_0_exact", 16, Q2_EXACT_MAX_M, per_m=True, a_align=16),
+               "q2_0_exact", 16, Q2_EXACT_MAX_M, per_m=True, a_align=16, grid_wait=True),
     # NVFP4, exact contract: its prepare once, then this kernel per chunk of max_m rows
     # (q2gemv.cuda.w4a16.exact; 16 weight rows per CTA tile, 1 or 2 tiles a CTA; built per
     # group of 4 rows, M itself a kernel argument; 16-byte activation loads in the prepare).
     KernelSpec("w4a16_gemv_exact", "w4a16", "exact", "q2gemv.reference.exact.w4a16_gemv_exact",
-               "w4a16_exact", 16, W4_EXACT_MAX_M, a_align=16, index_bits=64),
+               "w4a16_exact", 16, W4_EXACT_MAX_M, a_align=16, index_bits=64, grid_wait=True),
 ):  # fmt: skip
     register(_spec)
 del _spec

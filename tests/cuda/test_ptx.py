@@ -117,6 +117,28 @@ def test_exact_w4a16_builds_use_signed_imma_and_no_float(ptx_summary):
         assert s["fma.rn.f32"] == 0, name
 
 
+def test_exact_builds_wait_for_their_prepare_and_prepares_release_them(ptx_summary):
+    """PDL (q2gemv.cuda.runtime.prebound): every build of a kernel whose spec says
+    ``grid_wait`` has the griddepcontrol.wait it promises; each family's prepare lets it start."""
+    from q2gemv import kernels
+    from q2gemv.cuda.w4a16 import exact as exact_w4a16
+
+    waiting = {s.name for s in kernels.specs() if s.grid_wait}
+    assert waiting == {"q2_0_gemv_exact", "w4a16_gemv_exact"}
+    names = _exact_names() + [name for name, _, _ in exact_w4a16.ptx_specs()]
+    for name in names:
+        s = ptx_summary[name]
+        if name.split("@")[0] in waiting:
+            assert s["griddepcontrol.wait"] == 1, name
+        else:
+            assert name.endswith("prepare"), name
+            assert s["griddepcontrol.launch_dependents"] == 1, name
+            assert s["griddepcontrol.wait"] == 0, name
+    for name, s in ptx_summary.items():  # no seed kernel claims a dependency it does not wait on
+        if name.split("@")[0] not in waiting:
+            assert s["griddepcontrol.wait"] == 0, name
+
+
 def test_summary_counts_the_mma_form():
     from q2gemv.cuda.ptx import summarise
 

@@ -108,28 +108,36 @@ def _bf16_lg(h):
     return e - int64(127) if e > 0 else bitlen64(uint64(h & uint32(0x7F))) - int64(134)
 
 
+ROW_LOADS = 4  # 16-byte loads a thread has in flight while finding a row's maximum
+_ROW_WORDS = 4 * ROW_LOADS  # their 32-bit words
+
+
 @_device
 def row_exponent(A, s_lg, K):  # noqa: N803
     """E_m of activation row ``blockIdx.x`` (or :data:`SPECIAL_ROW`), by the whole CTA.
 
     bf16 bits without the sign grow with the magnitude, so the largest of
     them gives ``max floor(log2 |a|)`` (and a NaN/Inf, exponent field 255,
-    is the largest of all): thread ``tid`` takes the maximum of words
-    ``tid, tid + blockDim, ...`` (16 codes each) two halves at a time, then
+    is the largest of all): thread ``tid`` takes the maximum of the 8-code
+    vectors ``tid, tid + blockDim, ...``, :data:`ROW_LOADS` loads issued
+    before any is used (an index past the row reads the row's last vector
+    again: the maximum does not change, and no load waits on a branch), then
     warp butterflies and the warps' results in ``s_lg`` (a shared int32[32]).
     Every thread returns E.
     """
     m = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
-    nth = cuda.blockDim.x
+    tid = int32(cuda.threadIdx.x)
+    nth = int32(cuda.blockDim.x)
+    nv = int32(K // 8)
     mx = int32(0)
-    for w in range(tid, K // 16, nth):
-        for c8 in range(2):
-            h0, h1, h2, h3 = ld_bf16x8(A, m, w * 16 + c8 * 8)
-            for x in (h0, h1, h2, h3):
-                lo = int32(x & uint32(0x7FFF))
-                hi = int32((x >> uint32(16)) & uint32(0x7FFF))
-                mx = max(mx, max(lo, hi))
+    for v0 in range(tid, nv, ROW_LOADS * nth):
+        hs = cuda.local.array(_ROW_WORDS, uint32)
+        for u in range(ROW_LOADS):
+            v = min(int32(v0 + u * nth), nv - int32(1))
+            hs[4 * u], hs[4 * u + 1], hs[4 * u + 2], hs[4 * u + 3] = ld_bf16x8(A, m, v * 8)
+        for i in range(_ROW_WORDS):
+            x = hs[i]
+            mx = max(mx, max(int32(x & uint32(0x7FFF)), int32((x >> uint32(16)) & uint32(0x7FFF))))
     for off in (16, 8, 4, 2, 1):
         mx = max(mx, int32(shfl_xor(mx, off)))
     if tid % 32 == 0:

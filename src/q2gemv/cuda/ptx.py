@@ -77,6 +77,8 @@ def summarise(ptx: str) -> dict:
         "ld.global": count("ld.global"),
         "ld.global.nc.L1::no_allocate": count("ld.global.nc.L1::no_allocate"),
         "ld.shared": count("ld.shared"),
+        "griddepcontrol.wait": count("griddepcontrol.wait"),
+        "griddepcontrol.launch_dependents": count("griddepcontrol.launch_dependents"),
     }
 
 

@@ -406,3 +406,22 @@ def test_mul_wide_is_exact_at_the_int32_extremes():
     out = np.zeros(len(x), np.int64)
     _mul_wide_kernel[1, len(x)](x, out)
     assert out.tolist() == [int(p) * int(q) for p, q in x.tolist()]
+
+
+@cuda.jit
+def _grid_dep_kernel(x, out):
+    _dev.grid_dep_launch()
+    i = cuda.grid(1)
+    _dev.grid_dep_wait()
+    if i < x.size:
+        out[i] = x[i] + 1
+
+
+def test_grid_dependency_pair_keeps_the_kernel_s_own_semantics():
+    """``grid_dep_wait`` / ``grid_dep_launch`` order launches only (PDL): a kernel launched
+    without the attribute (numba's dispatcher here) computes as if they were not there. That
+    the real builds carry the PTX instructions is tests/cuda/test_ptx.py's check."""
+    x = np.arange(40, dtype=np.int32)
+    out = np.zeros_like(x)
+    _grid_dep_kernel[2, 32](x, out)
+    assert out.tolist() == (x + 1).tolist()

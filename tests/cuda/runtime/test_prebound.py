@@ -128,7 +128,27 @@ _LAUNCH_SCRIPT = _FAKES + textwrap.dedent(
             ptrs = (ctypes.c_void_p * n).from_address(params)
             blobs = [ctypes.string_at(ptrs[i], SIZES[i]).hex() for i in range(n)]
             calls.append(dict(f=list(f), grid=[gx, gy, gz], block=[bx, by, bz], shmem=shmem,
-                              stream=list(stream), params=blobs, extra=extra))
+                              stream=list(stream), params=blobs, extra=extra, attrs=None))
+            return (SUCCESS,)
+        class CUlaunchAttributeID:
+            CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = "programmatic"
+        class CUlaunchAttribute:
+            def __init__(self):
+                self.id = None
+                self.value = pytypes.SimpleNamespace(programmaticStreamSerializationAllowed=0)
+        class CUlaunchConfig:
+            pass
+        @staticmethod
+        def cuLaunchKernelEx(cfg, f, params, extra):
+            n = len(SIZES)
+            ptrs = (ctypes.c_void_p * n).from_address(params)
+            blobs = [ctypes.string_at(ptrs[i], SIZES[i]).hex() for i in range(n)]
+            attrs = [[a.id, a.value.programmaticStreamSerializationAllowed]
+                     for a in cfg.attrs[: cfg.numAttrs]]
+            calls.append(dict(f=list(f), grid=[cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ],
+                              block=[cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ],
+                              shmem=cfg.sharedMemBytes, stream=list(cfg.hStream), params=blobs,
+                              extra=extra, attrs=attrs))
             return (SUCCESS,)
 
     name = "q2_0_gemv_vec_batchm"
@@ -160,7 +180,17 @@ _LAUNCH_SCRIPT = _FAKES + textwrap.dedent(
     pb(stream=99)
     del vals  # the object must keep its own references to everything it packed
     pb()
-    print(json.dumps(dict(calls=calls, want=want, mode=pb.mode)))
+    pdl = []
+    for cc in ((9, 0), (8, 6)):  # PDL asked for: Hopper launches with it, an older GPU without
+        prebound._compute_capability = lambda cc=cc: cc
+        _, vals = fake_args(sig)
+        pl = prebound.PreboundLaunch(dispatcher, (40, 1), 256, vals, stream=1234, name=name,
+                                     pdl=True)
+        pl()
+        pl(stream=99)
+        pl()
+        pdl.append(pl.pdl)
+    print(json.dumps(dict(calls=calls, want=want, mode=pb.mode, pdl=pdl, plain=pb.pdl)))
     """
 )
 
@@ -192,7 +222,8 @@ def test_flattened_arguments_match_every_kernels_ptx_parameters():
 def test_prebound_hands_the_driver_the_flattened_values():
     out = _run_real_target(_LAUNCH_SCRIPT)
     assert out["mode"] == "driver"
-    first, override, again = out["calls"]
+    first, override, again, *pdl_calls = out["calls"]
+    assert out["plain"] is False and first["attrs"] is None  # pdl not asked for: cuLaunchKernel
     assert first["f"] == ["function of", "kernel-handle"]
     assert first["grid"] == [40, 1, 1] and first["block"] == [256, 1, 1]
     assert first["shmem"] == 0 and first["extra"] == 0
@@ -201,6 +232,17 @@ def test_prebound_hands_the_driver_the_flattened_values():
     assert again["stream"] == ["stream", 1234]
     for call in (first, override, again):
         assert call["params"] == out["want"]
+    # pdl=True: on sm_90 cuLaunchKernelEx with the programmatic-serialization attribute (the
+    # same parameters, grid, block and streams); before sm_90 the plain launch
+    assert out["pdl"] == [True, False]
+    assert [c["stream"] for c in pdl_calls] == [["stream", 1234], ["stream", 99], ["stream", 1234]] * 2
+    for call in pdl_calls[:3]:
+        assert call["attrs"] == [["programmatic", 1]]
+    for call in pdl_calls[3:]:
+        assert call["attrs"] is None
+    for call in pdl_calls:
+        assert call["params"] == out["want"] and call["f"] == first["f"]
+        assert call["grid"] == [40, 1, 1] and call["block"] == [256, 1, 1] and call["shmem"] == 0
 
 
 @pytest.mark.parametrize(
@@ -241,3 +283,28 @@ def test_dim3():
         prebound._dim3((0,))
     with pytest.raises(ValueError):
         prebound._dim3((1, 1, 1, 1))
+
+
+def test_bound_plan_asks_pdl_only_for_a_waiting_kernel_after_the_first_launch(monkeypatch):
+    """A GEMV launched after its call's prepare may use PDL (its spec waits); the first launch
+    of a call (a prepare, or the GEMV of prepared activations) and any kernel that does not
+    wait never do."""
+    from q2gemv.cuda.runtime import launcher
+
+    seen = []
+
+    def record(d, g, b, a, **kw):
+        seen.append((kw["name"], kw["pdl"]))
+
+    monkeypatch.setattr(launcher, "PreboundLaunch", record)
+    plan = ["exact_prepare", "q2_0_gemv_exact", "q2_0_gemv_exact", "q2_0_gemv"]
+    launcher.BoundPlan([(None, 1, 32, (), n) for n in plan])
+    assert seen == [
+        ("exact_prepare", False),
+        ("q2_0_gemv_exact", True),
+        ("q2_0_gemv_exact", True),
+        ("q2_0_gemv", False),
+    ]
+    seen.clear()
+    launcher.BoundPlan([(None, 1, 32, (), "w4a16_gemv_exact")])
+    assert seen == [("w4a16_gemv_exact", False)]

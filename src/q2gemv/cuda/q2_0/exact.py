@@ -7,7 +7,7 @@ the same bits, so the kernels may split K and chunk M freely.
 Two kernels:
 
 * ``exact_prepare`` — CTAs over (activation row m, span of :data:`PREP_THREADS`
-  16-code words), each finding ``E_m`` of its whole row: ``E_m`` (or :data:`SPECIAL_ROW` for a
+  limb words of 4 codes), each finding ``E_m`` of its whole row: ``E_m`` (or :data:`SPECIAL_ROW` for a
   row holding NaN/Inf), the fixed-point ``A_k`` as three unsigned byte limbs
   of the offset value ``A_k + 2**23`` (in ``[0, 2**24)``; three signed limbs
   cannot hold +255 * 2**15), and the sum of ``A_k`` over each unit of
@@ -38,6 +38,10 @@ Two kernels:
   any K); the warps' accumulators are summed in shared memory and rounded
   once to bf16 (:func:`round_fixed_bf16`).
 
+The GEMV is launched with programmatic dependent launch where the driver allows
+(:mod:`q2gemv.cuda.runtime.prebound`): it loads its first weights while the prepare
+still runs and waits (``grid_dep_wait``) before reading the prepared operands.
+
 Up to :data:`MAX_M` activation rows per launch (built for 1, 2 or 4 tiles of
 2 rows); more rows are chunked by the launcher, which changes no bit.
 """
@@ -62,9 +66,17 @@ from ..exact_contract import (
     round_fixed_bf16,
     row_exponent,
 )
-from ..runtime.dev import ld_bf16x8, ld_stream_u32x4, ld_u32x4, mma_u8, shfl_xor
+from ..runtime.dev import (
+    grid_dep_launch,
+    grid_dep_wait,
+    ld_bf16x8,
+    ld_stream_u32x4,
+    ld_u32x4,
+    mma_u8,
+    shfl_xor,
+)
 
-PREP_THREADS = 256  # 16-code words (4096 codes) per prepare CTA; a multiple of 4 (units)
+PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a multiple of 32
 WARPS = 8  # warps per CTA, splitting K
 ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 THREADS = 32 * WARPS
@@ -112,46 +124,52 @@ def acc_add(acc_hi, acc_lo, i, p, sh):
 
 
 def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
-    """Activation row ``blockIdx.x``, span ``blockIdx.y`` of ``blockDim.x`` 16-code words.
+    """Activation row ``blockIdx.x``, span ``blockIdx.y`` of ``blockDim.x`` limb words.
 
     Every CTA of the row finds E_m itself (:func:`row_exponent` over the whole
     row: the row is read once from DRAM, then from L2), so the spans need no
-    second pass; then thread ``tid`` converts word ``blockIdx.y * blockDim.x +
-    tid``: three limb rows of 4 uint32 (byte ``4i + b`` = code ``4b + i``)
-    and, four words at a time, the sums of A over each unit of 64 codes.
+    second pass; then thread ``tid`` makes limb word ``q = blockIdx.y *
+    blockDim.x + tid`` of each limb row: codes ``16 w + 4 b + i`` (``w = q //
+    4``, ``i = q % 4``, byte ``b``), and the 16 threads of a unit of 64 codes
+    sum its A by a butterfly. Four codes a thread keep the dependent chain
+    short: at K = 4096 this prepare is latency, not work.
     """
     s_lg = cuda.shared.array(32, int32)
-    s_sum = cuda.shared.array(PREP_THREADS, int32)
+    grid_dep_launch()  # the GEMV may start now; it waits (grid_dep_wait) for this to finish
     m = cuda.blockIdx.x
     tid = cuda.threadIdx.x
-    nwords = K // 16
+    nq = K // 4
     E = row_exponent(A, s_lg, K)  # noqa: N806
     if tid == 0 and cuda.blockIdx.y == 0:
         EROW[m] = E
-    hv = cuda.local.array(8, uint32)
-    limb = cuda.local.array(12, uint32)
-    w = cuda.blockIdx.y * cuda.blockDim.x + tid
-    total = int64(0)
-    if w < nwords:
-        hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)
-        hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)
-        for i in range(12):
-            limb[i] = uint32(0)
-        for c in range(16):
-            h = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
-            a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
-            total += a
-            ap = uint32(a + int64(OFFSET))
-            for li in range(LIMBS):
-                byte = (ap >> uint32(8 * li)) & uint32(0xFF)
-                limb[4 * li + (c & 3)] |= byte << uint32(8 * (c >> 2))
-        for li in range(LIMBS):
-            for i in range(4):
-                P32[m * LIMBS + li, w * 4 + i] = limb[4 * li + i]
-    s_sum[tid] = int32(total)
-    cuda.syncthreads()
-    if w < nwords and w % 4 == 0:
-        ASUM[m, w // 4] = s_sum[tid] + s_sum[tid + 1] + s_sum[tid + 2] + s_sum[tid + 3]
+    q = cuda.blockIdx.y * cuda.blockDim.x + tid
+    total = int32(0)
+    if q < nq:
+        w = q >> 2
+        odd = (q & 1) != 0
+        hi = (q & 2) != 0
+        l0 = uint32(0)
+        l1 = uint32(0)
+        l2 = uint32(0)
+        for c8 in range(2):  # codes 16w + 8 c8 .. + 7: bytes b = 2 c8, 2 c8 + 1
+            h0, h1, h2, h3 = ld_bf16x8(A, m, w * 16 + c8 * 8)
+            for half in range(2):  # code 4 b + i with b = 2 c8 + half
+                x = (h3 if hi else h2) if half else (h1 if hi else h0)
+                h = (x >> uint32(16)) if odd else (x & uint32(0xFFFF))
+                a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
+                total += int32(a)
+                ap = uint32(a + int64(OFFSET))
+                sh = uint32(8 * (2 * c8 + half))
+                l0 |= (ap & uint32(0xFF)) << sh
+                l1 |= ((ap >> uint32(8)) & uint32(0xFF)) << sh
+                l2 |= ((ap >> uint32(16)) & uint32(0xFF)) << sh
+        P32[m * LIMBS, q] = l0
+        P32[m * LIMBS + 1, q] = l1
+        P32[m * LIMBS + 2, q] = l2
+    for off in (1, 2, 4, 8):  # a unit's 16 limb words are 16 aligned lanes (K % 64 == 0)
+        total += int32(shfl_xor(total, off))
+    if q < nq and q % 16 == 0:
+        ASUM[m, q // 16] = total
 
 
 def tiles_for(m: int) -> int:
@@ -373,8 +391,11 @@ def _make_q2_body(nt: int, group: int):
         p = int32(warp)
         if p < ns:
             qc, qs = load_w(CODES, SCALES, qc, qs, p, nb, wv, sv)
-            if PREFETCH_B:
-                load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
+        # the weights are the GEMV's own; the prepared operands (P32, ASUM, EROW) are the
+        # prepare's: launched with PDL, the GEMV may be here before the prepare has finished
+        grid_dep_wait()
+        if p < ns and PREFETCH_B:
+            load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
         b2 = bn if PREFETCH_B else bq  # the second set's B: its own, or the one B set
         a2 = an if PREFETCH_B else av
         while p < ns:
@@ -493,7 +514,7 @@ Operands = ExactOperands
 def prepare_launch(m: int, k: int) -> tuple:
     """``(kernel, grid, block)`` of ``exact_prepare`` for ``m`` rows of ``k``: (row, span) CTAs."""
     threads = prepare_threads(k)
-    return _prepare_kernel(), (m, launch.div_ceil(k // 16, threads)), threads
+    return _prepare_kernel(), (m, launch.div_ceil(k // 4, threads)), threads
 
 
 def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
@@ -506,8 +527,9 @@ def check_k(k: int) -> None:
 
 
 def prepare_threads(k: int) -> int:
-    """``exact_prepare``'s CTA size: one thread per 16-code word, a multiple of 32, at most 256."""
-    return min(PREP_THREADS, launch.div_ceil(k // 16, 32) * 32)
+    """``exact_prepare``'s CTA size: one thread per limb word (4 codes), a multiple of 32, at
+    most :data:`PREP_THREADS`."""
+    return min(PREP_THREADS, launch.div_ceil(k // 4, 32) * 32)
 
 
 def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOperands:

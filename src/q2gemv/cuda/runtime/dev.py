@@ -32,7 +32,18 @@ prmt               prmt.b32 (byte permute, default     the PTX byte-select rule
 mul_wide           mul.wide.s32 (int32 x int32 ->      the product in Python ints
                    int64, exact)
 bitlen64           64 - clz (64-bit)                    int.bit_length
+grid_dep_wait      griddepcontrol.wait (sm_90: wait     nothing (the simulator runs
+                   for the grids this one depends on)   launches one after another)
+grid_dep_launch    griddepcontrol.launch_dependents     nothing
 =================  ==================================  ===========================
+
+The grid-dependency pair is programmatic dependent launch (PDL, Hopper): a kernel
+launched with the programmatic-serialization attribute may start while the kernel
+before it in the stream still runs, and ``grid_dep_wait`` holds it until that kernel
+has finished and its writes are visible; ``grid_dep_launch`` lets the next kernel
+start early. Without the attribute (numba's own launches, other GPUs' code paths)
+the wait returns at once: the stream order already holds. So a kernel reads what an
+earlier launch wrote only after ``grid_dep_wait``, and that is all the twins need.
 
 One fix to the simulator itself: its ``cuda.shared.array`` (``FakeCUDAShared.array``)
 creates a launch's shared array with an unlocked check-then-set, so two threads that
@@ -263,6 +274,14 @@ if SIMULATED:
     def bitlen64(x):
         return np.int64(int(x).bit_length())
 
+    @_device
+    def grid_dep_wait():
+        return None
+
+    @_device
+    def grid_dep_launch():
+        return None
+
 else:
     from numba import types
     from numba.cuda import libdevice
@@ -488,6 +507,30 @@ else:
         return sig, codegen
 
     mul_wide = intrinsic(_mul_wide)
+
+    def _griddepcontrol(op: str):
+        """An intrinsic of no arguments emitting ``griddepcontrol.<op>;`` (a memory clobber:
+        no load or store moves across it)."""
+
+        def typer(typingctx):
+            def codegen(context, builder, sig, llargs):
+                from llvmlite import ir
+
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), []),
+                    f"griddepcontrol.{op};",
+                    "~{memory}",
+                    side_effect=True,
+                )
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.none(), codegen
+
+        return intrinsic(typer)
+
+    grid_dep_wait = _griddepcontrol("wait")
+    grid_dep_launch = _griddepcontrol("launch_dependents")
 
     @_device
     def bitlen64(x):

@@ -223,9 +223,12 @@ class BoundPlan:
 
     def __init__(self, launches_: list[tuple], stream_handle: int = 0, *, lock=None, keep=()):
         self._calls = tuple(
-            PreboundLaunch(d, g, b, a, stream=stream_handle, name=n, keep_args=False)
-            for d, g, b, a, n in launches_
-        )
+            PreboundLaunch(
+                d, g, b, a, stream=stream_handle, name=n, keep_args=False,
+                pdl=i > 0 and grid_waits(n),
+            )
+            for i, (d, g, b, a, n) in enumerate(launches_)
+        )  # fmt: skip
         self.names = tuple(n for *_, n in launches_)
         self.keep = keep
         self._lock = SIMULATOR_LOCK if SIMULATED else lock
@@ -244,6 +247,12 @@ class BoundPlan:
 
     def __repr__(self) -> str:
         return f"BoundPlan({', '.join(self.names)})"
+
+
+def grid_waits(name: str) -> bool:
+    """Whether kernel ``name`` may be launched with PDL after an earlier launch of its call
+    (:attr:`q2gemv.kernels.KernelSpec.grid_wait`; a prepare is not a registered kernel)."""
+    return any(s.name == name and s.grid_wait for s in kernels.specs())
 
 
 def check_bits(a_bits, k: int) -> None:

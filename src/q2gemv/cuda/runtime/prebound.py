@@ -30,6 +30,16 @@ The launch is capturable in a CUDA graph: it does nothing but enqueue on
 the stream it is given (e.g. a torch stream that ``torch.cuda.CUDAGraph``
 is capturing).
 
+Programmatic dependent launch (``pdl=True``, Hopper and later): the launch
+goes through ``cuLaunchKernelEx`` with the programmatic-stream-serialization
+attribute, so the kernel may start while the launch before it in the stream
+still runs; it must then read that launch's results only after
+``grid_dep_wait`` (:mod:`q2gemv.cuda.runtime.dev`; the kernel specs say which
+kernels do: :attr:`q2gemv.kernels.KernelSpec.grid_wait`). On a GPU before sm_90,
+or with ``Q2GEMV_PDL=0`` in the environment (for side-by-side timing), it is
+an ordinary launch: the stream order then holds by itself. Captured in a CUDA
+graph it becomes a programmatic edge (CUDA 12.3+).
+
 Limits: the device buffers are fixed at construction (build one object per
 rotated weight copy; the object keeps them alive); scalars are fixed too.
 Host arrays are refused (they would need a copy back). Under the CUDA
@@ -41,12 +51,15 @@ identical for smoke tests.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Sequence
 
 import numpy as np
 from numba import config, cuda
 
 SIMULATED: bool = bool(config.ENABLE_CUDASIM)
+PDL_ENABLED: bool = os.environ.get("Q2GEMV_PDL", "1") != "0"
+PDL_MIN_CC = (9, 0)  # griddepcontrol and the launch attribute: Hopper and later
 
 
 def stream_handle(stream) -> int:
@@ -118,6 +131,10 @@ class PreboundLaunch:
             and the caller answers for the buffers (the launch cache of
             :mod:`q2gemv.cuda.runtime.interop` keys bound launches on those addresses);
             the simulator always keeps them (it launches through the dispatcher).
+        pdl: launch with programmatic dependent launch where the device allows
+            (see the module docstring); only for a kernel that waits with
+            ``grid_dep_wait`` before reading what earlier launches wrote.
+            ``self.pdl`` says whether it does.
     """
 
     def __init__(
@@ -131,6 +148,7 @@ class PreboundLaunch:
         sharedmem: int = 0,
         name: str = "",
         keep_args: bool = True,
+        pdl: bool = False,
     ):
         self.name = name or getattr(dispatcher, "__name__", "kernel")
         self.griddim = _dim3(griddim)
@@ -138,12 +156,15 @@ class PreboundLaunch:
         self.sharedmem = int(sharedmem)
         self.args = tuple(args)  # keeps the device buffers alive
         self._stream = stream_handle(stream)
+        self.pdl = False
         if SIMULATED:
             self.mode = "simulator"
             self._dispatcher = dispatcher
             return
         self.mode = "driver"
         self._bind(dispatcher)
+        if pdl and PDL_ENABLED and _compute_capability() >= PDL_MIN_CC:
+            self._bind_pdl()
         if not keep_args:  # the caller keeps the buffers alive (or keys on their addresses)
             self.args = None
 
@@ -173,6 +194,24 @@ class PreboundLaunch:
         self._launch_kernel = driver.cuLaunchKernel
         self._success = driver.CUresult.CUDA_SUCCESS
         self._driver = driver
+
+    def _bind_pdl(self) -> None:
+        """The ``cuLaunchKernelEx`` configuration of this launch (the stream set per call)."""
+        driver = self._driver
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.griddim
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.blockdim
+        cfg.sharedMemBytes = self.sharedmem
+        cfg.hStream = self._cu_stream
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        self._cfg = cfg
+        self._cfg_stream = self._stream
+        self._launch_ex = driver.cuLaunchKernelEx
+        self.pdl = True
 
     def _check_param_sizes(self, cufunc) -> None:
         core_kernel = getattr(cufunc, "kernel", None)
@@ -204,6 +243,15 @@ class PreboundLaunch:
         if self.mode == "simulator":
             self._dispatcher[self.griddim, self.blockdim, 0, self.sharedmem](*self.args)
             return
+        if self.pdl:
+            h = self._stream if stream is None else stream_handle(stream)
+            if h != self._cfg_stream:
+                self._cfg.hStream = self._driver.CUstream(h)
+                self._cfg_stream = h
+            (err,) = self._launch_ex(self._cfg, self._func, self._params, 0)
+            if err != self._success:
+                _check(self._driver, err, f"cuLaunchKernelEx({self.name}, PDL)")
+            return
         s = self._cu_stream if stream is None else self._driver.CUstream(stream_handle(stream))
         g, b = self.griddim, self.blockdim
         (err,) = self._launch_kernel(
@@ -217,8 +265,13 @@ class PreboundLaunch:
     def __repr__(self) -> str:
         return (
             f"PreboundLaunch({self.name}, grid={self.griddim}, block={self.blockdim}, "
-            f"mode={self.mode})"
+            f"mode={self.mode}, pdl={self.pdl})"
         )
+
+
+def _compute_capability() -> tuple[int, int]:
+    """The current device's compute capability (numba's context)."""
+    return tuple(cuda.current_context().device.compute_capability)
 
 
 def _dim3(d) -> tuple[int, int, int]:

@@ -61,7 +61,17 @@ from ..exact_contract import (
     round_fixed_bf16,
     row_exponent,
 )
-from ..runtime.dev import ld_bf16x8, ld_u32x4, mma_s8s8, mma_s8u8, mul_wide, prmt, shfl_xor
+from ..runtime.dev import (
+    grid_dep_launch,
+    grid_dep_wait,
+    ld_bf16x8,
+    ld_u32x4,
+    mma_s8s8,
+    mma_s8u8,
+    mul_wide,
+    prmt,
+    shfl_xor,
+)
 
 WARPS = 8
 THREADS = 32 * WARPS
@@ -127,6 +137,7 @@ def _prepare_body(A, P32, EROW, M, K, MP):  # noqa: N803
     ``>= K`` are written as zeros; span 0 writes ``EROW[m]``.
     """
     s_lg = cuda.shared.array(32, int32)
+    grid_dep_launch()  # the GEMV may start now; it waits (grid_dep_wait) for this to finish
     m = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     real = m < M
@@ -312,6 +323,7 @@ def _make_gemv_body(ng: int, fast: bool, rt: int = 1):
         if st < nsteps:
             nsg = load_row(WP, SC, qg, sg_, st, t, nb, nx, 0)
             ns8 = load_row(WP, SC, q8, s8_, st, t, nb, nx, 4)
+        grid_dep_wait()  # the prepared operands are read from here on (PDL: see the prepare)
         while st < nsteps:
             for i in range(8):
                 wv[i] = nx[i]
