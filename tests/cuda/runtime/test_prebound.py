@@ -235,7 +235,11 @@ def test_prebound_hands_the_driver_the_flattened_values():
     # pdl=True: on sm_90 cuLaunchKernelEx with the programmatic-serialization attribute (the
     # same parameters, grid, block and streams); before sm_90 the plain launch
     assert out["pdl"] == [True, False]
-    assert [c["stream"] for c in pdl_calls] == [["stream", 1234], ["stream", 99], ["stream", 1234]] * 2
+    assert [c["stream"] for c in pdl_calls] == [
+        ["stream", 1234],
+        ["stream", 99],
+        ["stream", 1234],
+    ] * 2
     for call in pdl_calls[:3]:
         assert call["attrs"] == [["programmatic", 1]]
     for call in pdl_calls[3:]:
