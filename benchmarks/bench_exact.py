@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--groups", default="128,64")
     p.add_argument("--ms", help="comma-separated M values (default: the full list)")
+    p.add_argument("--shapes", help="NxK,... (default: the four shapes above; g64 on any)")
     args = p.parse_args(argv)
     import torch
     from numba import cuda
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ceil = timing.read_ceiling(timer)  # streaming-read ceiling, same run (1 GiB)
     print(f"read ceiling {ceil / 1e9:.0f} GB/s", flush=True)
     shapes = SHAPES[:2] if args.quick else SHAPES
+    if args.shapes:
+        shapes = tuple(tuple(int(x) for x in s.split("x")) for s in args.shapes.split(","))
     ms = QUICK_MS if args.quick else MS
     if args.ms:
         ms = tuple(int(x) for x in args.ms.split(","))
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, k in shapes:
         wt = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         for group in groups:
-            if group == 64 and (n, k) not in SHAPES[:2]:
+            if group == 64 and (n, k) not in SHAPES[:2] and not args.shapes:
                 continue
             w = random_weight(rng, n, k, group)
             copies = bench.rotation_copies(w.nbytes, l2)

@@ -79,10 +79,13 @@ def test_batchm_unrolls_all_eight_rows(ptx_summary):
 
 
 def test_exact_kernels_compile_every_build(ptx_summary):
+    from q2gemv.cuda.q2_0 import exact as ex
+
     names = _exact_names()
     assert "exact_prepare" in names
     builds = [n for n in names if n.startswith("q2_0_gemv_exact@")]
-    assert {n.rsplit("g", 1)[1] for n in builds} == {"64", "128"}  # both groups
+    assert {n.split("g", 1)[1].split("w")[0] for n in builds} == {"64", "128"}  # both groups
+    assert {n.endswith(f"w{ex.WIDE_WARPS}") for n in builds} == {True, False}  # both CTA sizes
     assert set(names) <= set(ptx_summary)
 
 

@@ -141,6 +141,35 @@ def test_run_kernel_is_batch_invariant():
         assert np.array_equal(launcher.run_kernel("q2_0_gemv_exact", a[i : i + 1], w)[0], ys[i]), i
 
 
+@pytest.mark.parametrize(
+    "m, n, k, group",
+    [
+        (1, 17, 128 * 17, 128),  # 17 steps: warp 0 takes two, warps 2..15 one, a tail tile
+        (3, 5, 64 * 3, 64),  # 2 steps (a half last one): warps 2..15 have none
+        (7, 16, 128 * 2, 128),
+    ],
+)
+def test_wide_ctas_give_the_same_bits(m, n, k, group, monkeypatch):
+    """The 16-warp build (small grids, :func:`warps_for`): same bits as the reference."""
+    monkeypatch.setattr(ex, "warps_for", lambda n, k: ex.WIDE_WARPS)
+    rng = np.random.default_rng(m * 100 + n)
+    w = _weight(rng, n, k, group)
+    ops = ex.ExactOperands.allocate(m, k)
+    launches = ex.q2_launches(ops, as_device_weight(w), cuda.device_array((m, n), np.uint16))
+    assert {block for _, _, block, _ in launches} == {32 * ex.WIDE_WARPS}
+    _check(_acts(rng, m, k), w, f"wide CTAs m={m} n={n} k={k} g{group}")
+
+
+def test_warps_for_widens_only_small_grids_with_steps_for_every_warp():
+    wide, base = ex.WIDE_WARPS, ex.WARPS
+    assert ex.warps_for(4096, 4096) == wide  # 256 tiles, 32 steps
+    assert ex.warps_for(1024, 4096) == wide
+    assert ex.warps_for(4096, 14336) == wide
+    assert ex.warps_for(16384, 16384) == base  # 1024 tiles fill the GPU
+    assert ex.warps_for(5120, 5120) == base  # 320 tiles
+    assert ex.warps_for(1024, 2048) == base  # 16 steps: not one for each of 16 warps twice
+
+
 def test_q2_launches_chunk_by_max_m():
     rng = np.random.default_rng(8)
     w = _weight(rng, 3, 64, 64)

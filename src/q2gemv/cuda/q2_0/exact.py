@@ -78,8 +78,12 @@ from ..runtime.dev import (
 
 PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a multiple of 32
 WARPS = 8  # warps per CTA, splitting K
+WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
 ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 THREADS = 32 * WARPS
+# Tiles up to which a launch takes WIDE_WARPS warps a CTA: 2 such CTAs fit an SM (56
+# registers), and an H200 has 132 SMs; more tiles fill the GPU with 8-warp CTAs already.
+WIDE_MAX_TILES = 2 * 132
 MAX_M = kernels.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
 UNIT = kernels.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
@@ -179,8 +183,9 @@ def tiles_for(m: int) -> int:
     return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
 
 
-def _make_q2_body(nt: int, group: int):
-    """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``.
+def _make_q2_body(nt: int, group: int, warps: int = WARPS):
+    """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``,
+    ``warps`` warps a CTA splitting K (:func:`warps_for`).
 
     The weight is read in its execution layout (:mod:`q2gemv.formats.q2_0_layout`):
     one 16-byte load per lane and step brings the warp the 16 x 128 codes of
@@ -195,6 +200,8 @@ def _make_q2_body(nt: int, group: int):
     ``g + 8 * (t % 2)``: one exact block sum per lane and tile.
     """
     MM = 2 * nt  # noqa: N806 - activation rows per launch at most
+    WARPS = warps  # noqa: N806 - this build's warps a CTA
+    THREADS = 32 * warps  # noqa: N806
     RED = WARPS * ROWS_PER_CTA * MM  # noqa: N806
     FLAGS = WARPS * ROWS_PER_CTA  # noqa: N806
     BPS = (lay.UNIT * lay.STEP_UNITS) // group  # noqa: N806 - blocks per step (2 at g64, 1 at g128)
@@ -455,8 +462,18 @@ def _prepare_kernel():
 
 
 @functools.cache
-def _q2_kernel(nt: int, group: int):
-    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group))
+def _q2_kernel(nt: int, group: int, warps: int = WARPS):
+    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group, warps))
+
+
+def warps_for(n: int, k: int) -> int:
+    """Warps a CTA of ``q2_0_gemv_exact`` for an N x K weight: :data:`WIDE_WARPS` when the
+    grid (one CTA per 16 rows) is too small to fill the GPU and K has a step for each of
+    them (so a CTA of 8 warps would leave SMs idle and each warp few steps), else
+    :data:`WARPS`. Any choice gives the same bits (the warps' sums are exact integers)."""
+    tiles = launch.div_ceil(n, ROWS_PER_CTA)
+    steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
+    return WIDE_WARPS if tiles <= WIDE_MAX_TILES and steps >= 2 * WIDE_WARPS else WARPS
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
@@ -466,6 +483,12 @@ def ptx_specs() -> list[tuple[str, object, str]]:
         (f"q2_0_gemv_exact@m{2 * nt}g{group}", _make_q2_body(nt, group), Q2_SIGNATURE)
         for group in fmt.GROUPS
         for nt in (1, 2, 4)
+    ]
+    specs += [
+        (f"q2_0_gemv_exact@m{2 * nt}g{group}w{WIDE_WARPS}", body, Q2_SIGNATURE)
+        for group in fmt.GROUPS
+        for nt in (1, 2, 4)
+        for body in (_make_q2_body(nt, group, WIDE_WARPS),)
     ]
     return specs
 
@@ -544,7 +567,8 @@ def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOper
 
 
 def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
-    """``(kernel, grid, args)`` of each ``q2_0_gemv_exact`` launch: chunks of :data:`MAX_M` rows.
+    """``(kernel, grid, block, args)`` of each ``q2_0_gemv_exact`` launch: chunks of
+    :data:`MAX_M` rows, :func:`warps_for` warps a CTA.
 
     Validates before anything is launched: ``dw`` a DeviceQ2Weight of ``ops.k``
     columns, ``d_out`` uint16 [M, N]. ``chunks``: the ``(row0, rows)`` of each
@@ -564,11 +588,13 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
     codes, scales = dw.exec_layout()
     launch.check_weight_halves("q2_0_gemv_exact", 2 * codes.size)
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    warps = warps_for(dw.n, dw.k)
     flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
     return [
         (
-            _q2_kernel(tiles_for(rows), dw.group),
+            _q2_kernel(tiles_for(rows), dw.group, warps),
             grid,
+            32 * warps,
             (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows])
             + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
         )

@@ -79,7 +79,6 @@ class ExactFamily(Protocol):
     """
 
     PREPARE: str  # the prepare kernel's name (launch lists, errors)
-    THREADS: int  # the CTA size of every chunk launch
     Operands: type  # allocate(m, k, stream) -> ops (with .m, .k); ops.prepare_args(d_a)
 
     def check_k(self, k: int) -> None:
@@ -89,7 +88,7 @@ class ExactFamily(Protocol):
         """``(kernel, grid, block)`` of the prepare over ``m`` rows of ``k``."""
 
     def chunk_launches(self, ops, dw, d_out, rows_of) -> list[tuple]:
-        """Validated ``(kernel, grid, args)`` per chunk ``(row0, rows)`` of ``rows_of``."""
+        """Validated ``(kernel, grid, block, args)`` per chunk ``(row0, rows)`` of ``rows_of``."""
 
 
 def exact_module(family: str) -> ExactFamily:
@@ -126,7 +125,7 @@ def _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare: bool = T
         rows_of.append((r0, rows))
     chunks = mod.chunk_launches(ops, dw, d_out, rows_of)  # validates the weight, out and rows
     launch.check_alignment(spec.name, d_a, spec.a_align)  # the prepares load 16 bytes
-    out = [(kern, grid, mod.THREADS, args, spec.name) for kern, grid, args in chunks]
+    out = [(kern, grid, block, args, spec.name) for kern, grid, block, args in chunks]
     if prepare:  # once, over all rows, before the chunks
         out.insert(0, (*mod.prepare_launch(m, k), ops.prepare_args(d_a), mod.PREPARE))
     return out
@@ -189,8 +188,12 @@ def seed_launch(name: str, d_a, dw, d_out, m: int) -> tuple:
 
 
 def prebind(launches_: list[tuple], stream=0) -> list[PreboundLaunch]:
-    """``launches_`` (from :func:`launches`) as :class:`PreboundLaunch` objects, one per launch."""
-    return [PreboundLaunch(d, g, b, a, stream=stream, name=n) for d, g, b, a, n in launches_]
+    """``launches_`` (from :func:`launches`) as :class:`PreboundLaunch` objects, one per launch
+    (PDL for a waiting kernel after the first, as in :class:`BoundPlan`)."""
+    return [
+        PreboundLaunch(d, g, b, a, stream=stream, name=n, pdl=i > 0 and grid_waits(n))
+        for i, (d, g, b, a, n) in enumerate(launches_)
+    ]
 
 
 def launch_all(launches_: list[tuple], stream=0) -> None:

@@ -563,7 +563,7 @@ def global_parts(g) -> tuple[int, int, int, int]:
 
 
 def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
-    """``(kernel, grid, args)`` of each ``w4a16_gemv_exact`` launch.
+    """``(kernel, grid, block, args)`` of each ``w4a16_gemv_exact`` launch.
 
     ``rows_of``: the plan's ``(row0, rows)`` (:func:`q2gemv.launch.check_chunks`:
     rows <= :data:`MAX_M`, row0 a multiple of 4, the prepared groups); None:
@@ -597,6 +597,7 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
             (
                 _gemv_kernel(ng, fast, rt),
                 launch.div_ceil(dw.n, ROWS_PER_CTA * rt),
+                THREADS,
                 (ops.limbs.view(np.uint64), ops.exponents, wp, sc, d_out[r0 : r0 + rows], *tail)
                 + (np.int32(rows), np.int32(r0), np.int32(ops.mp), np.int64(gm), np.int32(ge))
                 + (np.int32(special), np.int32(sign)),
