@@ -495,7 +495,10 @@ def test_cuda_model_layers_equal_the_cpu_reference():
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def hook(name):
-        return lambda mod, args, out: seen.setdefault(name, (args[0].cpu(), out.cpu()))
+        def record(mod, args, out) -> None:  # a forward hook that returns a value replaces `out`
+            seen.setdefault(name, (args[0].cpu(), out.cpu()))
+
+        return record
 
     model = model.cuda()
     for name, mod in model.named_modules():
