@@ -73,6 +73,7 @@ from ..runtime.dev import (
     ld_stream_u32x4,
     ld_u32x4,
     mma_u8,
+    mul_wide,
     shfl_xor,
 )
 
@@ -91,6 +92,7 @@ ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the
 SCALE_LSB = 24  # fp16 scales in units of 2**-24
 CODE_MASK = 0x03030303
 ONES = 0x01010101
+MAX_LIMB_WORDS = 2**31  # the GEMV indexes the prepared limbs (3 M K / 4 words) with int32
 
 _device = cuda.jit(device=True, inline="always")
 
@@ -213,6 +215,8 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
     # B operands of the next step in flight too, at M <= 2 only: at M = 4 / 8 their
     # registers cost occupancy (H200 16384^2: M=4 72.5 us with, 59.5 without; M=8 160 / 93)
     PREFETCH_B = nt == 1  # noqa: N806
+    QS_STRIDE = WARPS * BPS * ROWS_PER_CTA  # noqa: N806 - scale index advance per load
+    PIDX_STRIDE = WARPS * lay.STEP_UNITS * 16  # noqa: N806 - limb-word index advance per load
     TAIL = group == 64  # noqa: N806 - K may be an odd number of units (a half last step)
 
     @cuda.jit(device=True, inline="always")
@@ -221,12 +225,13 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
         of step ``p + WARPS``."""
         wv[0], wv[1], wv[2], wv[3] = ld_stream_u32x4(CODES, qc)
         for i in range(BPS):
+            si = uint32(qs + uint32(ROWS_PER_CTA * i))
             if TAIL:  # the second block of a last, half step does not exist: scale 0
                 ok = int32(p * int32(BPS) + int32(i)) < nb
-                sv[i] = uint32(SCALES[uint64(qs + ROWS_PER_CTA * i)]) if ok else uint32(0)
+                sv[i] = uint32(SCALES[si]) if ok else uint32(0)
             else:
-                sv[i] = uint32(SCALES[uint64(qs + ROWS_PER_CTA * i)])
-        return qc + WARPS * STEP_WORDS, qs + WARPS * BPS * ROWS_PER_CTA
+                sv[i] = uint32(SCALES[si])
+        return uint32(qc + uint32(WARPS * STEP_WORDS)), uint32(qs + uint32(QS_STRIDE))
 
     @cuda.jit(device=True, inline="always")
     def load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av):  # noqa: N803
@@ -245,12 +250,13 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
                 here = int32(p * int32(lay.STEP_UNITS) + int32(v)) < nu
             for j in range(nt):
                 o = 4 * (v * nt + j)
-                if bload[j] and here:
-                    bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pidx[j] + 16 * v)
-                av[v * nt + j] = ASUM[uint64(aidx[j] + v)] if here else int32(0)
+                if bload[j] and here:  # (64-bit sums: unit 1's loads reuse unit 0's address)
+                    pi = int64(pidx[j]) + int64(16 * v)
+                    bq[o], bq[o + 1], bq[o + 2], bq[o + 3] = ld_u32x4(P32, pi)
+                av[v * nt + j] = ASUM[uint64(aidx[j]) + uint64(v)] if here else int32(0)
         for j in range(nt):  # constant columns never read their pidx
-            pidx[j] += WARPS * lay.STEP_UNITS * 16
-            aidx[j] += WARPS * lay.STEP_UNITS
+            pidx[j] = int32(pidx[j] + int32(PIDX_STRIDE))
+            aidx[j] = uint32(aidx[j] + uint32(WARPS * lay.STEP_UNITS))
 
     @cuda.jit(device=True, inline="always")
     def fill_b(pidx, bq):
@@ -289,32 +295,23 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
                         cf[4 * j + 3],
                     )
         mant, sh, neg = scale_parts(s16)
+        smant = int32(-mant) if neg else mant  # the scale's sign rides on its mantissa
+        # Lane t even holds limbs 0, 1 of weight rows g (c0, c1) and g + 8 (c2, c3); its
+        # partner t ^ 1 holds limb 2 and the code sum of the same rows. Each lane weighs its
+        # two columns (1, 2**8 or 2**16, -2**23), keeps the part of its own row rl and sends
+        # the other: one exchange. 32-bit wrapping sums: only the total need fit (|S| < 2**31).
         odd = (t & uint32(1)) != 0
+        w_lo = uint32(1 << 16) if odd else uint32(1)
+        w_hi = uint32((1 << 32) - (1 << 23)) if odd else uint32(1 << 8)
         for j in range(nt):
-            c0 = cf[4 * j]
-            c1 = cf[4 * j + 1]
-            c2 = cf[4 * j + 2]
-            c3 = cf[4 * j + 3]
-            x = shfl_xor(c0 if odd else c2, 1)
-            y = shfl_xor(c1 if odd else c3, 1)
-            l0 = x if odd else c0
-            l1 = y if odd else c1
-            l2 = c2 if odd else x
-            sc = c3 if odd else y
+            pg = uint32(uint32(cf[4 * j]) * w_lo + uint32(cf[4 * j + 1]) * w_hi)
+            p8 = uint32(uint32(cf[4 * j + 2]) * w_lo + uint32(cf[4 * j + 3]) * w_hi)
+            x = uint32(shfl_xor(int32(pg if odd else p8), 1))
             asum = int32(0)
             for v in range(v0, v0 + UPB):
                 asum += av[v * nt + j]
-            # |S| < 2**31: the int64 expression narrows to 32-bit arithmetic
-            s_ = int32(
-                int64(l0)
-                + (int64(l1) << int64(8))
-                + (int64(l2) << int64(16))
-                - (int64(sc) << int64(23))
-                - int64(asum)
-            )
-            if neg:
-                s_ = int32(-s_)
-            acc_add(acc_hi, acc_lo, j, int64(s_) * int64(mant), sh)
+            s_ = int32(uint32((p8 if odd else pg) + x) - uint32(asum))  # sum_k (code - 1) A_k
+            acc_add(acc_hi, acc_lo, j, mul_wide(s_, smant), sh)
 
     @cuda.jit(device=True, inline="always")
     def step(CODES, SCALES, P32, ASUM, p, ns, nu, nb, t, qc, qs, pidx, aidx, bload,  # noqa: N803
@@ -365,24 +362,26 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
         ns = int32((nu + int32(1)) >> int32(1))
         rl = g + uint32(8) * (t & uint32(1))  # the weight row (in the tile) this lane sums
         # running indices of the step to load next (step `warp` first); each load adds WARPS steps
-        qc = int64(tile * uint32(ns) + warp) * int64(STEP_WORDS) + int64(lane * uint32(4))
-        qs = int64(tile * uint32(nb) + warp * uint32(BPS)) * int64(ROWS_PER_CTA) + int64(rl)
-        pidx = cuda.local.array(nt, int64)
-        aidx = cuda.local.array(nt, int64)
+        # (32-bit: the launcher caps the weight at 2**32 halves, so every index fits; a 32-bit
+        # index costs one add and one IMAD.WIDE a load where a 64-bit one costs four)
+        qc = uint32((tile * uint32(ns) + warp) * uint32(STEP_WORDS) + lane * uint32(4))
+        qs = uint32((tile * uint32(nb) + warp * uint32(BPS)) * uint32(ROWS_PER_CTA) + rl)
+        pidx = cuda.local.array(nt, int32)
+        aidx = cuda.local.array(nt, uint32)
         for j in range(nt):
             # column g of tile j: a limb row of the prepared operand, or ones / zeros
             m = 2 * j + int32(g >> uint32(2))
             c = int32(g & uint32(3))
             pr = (M0 + m) * LIMBS + c
             u0 = warp * uint32(lay.STEP_UNITS)
-            pidx[j] = int64(pr) * int64(K >> 2) + int64((u0 * uint32(4) + t) * uint32(4))
+            pidx[j] = int32(pr * int32(K >> 2) + int32((u0 * uint32(4) + t) * uint32(4)))
             if c == 3:
-                pidx[j] = ONES_COL
+                pidx[j] = int32(ONES_COL)
             elif m >= M:
-                pidx[j] = ZERO_COL
+                pidx[j] = int32(ZERO_COL)
             # this lane's activation row of tile j, for the unit sums (rows past M read row M-1)
             mc = min(uint32(2 * j) + (t >> uint32(1)), uint32(M - 1))
-            aidx[j] = int64(M0 + mc) * int64(nu) + int64(u0)
+            aidx[j] = uint32((uint32(M0) + mc) * uint32(nu) + u0)
         for i in range(nt):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
@@ -587,6 +586,11 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
         )
     codes, scales = dw.exec_layout()
     launch.check_weight_halves("q2_0_gemv_exact", 2 * codes.size)
+    if LIMBS * ops.m * (ops.k // 4) >= MAX_LIMB_WORDS:  # the kernel's 32-bit operand index
+        raise ValueError(
+            f"a: at most {MAX_LIMB_WORDS // LIMBS - 1} x 4 activation values (M * K) per call, "
+            f"got M={ops.m}, K={ops.k}; split M"
+        )
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
     warps = warps_for(dw.n, dw.k)
     flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
