@@ -145,30 +145,31 @@ def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
     m = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nq = K // 4
+    q = cuda.blockIdx.y * cuda.blockDim.x + tid
+    w = min(q, nq - 1) >> 2  # (a thread past K converts a copy of the last word, stores nothing)
+    hv = cuda.local.array(8, uint32)  # this thread's 16-code word, loaded before the row's
+    hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)  # maximum so that both loads fly
+    hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)  # together
     E = row_exponent(A, s_lg, K)  # noqa: N806
     if tid == 0 and cuda.blockIdx.y == 0:
         EROW[m] = E
-    q = cuda.blockIdx.y * cuda.blockDim.x + tid
     total = int32(0)
+    odd = (q & 1) != 0
+    hi = (q & 2) != 0
+    l0 = uint32(0)
+    l1 = uint32(0)
+    l2 = uint32(0)
+    for b in range(4):  # code 4 b + i: byte b of each limb word
+        x = (hv[2 * b + 1] if hi else hv[2 * b])
+        h = (x >> uint32(16)) if odd else (x & uint32(0xFFFF))
+        a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
+        total += int32(a)
+        ap = uint32(a + int64(OFFSET))
+        sh = uint32(8 * b)
+        l0 |= (ap & uint32(0xFF)) << sh
+        l1 |= ((ap >> uint32(8)) & uint32(0xFF)) << sh
+        l2 |= ((ap >> uint32(16)) & uint32(0xFF)) << sh
     if q < nq:
-        w = q >> 2
-        odd = (q & 1) != 0
-        hi = (q & 2) != 0
-        l0 = uint32(0)
-        l1 = uint32(0)
-        l2 = uint32(0)
-        for c8 in range(2):  # codes 16w + 8 c8 .. + 7: bytes b = 2 c8, 2 c8 + 1
-            h0, h1, h2, h3 = ld_bf16x8(A, m, w * 16 + c8 * 8)
-            for half in range(2):  # code 4 b + i with b = 2 c8 + half
-                x = (h3 if hi else h2) if half else (h1 if hi else h0)
-                h = (x >> uint32(16)) if odd else (x & uint32(0xFFFF))
-                a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
-                total += int32(a)
-                ap = uint32(a + int64(OFFSET))
-                sh = uint32(8 * (2 * c8 + half))
-                l0 |= (ap & uint32(0xFF)) << sh
-                l1 |= ((ap >> uint32(8)) & uint32(0xFF)) << sh
-                l2 |= ((ap >> uint32(16)) & uint32(0xFF)) << sh
         P32[m * LIMBS, q] = l0
         P32[m * LIMBS + 1, q] = l1
         P32[m * LIMBS + 2, q] = l2
