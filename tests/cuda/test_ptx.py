@@ -84,7 +84,8 @@ def test_exact_kernels_compile_every_build(ptx_summary):
     names = _exact_names()
     assert "exact_prepare" in names
     builds = [n for n in names if n.startswith("q2_0_gemv_exact@")]
-    assert {n.split("g", 1)[1].split("w")[0] for n in builds} == {"64", "128"}  # both groups
+    build_tags = [n.split("@")[1] for n in builds]  # e.g. m2g128, m2g128w16
+    assert {t.split("g")[1].split("w")[0] for t in build_tags} == {"64", "128"}  # both groups
     assert {n.endswith(f"w{ex.WIDE_WARPS}") for n in builds} == {True, False}  # both CTA sizes
     assert set(names) <= set(ptx_summary)
 
