@@ -13,9 +13,10 @@ Two kernels:
   cannot hold +255 * 2**15), and the sum of ``A_k`` over each unit of
   :data:`UNIT` codes. Computed once per activation batch and shareable by
   every GEMV on that input (:class:`ExactOperands`).
-* ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps, on the
+* ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps (:data:`WIDE_WARPS`
+  for a grid too small to fill the GPU: :func:`warps_for`), on the
   weight's execution layout (:mod:`q2gemv.formats.q2_0_layout`); the warps
-  split the row's steps of 128 codes (warp w takes steps w, w + 8, ...), the
+  split the row's steps of 128 codes (warp w of W takes steps w, w + W, ...), the
   next step's operands in flight while one is multiplied (two register sets
   taking turns). One 16-byte load per lane and step brings the warp the
   step's 16 x 128 codes: per unit of 64 codes, lane (g, t) (g = lane / 4,
@@ -28,8 +29,9 @@ Two kernels:
   The 8 columns of B tile j are activation rows 2j (columns 0-3) and 2j + 1
   (columns 4-7): limbs 0, 1, 2 and a column of ones (the block's code sum).
   Lane (g, t) ends a block with columns 2t, 2t + 1 of weight rows g and g + 8;
-  one exchange with lane t ^ 1 gives it all four numbers of activation row
-  2j + t // 2 for weight row g + 8 * (t % 2)::
+  it weighs them (1 and 2**8, or 2**16 and -2**23) into one partial per row, keeps
+  the one of weight row g + 8 * (t % 2) and swaps the other with lane t ^ 1, which
+  holds the other two columns of activation row 2j + t // 2::
 
       S = C0 + 2**8 C1 + 2**16 C2 - 2**23 * sum(codes) - sum(A)   # sum_k (code - 1) A_k
 
@@ -468,8 +470,8 @@ def _q2_kernel(nt: int, group: int, warps: int = WARPS):
 
 def warps_for(n: int, k: int) -> int:
     """Warps a CTA of ``q2_0_gemv_exact`` for an N x K weight: :data:`WIDE_WARPS` when the
-    grid (one CTA per 16 rows) is too small to fill the GPU and K has a step for each of
-    them (so a CTA of 8 warps would leave SMs idle and each warp few steps), else
+    grid (one CTA per 16 rows) is too small to fill the GPU and K has two steps or more
+    for each of the 16 warps (so a CTA of 8 warps would leave SMs idle), else
     :data:`WARPS`. Any choice gives the same bits (the warps' sums are exact integers)."""
     tiles = launch.div_ceil(n, ROWS_PER_CTA)
     steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
