@@ -162,7 +162,7 @@ def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
     l1 = uint32(0)
     l2 = uint32(0)
     for b in range(4):  # code 4 b + i: byte b of each limb word
-        x = (hv[2 * b + 1] if hi else hv[2 * b])
+        x = hv[2 * b + 1] if hi else hv[2 * b]
         h = (x >> uint32(16)) if odd else (x & uint32(0xFFFF))
         a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
         total += int32(a)
