@@ -20,7 +20,6 @@ Writes ``DIR/h200_exact.csv`` and prints a table.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,15 @@ def random_weight(rng, n: int, k: int, group: int):
     codes = rng.integers(0, 3, size=(n, k), dtype=np.uint8)  # ternary, as quantizers emit
     scales = (rng.random((n, k // group)) * 0.02 + 0.001).astype(np.float16)
     return Q2Weight.from_codes(codes, scales, group)
+
+
+def write_rows(rows: list[dict], out: Path) -> Path:
+    """``out/h200_exact.csv`` from ``rows`` (floats to 2 decimals), rewritten whole."""
+    from q2gemv.bench.results import write_csv
+
+    fields = list(dict.fromkeys(f for r in rows for f in r))
+    cells = [{k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    return write_csv(cells, out / "h200_exact.csv", fields)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,15 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 del seqs, outs
                 timing.flush_deferred_frees()
             del dws
-    fields = sorted(
-        {f for r in rows for f in r}, key=lambda f: list(rows[0]).index(f) if f in rows[0] else 99
-    )
-    path = args.out / "h200_exact.csv"
-    with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=fields)
-        wr.writeheader()
-        for r in rows:
-            wr.writerow({kk: (f"{v:.2f}" if isinstance(v, float) else v) for kk, v in r.items()})
+            path = write_rows(rows, args.out)  # after every (shape, group): a cut run keeps them
     print(f"read ceiling {ceil / 1e9:.0f} GB/s; wrote {path}")
     bad = sum(r.get("mismatch", 0) for r in rows)
     print("BITS:", "all checked cases bit-exact" if bad == 0 else f"{bad} mismatching elements")
