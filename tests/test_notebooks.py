@@ -139,14 +139,13 @@ def test_performance_notebook_plots_when_results_exist(tmp_path):
     assert any("image/png" in o.get("data", {}) for o in outputs), "no figure drawn"
 
 
-def _synthetic_exact_csv(path: Path) -> None:
-    """A tiny CSV in bench_exact.py's schema; SYNTHETIC numbers, only to exercise the plot."""
-    cols = ["n", "k", "group", "m", "weight_bytes", "exact_us", "gemv_only_us", "seed_us"]
-    cols += ["bf16_us", "floor_us", "ceiling_pct", "vs_bf16"]
+def _synthetic_peers_csv(path: Path) -> None:
+    """A tiny CSV in bench_q2_peers.py's schema; SYNTHETIC numbers, only to exercise the plot."""
+    cols = ["n", "k", "group", "m", "public_us", "gemv_us", "bf16_us", "gemlite_us", "floor_us"]
     lines = [",".join(cols)]
     for m in (1, 2, 8, 16):
-        seed = "" if m > 8 else f"{4.0 + m}"
-        lines.append(f"64,64,64,{m},1088,{3.0 + m},{2.0 + m},{seed},10.0,1.0,30.0,1.5")
+        gemlite = "" if m > 8 else f"{4.0 + m}"
+        lines.append(f"64,64,128,{m},{3.0 + m},{2.0 + m},10.0,{gemlite},1.0")
     path.parent.mkdir(parents=True)
     path.write_text("\n".join(lines) + "\n")
 
@@ -155,10 +154,10 @@ def _synthetic_exact_csv(path: Path) -> None:
 def test_exact_notebook_plots_the_speed_csv_when_it_exists(tmp_path):
     nbclient = pytest.importorskip("nbclient", reason="nbclient is in the test extra")
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra")
-    _synthetic_exact_csv(tmp_path / "benchmarks" / "results" / "h200_exact.csv")
+    _synthetic_peers_csv(tmp_path / "benchmarks" / "results" / "h200_q2_peers.csv")
     nb = _read(NOTEBOOK_DIR / "05_exact_contract.ipynb")
     _execute_in(nbclient, nb, tmp_path)
     last = [c for c in nb.cells if c.cell_type == "code"][-1]
     text = "".join(o.get("text", "") for o in last.outputs)
-    assert "4 rows from h200_exact.csv" in text, text
+    assert "4 rows from h200_q2_peers.csv" in text, text
     assert any("image/png" in o.get("data", {}) for o in last.outputs), "no figure drawn"

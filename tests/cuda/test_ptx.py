@@ -7,6 +7,7 @@ of NVVM on its own) compiles in a second process beside the seed's kernels.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -20,8 +21,7 @@ from q2gemv.cuda.ptx import FAMILIES
 GROUPS = [("q2_0", "w4a16"), *((f,) for f in FAMILIES if f not in ("q2_0", "w4a16"))]
 
 
-@pytest.fixture(scope="module")
-def ptx_summary():
+def _compile_summary() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     assert sorted(f for g in GROUPS for f in g) == sorted(FAMILIES)
     procs = [
@@ -41,6 +41,26 @@ def ptx_summary():
         assert proc.returncode == 0, err[-3000:]
         summary.update(json.loads(out))
     return summary
+
+
+@pytest.fixture(scope="module")
+def ptx_summary(request, tmp_path_factory):
+    """The PTX summary of every build, compiled once per test run.
+
+    Under pytest-xdist each worker that gets a test of this module would compile
+    everything again (minutes on a 2-core CI machine), so the workers of one run share
+    it: the first compiles under a file lock in the run's shared temporary directory,
+    the others read its JSON.
+    """
+    if not hasattr(request.config, "workerinput"):  # one process: nothing to share
+        return _compile_summary()
+    shared = tmp_path_factory.getbasetemp().parent  # this run's directory, all workers
+    path = shared / "ptx_summary.json"
+    with open(shared / "ptx_summary.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            path.write_text(json.dumps(_compile_summary()))
+        return json.loads(path.read_text())
 
 
 EXPECTED = ["q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_batchm"]
