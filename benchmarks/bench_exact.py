@@ -40,13 +40,14 @@ def random_weight(rng, n: int, k: int, group: int):
     return Q2Weight.from_codes(codes, scales, group)
 
 
-def write_rows(rows: list[dict], out: Path) -> Path:
-    """``out/h200_exact.csv`` from ``rows`` (floats to 2 decimals), rewritten whole."""
+def write_rows(rows: list[dict], out: Path, name: str = "h200_exact.csv") -> Path:
+    """``out/name`` from ``rows`` (floats to 2 decimals), rewritten whole (also for
+    ``bench_exact_w4a16.py``)."""
     from q2gemv.bench.results import write_csv
 
     fields = list(dict.fromkeys(f for r in rows for f in r))
     cells = [{k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
-    return write_csv(cells, out / "h200_exact.csv", fields)
+    return write_csv(cells, out / name, fields)
 
 
 def main(argv: list[str] | None = None) -> int:

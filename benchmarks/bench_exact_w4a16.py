@@ -19,7 +19,6 @@ every element). Writes ``DIR/h200_exact_w4a16.csv`` and prints a table.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -62,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     from q2gemv.cuda.w4a16 import exact as xw
     from q2gemv.cuda.w4a16 import seed as w4a16
     from q2gemv.reference.exact import w4a16_gemv_exact
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_exact import write_rows
 
     if args.rt:
         xw.row_tiles = lambda ng, n: args.rt if args.rt in xw.tiles_options(ng) else 1
@@ -144,15 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             del seqs, outs, sl
             timing.flush_deferred_frees()
         del dws
-    fields = []
-    for r in rows:
-        fields += [f for f in r if f not in fields]
-    path = args.out / "h200_exact_w4a16.csv"
-    with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=fields)
-        wr.writeheader()
-        for r in rows:
-            wr.writerow({kk: (f"{v:.2f}" if isinstance(v, float) else v) for kk, v in r.items()})
+        path = write_rows(rows, args.out, "h200_exact_w4a16.csv")  # after every shape
     print(f"read ceiling {ceil / 1e9:.0f} GB/s; wrote {path}")
     bad = sum(r.get("mismatch", 0) for r in rows)
     print("BITS:", "all checked cases bit-exact" if bad == 0 else f"{bad} mismatching elements")
