@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 import struct
 
 import numpy as np
@@ -18,6 +17,8 @@ from q2gemv.io.gguf import (
     read_gguf,
     save_q2_weights,
 )
+
+from .mapping import mmap_of
 
 # -- an independent minimal GGUF writer, from the specification ---------------
 # Value type ids and layout per ggml docs/gguf.md; deliberately not importing
@@ -98,15 +99,6 @@ def rand_q2(n: int, k: int, group: int, seed: int = 0) -> Q2Weight:
     codes = rng.integers(0, 4, size=(n, k), dtype=np.uint8)  # code 3 (+2) included
     scales = rng.standard_normal((n, k // group)).astype(np.float16)
     return Q2Weight.from_codes(codes, scales, group)
-
-
-def mmap_of(arr: np.ndarray) -> mmap.mmap:
-    """Walk an array's base chain to the mmap that owns its memory."""
-    obj = arr
-    while not isinstance(obj, mmap.mmap):
-        obj = obj.obj if isinstance(obj, memoryview) else obj.base
-        assert obj is not None, "array is not backed by a memory map"
-    return obj
 
 
 # -- the pure group rule -------------------------------------------------------

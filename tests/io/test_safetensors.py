@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import mmap
 import struct
 
 import ml_dtypes
@@ -16,6 +15,8 @@ from q2gemv.io.safetensors import (
     find_nvfp4_layers,
     load_nvfp4_weights,
 )
+
+from .mapping import mmap_of
 
 stn = pytest.importorskip("safetensors.numpy")
 
@@ -58,14 +59,6 @@ def raw_file(tmp_path, header: dict, data: bytes, name: str = "raw.safetensors",
     p = tmp_path / name
     p.write_bytes(struct.pack("<Q", len(h) if n is None else n) + h + data)
     return p
-
-
-def mapped_base(arr: np.ndarray) -> mmap.mmap:
-    obj = arr
-    while not isinstance(obj, mmap.mmap):
-        obj = obj.obj if isinstance(obj, memoryview) else obj.base
-        assert obj is not None, "array is not backed by a memory map"
-    return obj
 
 
 def assert_same(got: Nvfp4Weight, want: Nvfp4Weight) -> None:
@@ -136,14 +129,14 @@ def test_views_of_the_mapped_file_no_copy(tmp_path):
     p = save(tmp_path, modelopt("x", w))
     got = load_nvfp4_weights(p)["x"]
     for arr in (got.packed, got.scales):
-        m = mapped_base(arr)
+        m = mmap_of(arr)
         whole = np.frombuffer(m, dtype=np.uint8)
         assert np.shares_memory(arr, whole)
         assert not arr.flags.writeable and not arr.flags.owndata
     # the address is where the header says the tensor lies
     n = struct.unpack("<Q", p.read_bytes()[:8])[0]
     hdr = json.loads(p.read_bytes()[8 : 8 + n])
-    whole = np.frombuffer(mapped_base(got.packed), dtype=np.uint8)
+    whole = np.frombuffer(mmap_of(got.packed), dtype=np.uint8)
     begin = 8 + n + hdr["x.weight"]["data_offsets"][0]
     assert got.packed.ctypes.data - whole.ctypes.data == begin
 
