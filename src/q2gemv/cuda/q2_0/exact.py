@@ -83,7 +83,6 @@ PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a m
 WARPS = 8  # warps per CTA, splitting K
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
 ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
-THREADS = 32 * WARPS
 # Tiles up to which a launch takes WIDE_WARPS warps a CTA: 2 such CTAs fit an SM (56
 # registers), and an H200 has 132 SMs; more tiles fill the GPU with 8-warp CTAs already.
 WIDE_MAX_TILES = 2 * 132

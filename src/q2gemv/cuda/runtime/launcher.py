@@ -190,10 +190,7 @@ def seed_launch(name: str, d_a, dw, d_out, m: int) -> tuple:
 def prebind(launches_: list[tuple], stream=0) -> list[PreboundLaunch]:
     """``launches_`` (from :func:`launches`) as :class:`PreboundLaunch` objects, one per launch
     (PDL for a waiting kernel after the first, as in :class:`BoundPlan`)."""
-    return [
-        PreboundLaunch(d, g, b, a, stream=stream, name=n, pdl=i > 0 and grid_waits(n))
-        for i, (d, g, b, a, n) in enumerate(launches_)
-    ]
+    return _prebound(launches_, stream)
 
 
 def launch_all(launches_: list[tuple], stream=0) -> None:
@@ -225,13 +222,7 @@ class BoundPlan:
     __slots__ = ("_calls", "_lock", "keep", "names")
 
     def __init__(self, launches_: list[tuple], stream_handle: int = 0, *, lock=None, keep=()):
-        self._calls = tuple(
-            PreboundLaunch(
-                d, g, b, a, stream=stream_handle, name=n, keep_args=False,
-                pdl=i > 0 and grid_waits(n),
-            )
-            for i, (d, g, b, a, n) in enumerate(launches_)
-        )  # fmt: skip
+        self._calls = tuple(_prebound(launches_, stream_handle, keep_args=False))
         self.names = tuple(n for *_, n in launches_)
         self.keep = keep
         self._lock = SIMULATOR_LOCK if SIMULATED else lock
@@ -250,6 +241,15 @@ class BoundPlan:
 
     def __repr__(self) -> str:
         return f"BoundPlan({', '.join(self.names)})"
+
+
+def _prebound(launches_: list[tuple], stream, **kw) -> list[PreboundLaunch]:
+    """One PreboundLaunch per launch; PDL for a kernel that waits (:func:`grid_waits`) and is
+    not its call's first launch (the first follows unrelated work in the stream)."""
+    return [
+        PreboundLaunch(d, g, b, a, stream=stream, name=n, pdl=i > 0 and grid_waits(n), **kw)
+        for i, (d, g, b, a, n) in enumerate(launches_)
+    ]
 
 
 def grid_waits(name: str) -> bool:
