@@ -509,10 +509,14 @@ def main(argv: list[str] | None = None) -> int:
                     bf16[batch] / row["ms_per_token"] if batch in bf16 else float("nan")
                 )
             rows.append(row)
+            ms = row.get("ms_per_token", float("nan"))
             print(
-                f"[{time.perf_counter() - t0:6.1f}s] {fmt} batch {batch}: {row['status']}",
+                f"[{time.perf_counter() - t0:6.1f}s] {fmt} batch {batch}: {row['status']} "
+                f"{ms:.3f} ms/token, {row.get('speedup', float('nan')):.2f}x bf16",
                 flush=True,
             )
+            # after every point: a run cut short by its time limit keeps what it measured
+            write_csv(args.out / f"{prefix}_decode.csv", rows, COLUMNS)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         if not args.no_profile:

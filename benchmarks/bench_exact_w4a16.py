@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ms", help="comma-separated M values (default: the full list)")
     p.add_argument("--shapes", help="e.g. 16384x16384,5120x5120 (default: all four)")
     p.add_argument(
-        "--rt", type=int, help="force this many row tiles per CTA (a tuning sweep; default: auto)"
+        "--warps", type=int, choices=(8, 16), help="force this many warps a CTA (default: auto)"
     )
     args = p.parse_args(argv)
     import ml_dtypes
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_exact import write_rows
 
-    if args.rt:
-        xw.row_tiles = lambda ng, n: args.rt if args.rt in xw.tiles_options(ng) else 1
+    if args.warps:
+        xw.warps_for = lambda n, k: args.warps
     args.out.mkdir(parents=True, exist_ok=True)
     l2 = 60 * 2**20
     timer = timing.GraphTimer()

@@ -1,26 +1,33 @@
-"""Exact Q2_0 GEMV beside its peers, in one run: public call, GEMV alone, torch bf16, gemlite.
+"""Exact Q2_0 or NVFP4 GEMV beside its peers, in one run: public call, GEMV alone, the seed
+contract, torch bf16, gemlite.
 
     export PYTHONPATH=$PWD/src:$PWD/.peers/gemlite-0.6.0.post2   # gemlite: `pip download gemlite`
     python3 benchmarks/bench_q2_peers.py --out DIR                 # 4 shapes x M 1..32, g128
     python3 benchmarks/bench_q2_peers.py --out DIR --shapes 16384x16384 --ms 1,8 --group 64
+    python3 benchmarks/bench_q2_peers.py --out DIR --format nvfp4  # NVFP4, gemlite A16W4
 
 Per (shape, M), all timed the same way (:class:`q2gemv.bench.timing.GraphTimer`: a CUDA
 graph of calls that rotates through enough weight copies to exceed 2x L2, median of
 ``--repeats`` replays), torch tensors throughout:
 
-* ``public_us``: ``q2gemv.gemv(a, w, out=out)`` (``w`` from ``Q2Weight.to_device()``,
-  ``a`` torch bf16 [M, K]): the prepare and the GEMV, as a user calls it;
+* ``public_us``: ``q2gemv.gemv(a, w, out=out)`` (``w`` from ``Q2Weight.to_device()`` or
+  ``Nvfp4Weight.to_device()``, ``a`` torch bf16 [M, K]): the prepare and the GEMV, as a
+  user calls it;
 * ``gemv_us``: the GEMV alone on activations prepared once (the public call's launches
   without its prepare, pre-bound as in ``bench_exact.py``);
+* ``seed_us``: ``q2gemv.gemv(a, w, out=out, numerics="seed")`` (the seed contract's
+  kernels, as the tier plan picks them; the first such call rebuilds the storage bytes
+  on the device, before timing);
 * ``bf16_us``: ``torch.matmul(a, W.T, out=out)`` with a dense bf16 W (cuBLAS);
-* ``gemlite_us``: gemlite's ``A16Wn`` layer, 2-bit codes, group ``--group``, bf16
-  (when ``import gemlite`` works; else empty, with the reason in ``gemlite_note``).
+* ``gemlite_us``: gemlite's ``A16Wn`` layer, 2-bit (Q2_0) or 4-bit (NVFP4) codes, group
+  ``--group``, bf16 (when ``import gemlite`` works; else empty, the reason in
+  ``gemlite_note``).
 
-``floor_us`` is the Q2_0 weight bytes over the streaming-read ceiling measured in the
-same run. Bits: the public call's output of every (shape, M) with M in ``CHECK_MS`` is
-compared with :func:`q2gemv.reference.exact.q2_0_gemv_exact`. Writes
-``DIR/h200_q2_peers.csv`` and ``DIR/h200_q2_peers.png`` (time against M per shape),
-then prints the table.
+``floor_us`` is the weight bytes (codes and scales) over the streaming-read ceiling
+measured in the same run. Bits: the public call's output of every (shape, M) with M in
+``CHECK_MS`` is compared with the exact reference (:mod:`q2gemv.reference.exact`). Writes
+``DIR/h200_q2_peers.csv`` / ``DIR/h200_nvfp4_peers.csv`` and the plot beside it (time
+against M per shape), then prints the table.
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="NxK,...")
     p.add_argument("--ms", default=",".join(map(str, MS)))
-    p.add_argument("--group", type=int, default=128, choices=(64, 128))
+    p.add_argument("--format", default="q2_0", choices=tuple(FORMATS))
+    p.add_argument("--group", type=int, default=128, choices=(64, 128), help="Q2_0 and gemlite")
     p.add_argument("--repeats", type=int, default=7)
     args = p.parse_args(argv)
     args.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
@@ -50,8 +58,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def gemlite_layers(n: int, k: int, group: int, copies: int):
-    """``copies`` gemlite A16W2 layers of random codes (scale 0.02), or (None, why)."""
+# format -> (CSV/plot name, gemlite code bits, family, exact reference, label)
+FORMATS = {
+    "q2_0": ("h200_q2_peers", 2, "q2_0", "q2_0_gemv_exact", "Q2_0"),
+    "nvfp4": ("h200_nvfp4_peers", 4, "w4a16", "w4a16_gemv_exact", "NVFP4"),
+}
+
+
+def gemlite_layers(n: int, k: int, group: int, copies: int, bits: int = 2):
+    """``copies`` gemlite A16Wn layers of random ``bits``-bit codes (scale 0.02), or (None, why)."""
     try:
         import torch
         from gemlite.helper import A16Wn
@@ -59,11 +74,11 @@ def gemlite_layers(n: int, k: int, group: int, copies: int):
         return None, f"import: {type(e).__name__}: {e}"
     layers = []
     for _ in range(copies):
-        codes = torch.randint(0, 4, (n, k), dtype=torch.uint8, device="cuda")
+        codes = torch.randint(0, 2**bits, (n, k), dtype=torch.uint8, device="cuda")
         scales = torch.full((n, k // group), 0.02, dtype=torch.bfloat16, device="cuda")
-        zeros = torch.full((n, k // group), 1.5, dtype=torch.bfloat16, device="cuda")
+        zeros = torch.full((n, k // group), (2**bits - 1) / 2, dtype=torch.bfloat16, device="cuda")
         layers.append(
-            A16Wn(device="cuda").from_weights(codes, scales, zeros, W_nbits=2, group_size=group)
+            A16Wn(device="cuda").from_weights(codes, scales, zeros, W_nbits=bits, group_size=group)
         )
     return layers, ""
 
@@ -78,10 +93,14 @@ def main(argv=None) -> int:
     from q2gemv import bench
     from q2gemv.bench import timing
     from q2gemv.cuda.runtime import launcher
-    from q2gemv.reference.exact import q2_0_gemv_exact
+    from q2gemv.reference import exact as rex
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_exact import random_weight
+    from bench_exact_w4a16 import random_weight as random_nvfp4
+
+    name, bits, family, ref, label = FORMATS[args.format]
+    reference = getattr(rex, ref)
 
     args.out.mkdir(parents=True, exist_ok=True)
     timer = timing.GraphTimer()
@@ -90,16 +109,21 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     rows = []
     for n, k in args.shapes:
-        w = random_weight(rng, n, k, args.group)
+        if args.format == "q2_0":
+            w = random_weight(rng, n, k, args.group)
+        else:
+            w = random_nvfp4(rng, n, k)
         copies = bench.rotation_copies(w.nbytes, L2_BYTES)
         dws = [w.to_device() for _ in range(copies)]
         dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-        peers, note = gemlite_layers(n, k, args.group, copies)
+        peers, note = gemlite_layers(n, k, args.group, copies, bits)
         for m in args.ms:
             a16 = rng.standard_normal((m, k)).astype(np.float32).astype(ml_dtypes.bfloat16)
             a = torch.from_numpy(a16.view(np.int16)).view(torch.bfloat16).to("cuda")
             outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in dws]
-            row = {"n": n, "k": k, "group": args.group, "m": m, "weight_bytes": w.nbytes}
+            group = args.group if args.format == "q2_0" else 16
+            row = {"format": args.format, "n": n, "k": k, "group": group, "m": m}
+            row["weight_bytes"] = w.nbytes
 
             def median_us(calls) -> float:
                 t = timer.time_sequence(calls, args.repeats).per_call_s
@@ -112,20 +136,25 @@ def main(argv=None) -> int:
             row["public_us"] = median_us(public)
             if m in CHECK_MS:
                 got = outs[0].cpu().view(torch.int16).numpy().view(np.uint16)
-                want = q2_0_gemv_exact(a16, w).view(np.uint16)
+                want = reference(a16, w).view(np.uint16)
                 row["mismatch"] = int((got != want).sum())
             # the GEMV alone: the public call's launches less its prepare (run once here),
             # pre-bound as bench_exact.py binds them (q2gemv.prepare is the host API)
             d_a = cuda.to_device(a16.view(np.uint16))
             d_outs = [cuda.device_array((m, n), np.uint16) for _ in dws]
             seqs = [
-                launcher.prebind(launcher.exact_launches("q2_0", d_a, d, o))
+                launcher.prebind(launcher.exact_launches(family, d_a, d, o))
                 for d, o in zip(dws, d_outs, strict=True)
             ]
             for lk in seqs[0]:
                 lk(0)
             alone = [lk for seq in seqs for lk in seq[1:]]
             row["gemv_us"] = median_us(alone) * len(alone) / len(seqs)
+            seed = [
+                lambda h, d=d, o=o, a=a: q2gemv.gemv(a, d, out=o, numerics="seed")
+                for d, o in zip(dws, outs, strict=True)
+            ]
+            row["seed_us"] = median_us(seed)
             bf16 = [
                 lambda h, W=W, o=o, a=a: torch.matmul(a, W.t(), out=o)
                 for W, o in zip(dense, outs, strict=True)
@@ -144,7 +173,7 @@ def main(argv=None) -> int:
                 row["vs_gemlite"] = row["gemlite_us"] / row["public_us"]
             rows.append(row)
             print(
-                f"{n}x{k} g{args.group} M={m:2d} public {row['public_us']:7.1f} us "
+                f"{label} {n}x{k} g{group} M={m:2d} public {row['public_us']:7.1f} us "
                 f"(gemv {row['gemv_us']:6.1f}) bf16 {row['bf16_us']:6.1f} "
                 f"gemlite {row.get('gemlite_us', float('nan')):6.1f} floor {row['floor_us']:5.1f} "
                 f"{row['vs_bf16']:5.2f}x bf16 mism {row.get('mismatch', '-')}",
@@ -153,18 +182,16 @@ def main(argv=None) -> int:
             timing.flush_deferred_frees()
         del dws, dense, peers
         timing.flush_deferred_frees()
-        write(rows, args.out)  # after every shape: a run cut short keeps what it measured
+        write(rows, args.out, name, label)  # after every shape: a run cut short keeps its rows
     bad = sum(r.get("mismatch", 0) for r in rows)
     print("BITS:", "all checked cases bit-exact" if bad == 0 else f"{bad} mismatching elements")
     return 1 if bad else 0
 
 
-def write(rows: list[dict], out: Path) -> None:
+def write(rows: list[dict], out: Path, name: str = "h200_q2_peers", label: str = "Q2_0") -> None:
     from q2gemv.bench.results import write_csv
 
-    path = write_csv(
-        rows, out / "h200_q2_peers.csv", list(dict.fromkeys(f for r in rows for f in r))
-    )
+    path = write_csv(rows, out / f"{name}.csv", list(dict.fromkeys(f for r in rows for f in r)))
     try:
         import matplotlib
 
@@ -178,15 +205,16 @@ def write(rows: list[dict], out: Path) -> None:
     for ax, (n, k) in zip(axes[0], shapes, strict=True):
         sel = [r for r in rows if (r["n"], r["k"]) == (n, k)]
         ms = [r["m"] for r in sel]
-        for key, label in (
+        for key, what in (
             ("public_us", "q2gemv exact (public call)"),
             ("gemv_us", "q2gemv GEMV alone"),
+            ("seed_us", "q2gemv seed contract"),
             ("bf16_us", "torch bf16"),
-            ("gemlite_us", "gemlite A16W2"),
-            ("floor_us", "Q2_0 read floor"),
+            ("gemlite_us", f"gemlite A16W{4 if label == 'NVFP4' else 2}"),
+            ("floor_us", f"{label} read floor"),
         ):
             ys = [r.get(key, np.nan) for r in sel]
-            ax.plot(ms, ys, marker="o", label=label)
+            ax.plot(ms, ys, marker="o", label=what)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(f"{n}x{k} g{sel[0]['group']}")
@@ -194,7 +222,7 @@ def write(rows: list[dict], out: Path) -> None:
         ax.set_ylabel("us")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "h200_q2_peers.png", dpi=110)
+    fig.savefig(out / f"{name}.png", dpi=110)
     print(f"wrote {path} and the plot")
 
 

@@ -479,7 +479,7 @@ def test_device_q2_weight_round_trip():
 
 
 def _dnv(n=N):
-    return w4cuda.DeviceNvfp4Weight.upload(Nvfp4Weight(*_nv_parts(n=n), 0.5))
+    return w4cuda.DeviceNvfp4Weight.upload(Nvfp4Weight(*_nv_parts(n=n), 0.5), keep_packed=True)
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,7 @@ def _dev_q2():
 def _dev_w4():
     from numba import cuda
 
-    return cuda, w4cuda.DeviceNvfp4Weight.upload(C.w4)
+    return cuda, w4cuda.DeviceNvfp4Weight.upload(C.w4, keep_packed=True)
 
 
 def _q2_raw(name, m, a_shape=None, out_shape=None, a_dt=np.uint16, out_dt=np.uint16):

@@ -26,6 +26,9 @@ from typing import ClassVar, Protocol, runtime_checkable
 from . import kernels
 from .formats._upload import register_uploader
 
+# the family whose device weight takes each upload option (the raw bytes kept beside the layout)
+_UPLOAD_OPTIONS = {"keep_gguf": "Q2_0", "keep_packed": "NVFP4"}
+
 
 @runtime_checkable
 class DeviceWeight(Protocol):
@@ -50,7 +53,9 @@ class DeviceWeight(Protocol):
         ...
 
 
-def to_device(weight, stream=0, *, keep_gguf: bool = False) -> DeviceWeight:
+def to_device(
+    weight, stream=0, *, keep_gguf: bool = False, keep_packed: bool = False
+) -> DeviceWeight:
     """The device-resident form of ``weight``, uploaded once (a device weight is returned as is).
 
     Args:
@@ -61,11 +66,15 @@ def to_device(weight, stream=0, *, keep_gguf: bool = False) -> DeviceWeight:
             layout (the seed contract's kernels read them; without, a seed
             call rebuilds them on the device once). False keeps the weight
             once on the device.
+        keep_packed: NVFP4 only: upload ``packed`` and ``scales`` beside the
+            execution layout, as ``keep_gguf`` for Q2_0.
 
     Imports numba on first use; needs a GPU or the CUDA simulator.
 
     Raises:
         TypeError naming ``weight`` for anything else.
+        ValueError naming ``keep_gguf`` / ``keep_packed`` given (not False) for
+        the other family's weight.
         ValueError (one line, saying how to get a backend, as ``gemv(backend="cuda")``)
         uploading a host weight where neither a GPU nor the simulator serves.
     """
@@ -77,15 +86,18 @@ def to_device(weight, stream=0, *, keep_gguf: bool = False) -> DeviceWeight:
         from .backends import require_cuda
 
         require_cuda()  # else numba's multi-line CudaSupportError from deep inside the upload
-        if keep_gguf is False:
+        options = {"keep_gguf": keep_gguf, "keep_packed": keep_packed}
+        options = {name: v for name, v in options.items() if v is not False}
+        if not options:
             return spec.as_device_weight(weight, stream)
         upload = spec.device_class().upload
-        if "keep_gguf" not in inspect.signature(upload).parameters:
-            raise ValueError(
-                f"keep_gguf: an option of weights kept in another layout on the device (Q2_0), "
-                f"got {keep_gguf!r} for {type(weight).__name__}"
-            )
-        return upload(weight, stream, keep_gguf=keep_gguf)
+        for name, v in options.items():
+            if name not in inspect.signature(upload).parameters:
+                raise ValueError(
+                    f"{name}: an upload option of {_UPLOAD_OPTIONS[name]} weights only, "
+                    f"got {v!r} for {type(weight).__name__}"
+                )
+        return upload(weight, stream, **options)
     if isinstance(weight, DeviceWeight) and getattr(weight, "family", None) in kernels.FAMILIES:
         return weight
     raise TypeError(

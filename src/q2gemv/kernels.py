@@ -41,8 +41,9 @@ Q2_EXACT_MAX_M = 8
 # q2_0_gemv_exact: codes per unit (one activation sum each; both groups are whole units), so
 # K is a multiple of it.
 Q2_EXACT_UNIT = 64
-# w4a16_gemv_exact: activation rows per launch (4 groups of 4 columns of its block-diagonal IMMA).
-W4_EXACT_MAX_M = 16
+# w4a16_gemv_exact: activation rows per launch: 3 limb columns a row, in up to 3 column tiles
+# of 8 (mma.m16n8k16); more rows are chunked (free under the exact contract).
+W4_EXACT_MAX_M = 8
 
 
 @dataclass(frozen=True)
@@ -410,10 +411,10 @@ for _spec in (
     KernelSpec("q2_0_gemv_exact", "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact",
                "q2_0_exact", 16, Q2_EXACT_MAX_M, per_m=True, a_align=16, grid_wait=True),
     # NVFP4, exact contract: its prepare once, then this kernel per chunk of max_m rows
-    # (q2gemv.cuda.w4a16.exact; 16 weight rows per CTA tile, 1 or 2 tiles a CTA; built per
-    # group of 4 rows, M itself a kernel argument; 16-byte activation loads in the prepare).
+    # (q2gemv.cuda.w4a16.exact; 16 weight rows per CTA = one m16 tile, on the weight's
+    # execution layout; built per column tiles of 8, M itself a kernel argument).
     KernelSpec("w4a16_gemv_exact", "w4a16", "exact", "q2gemv.reference.exact.w4a16_gemv_exact",
-               "w4a16_exact", 16, W4_EXACT_MAX_M, a_align=16, index_bits=64, grid_wait=True),
+               "w4a16_exact", 16, W4_EXACT_MAX_M, a_align=16, grid_wait=True),
 ):  # fmt: skip
     register(_spec)
 del _spec
@@ -431,6 +432,7 @@ register_family(FamilySpec(
     ("packed", "scales"),
     grouped=False, prepared=False,
     seed_plan="q2gemv.defaults.w4a16_seed_plan", seed_reason="q2gemv.defaults.w4a16_seed_reason",
+    device_modules=("q2gemv.cuda.w4a16.layout",),
 ))  # fmt: skip
 
 __all__ = [

@@ -125,18 +125,24 @@ def test_exact_gemv_uses_the_int8_tensor_cores(ptx_summary):
         assert s["fma.rn.f32"] == 0, name  # integer arithmetic only
 
 
-def test_exact_w4a16_builds_use_signed_imma_and_no_float(ptx_summary):
-    """Every w4a16_gemv_exact build (groups 1/2/4, one or two row tiles, both load paths)
-    issues the k32 IMMA (s8 x u8 for limbs 0-1, s8 x s8 for the signed top limb)."""
+def test_exact_w4a16_builds_use_k16_imma_and_no_float(ptx_summary):
+    """Every w4a16_gemv_exact build (1 to 3 column tiles, 8 or 16 warps) issues one k16 IMMA
+    (s8 x u8) per block and column tile: 4 a step, the step written once per register set;
+    no k32 IMMA, no float, nothing in local memory, the weights streamed past L1."""
     from q2gemv.cuda.w4a16 import exact as exact_w4a16
 
     names = [name for name, _, _ in exact_w4a16.ptx_specs()]
-    assert "w4a16_exact_prepare" in names and len(names) == 1 + len(exact_w4a16.builds())
+    assert "w4a16_exact_prepare" in names
+    assert len(names) == 1 + 2 * len(exact_w4a16.TILES)
     for name in names:
         s = ptx_summary[name]
-        gemv = name.startswith("w4a16_gemv_exact@")
-        assert (s["mma.sync.aligned.m16n8k32"] >= 3) == gemv, name
-        assert s["mma.s8.u8"] == 2 * s["mma.s8.s8"], name  # per block: 2 unsigned limbs, 1 signed
+        if name.startswith("w4a16_gemv_exact@c"):
+            nct = int(name.split("@c")[1].split("w")[0])
+            assert s["mma.m16n8k16.s8.u8"] == 2 * 4 * nct, name
+            assert s["ld.global.nc.L1::no_allocate"] >= 2, name
+        else:
+            assert s["mma.m16n8k16.s8.u8"] == 0, name
+        assert s["mma.sync.aligned.m16n8k32"] == 0, name
         assert not s["uses_local_memory"], name
         assert s["fma.rn.f32"] == 0, name
 

@@ -101,8 +101,9 @@ def test_suite_covers_every_kernel_shape_and_special(full_suite):
 
 
 def test_w4_exact_cases_cross_every_seam_of_the_kernel(full_suite):
-    """w4a16_gemv_exact: 16-row tiles, steps of 128 elements split over 8 warps, the two load
-    paths (K % 128), groups of 4 rows, 16 rows a launch; every scale and global-scale kind."""
+    """w4a16_gemv_exact: 16-row tiles, steps of 64 elements split over 8 warps (a padded last
+    step when K % 64), 1 to 3 column tiles (M up to 2, 5, 8), 8 rows a launch; every scale and
+    global-scale kind."""
     from q2gemv.cuda.w4a16 import exact as xw
 
     mine = [c for c in full_suite.gemv if c.family == "w4a16_exact"]
@@ -110,13 +111,14 @@ def test_w4_exact_cases_cross_every_seam_of_the_kernel(full_suite):
     assert all(c.kernels == gen.W4_EXACT_KERNELS for c in mine)
     assert {1, 15, 16, 17, 33} <= {c.spec.n for c in mine}
     assert {0, 1, 3, 4, 5, 8, 9, 16, 17, 32, 33} <= {c.spec.m for c in mine}
-    assert max(c.spec.k // xw.STEP for c in mine) > xw.WARPS  # more steps than warps
-    assert {c.spec.k % xw.STEP == 0 for c in mine} == {True, False}  # both load paths
+    assert max(xw.padded_k(c.spec.k) // xw.STEP for c in mine) > xw.WARPS  # more steps than warps
+    assert {c.spec.k % xw.STEP == 0 for c in mine} == {True, False}  # whole and padded last steps
+    assert {xw.tiles_for(min(c.spec.m, xw.MAX_M)) for c in mine if c.spec.m} == set(xw.TILES)
     assert set(gen.W4_EXACT_WEIGHT_KINDS) == {c.spec.weight_kind for c in mine}
     assert set(gen.EXACT_ACT_KINDS) == {c.spec.act_kind for c in mine}
     small = [c for c in mine if c.size_of("w4a16_gemv_exact") == "small"]
     assert {c.spec.k % xw.STEP == 0 for c in small} == {True, False}
-    assert {0, 5, 17} <= {c.spec.m for c in small}  # no rows, two groups, two launches
+    assert {0, 5, 17} <= {c.spec.m for c in small}  # no rows, two column tiles, three launches
     assert {"special_s", "gscale_nan", "gscale_neg"} <= {c.spec.weight_kind for c in small}
     assert gen.MAX_M["w4a16_gemv_exact"] == xw.MAX_M
 

@@ -108,6 +108,17 @@ def _bf16_lg(h):
     return e - int64(127) if e > 0 else bitlen64(uint64(h & uint32(0x7F))) - int64(134)
 
 
+WIDE_MAX_TILES = 2 * 132  # 16-row tiles up to which a grid leaves an H200 (132 SMs) half empty
+
+
+def wide_warps(tiles: int, steps: int, wide: int) -> bool:
+    """Should an exact GEMV of ``tiles`` CTAs (16 weight rows each) and ``steps`` K steps a row
+    take ``wide`` warps a CTA instead of the usual 8? Yes when the grid is too small to fill
+    the GPU (at most :data:`WIDE_MAX_TILES`) and K has two steps or more for each of the
+    ``wide`` warps. Any choice gives the same bits (the warps' sums are exact integers)."""
+    return tiles <= WIDE_MAX_TILES and steps >= 2 * wide
+
+
 ROW_LOADS = 4  # 16-byte loads a thread has in flight while finding a row's maximum
 _ROW_WORDS = 4 * ROW_LOADS  # their 32-bit words
 
@@ -159,4 +170,5 @@ __all__ = [
     "fixed_point_one",
     "round_fixed_bf16",
     "row_exponent",
+    "wide_warps",
 ]

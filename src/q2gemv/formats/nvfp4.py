@@ -366,15 +366,26 @@ class Nvfp4Weight:
         """Bytes a GEMV streams for this weight: codes + scales (+ 4 for the global scale)."""
         return self.packed.size + self.scales.size + 4
 
-    def to_device(self, stream=0):
-        """Upload ``packed`` and ``scales`` once; returns a :class:`q2gemv.cuda.DeviceNvfp4Weight`.
+    def to_device(self, stream=0, *, keep_packed: bool = False):
+        """Upload once; returns a :class:`q2gemv.cuda.DeviceNvfp4Weight` to reuse.
 
-        The same as :func:`q2gemv.to_device` (``self``); ``stream``: the numba
-        stream of the copies (0: the default stream). Imports numba on first use.
+        The device holds the weight in the exact kernel's execution layout
+        (:mod:`q2gemv.formats.nvfp4_layout`), not ``packed`` and ``scales``.
+
+        Args:
+            stream: the numba CUDA stream the copies are issued on; 0 (the
+                default) means the default stream.
+            keep_packed: also upload ``packed`` and ``scales`` (the seed
+                contract's kernels read them; without, the first seed call
+                rebuilds them on the device).
+
+        The same as :func:`q2gemv.to_device` (``self``): imports numba on first
+        use; needs a CUDA device (or the simulator): without either, a one-line
+        ValueError saying how to get one.
         """
         from ._upload import upload
 
-        return upload(self, stream)
+        return upload(self, stream, keep_packed=keep_packed)
 
     # -- constructors -----------------------------------------------------------
     @classmethod

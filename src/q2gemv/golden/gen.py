@@ -581,10 +581,10 @@ def _exact_specs(add) -> None:
         add(fam, 33, 2 * g, 5, "boundary", "boundary", (), g)
 
 
-# Shapes of the NVFP4 exact family: K in blocks of 16 across the kernel's step of 128 elements
-# (1 and 3 blocks: the generic loads, a partial step; 8: one step, the 16-byte loads; 9: a step
-# and a block; 24 and 72: 3 and 9 steps, more than the 8 warps that split K), N across the
-# 16-row tile and the 2-tile CTA, M across the 4-row groups and the 16-row launches.
+# Shapes of the NVFP4 exact family: K in blocks of 16 across the kernel's step of 64 elements
+# (1 and 3 blocks: one padded step; 8: two whole steps; 9: a padded third step; 24 and 72: 6
+# and 18 steps, more than the 8 warps that split K), N across the 16-row tile, M across the
+# column tiles (1 for M <= 2, 2 for M <= 5, 3 for M <= 8) and the 8-row launches.
 W4_EXACT_BLOCKS = (1, 3, 8, 9, 24, 72)
 W4_EXACT_M = (0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 33)
 
@@ -597,7 +597,7 @@ def _exact_w4_specs(add) -> None:
         for n in EXACT_N:
             small = (n, blocks) in ((17, 1), (16, 8), (1, 9), (7, 24))
             add(fam, n, blocks * b, 1, "uniform", "normal", ex if small else ())
-    for m in W4_EXACT_M:  # M sweep: 4-row groups and the 16-row launches
+    for m in W4_EXACT_M:  # M sweep: the column tiles and the 8-row launches
         add(fam, 7, 8 * b, m, "uniform", "normal", ex if m in (0, 5, 17) else ())
     add(fam, 33, 9 * b, 33, "uniform", "normal", ())  # every seam at once
     for ak in EXACT_ACT_KINDS[1:]:  # special activations

@@ -339,33 +339,35 @@ def test_every_thread_of_a_block_gets_the_same_simulated_shared_array(monkeypatc
         assert_bits_equal(out.view(np.uint32), want.view(np.uint32))
 
 
-# -- signed IMMA, prmt and mul_wide (w4a16_gemv_exact) ------------------------------
+# -- the k16 IMMA, prmt and mul_wide (w4a16_gemv_exact) ------------------------------
 
 
 @cuda.jit
-def _mma_signed_kernel(a, b, d_su, d_ss):
+def _mma_k16_kernel(a, b, c, d):
     i = cuda.grid(1)
-    d_su[i, 0], d_su[i, 1], d_su[i, 2], d_su[i, 3] = _dev.mma_s8u8(
-        a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[i, 0], b[i, 1], 0, 0, 0, 0
-    )
-    d_ss[i, 0], d_ss[i, 1], d_ss[i, 2], d_ss[i, 3] = _dev.mma_s8s8(
-        a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[i, 0], b[i, 1], 0, 0, 0, 0
+    d[i, 0], d[i, 1], d[i, 2], d[i, 3] = _dev.mma_k16_s8u8(
+        a[i, 0], a[i, 1], b[i, 0], c[i, 0], c[i, 1], c[i, 2], c[i, 3]
     )
 
 
-def test_signed_mma_twins_are_the_ptx_products():
-    """mma_s8u8 reads A's bytes as int8, mma_s8s8 also B's; one warp, extremes included."""
-    rng = np.random.default_rng(41)
-    am = rng.integers(-128, 128, (16, 32))
-    bm = rng.integers(0, 256, (32, 8))
-    am[0, :] = -128  # the most negative products
+def test_mma_k16_twin_is_the_ptx_m16n8k16_product():
+    """mma_k16_s8u8 (w4a16_gemv_exact): 16x16 int8 @ 16x8 uint8 + C, one warp, extremes included.
+    Its fragments are the first half of m16n8k32's (PTX ISA: A regs (g, 4t..) and (g+8, 4t..),
+    B reg (4t.., g), C/D as for k32), so they come from ``_mma_fragments`` with k 16..31 zero."""
+    rng = np.random.default_rng(42)
+    am = rng.integers(-128, 128, (16, 16))
+    bm = rng.integers(0, 256, (16, 8))
+    am[0, :] = -128
+    am[15, :] = 127
     bm[:, 1] = 255
-    a, b, _ = _mma_fragments(am & 0xFF, bm, np.zeros((16, 8), np.int64))
-    d_su, d_ss = np.zeros((32, 4), np.int32), np.zeros((32, 4), np.int32)
-    _mma_signed_kernel[1, 32](a, b, d_su, d_ss)
-    bs = np.where(bm > 127, bm - 256, bm)
-    assert_bits_equal(d_su, _mma_fragments(am & 0xFF, bm, am @ bm)[2], "mma_s8u8")
-    assert_bits_equal(d_ss, _mma_fragments(am & 0xFF, bm, am @ bs)[2], "mma_s8s8")
+    cm = rng.integers(-(2**30), 2**30, (16, 8))
+    a32 = np.zeros((16, 32), np.int64)
+    b32 = np.zeros((32, 8), np.int64)
+    a32[:, :16], b32[:16] = am & 0xFF, bm
+    a, b, c = _mma_fragments(a32, b32, cm)
+    d = np.zeros((32, 4), np.int32)
+    _mma_k16_kernel[1, 32](a[:, :2].copy(), b[:, :1].copy(), c, d)
+    assert_bits_equal(d, _mma_fragments(a32, b32, am @ bm + cm)[2], "mma_k16_s8u8")
 
 
 @cuda.jit

@@ -1,5 +1,5 @@
 """NVFP4 under the exact contract: the reference against exact rational arithmetic, the kernel's
-pieces (code decode, scale table, NaN scan, limb layout) and the kernel against the reference
+pieces (code decode, scale table, limb layout) and the kernel against the reference
 on the simulator where the golden cases do not reach (two row tiles a CTA, chunked launches).
 """
 
@@ -105,75 +105,102 @@ def test_reference_is_batch_invariant_and_shapes():
 
 
 @cuda.jit
-def _pieces_kernel(words, lo, hi, lut, nan):
+def _pieces_kernel(words, lo, hi, lut):
     i = cuda.grid(1)
     if i < words.shape[0]:
         lo[i], hi[i] = xw.decode_codes(words[i], xw.LUT_LO, xw.LUT_HI)
-        nan[i] = 1 if xw.has_nan_scale(words[i]) else 0
     if i < 256:
         lut[0, i] = xw.scale_entry(i, 0)
         lut[1, i] = xw.scale_entry(i, 1)
 
 
-def test_decode_scale_table_and_nan_scan():
-    """Codes in every nibble -> 2*e2m1 as int8; the scale table; the NaN-byte scan."""
+def test_decode_and_scale_table():
+    """Codes in every nibble -> 2*e2m1 as int8; the scale table (the global sign folded in)."""
 
     rng = np.random.default_rng(9)
     nib = np.concatenate([np.arange(16), rng.integers(0, 16, 8 * 30)]).astype(np.uint32)
     nib = np.concatenate([nib, np.zeros((-nib.size) % 8, np.uint32)]).reshape(-1, 8)
     words = (nib << (4 * np.arange(8, dtype=np.uint32))).sum(axis=1).astype(np.uint32)
-    words[-1] = 0x7F000000  # a NaN scale byte in the top byte (as a scale word)
-    words[-2] = 0x00FF0000
-    words[-3] = 0x7E7E7E7E  # 448 four times: no NaN
     lo, hi = np.zeros_like(words), np.zeros_like(words)
     lut = np.zeros((2, 256), np.int32)
-    nan = np.zeros(words.size, np.int32)
-    _pieces_kernel[1, 256](words, lo, hi, lut, nan)
+    _pieces_kernel[1, 256](words, lo, hi, lut)
     got = np.stack([lo, hi], 1).view(np.int8).reshape(-1, 8)
-    assert np.array_equal(got[:-3], rex.E2M1_TWICE[nib[:-3]])
+    assert np.array_equal(got, rex.E2M1_TWICE[nib])
     mant, exp, isnan = rex.e4m3_scale_parts(np.arange(256))
     want = np.where(isnan, 0, mant * 2.0 ** (exp + 9)).astype(np.int64)  # mant << (max(e,1)-1)
     assert np.array_equal(lut[0], want) and np.array_equal(lut[1], -want)
-    b = words.view(np.uint8).reshape(-1, 4)
-    assert np.array_equal(nan.astype(bool), ((b & 0x7F) == 0x7F).any(axis=1))
 
 
 def test_prepare_writes_the_limbs_in_fragment_order():
-    """The prepare's limbs, read back through limb_word, rebuild A exactly (L2 signed)."""
+    """The prepare's limbs, read back through limb_byte, rebuild A + 2**23 exactly; the padding
+    to whole steps is A = 0."""
 
     rng = np.random.default_rng(11)
-    m, k = 3, 144  # a padded row, a partial step
+    m, k = 3, 144  # a partial last step
     a = rng.standard_normal((m, k)).astype(np.float32)
     a[1, 3] = 255 * 2.0**8  # the largest |A|: mantissa 0xFF at E
     a[2, :] *= -1
     bits = a.astype(BF16).view(np.uint16)
     ops = xw.prepare_device(cuda.to_device(bits))
-    p = ops.limbs.copy_to_host().view(np.uint8)
+    p = ops.limbs.copy_to_host()
+    assert p.shape == (3 * m, xw.padded_k(k) // 4)
+    p = p.view(np.uint8).reshape(m, 3, -1)
     A, E, _ = rex.fixed_point(bits)
-    assert np.array_equal(ops.exponents.copy_to_host()[:m], E)
-    mp = xw.padded_m(m)
-    got = np.zeros((mp, xw.padded_k(k)), np.int64)
-    for r in range(mp):
-        for j in range(got.shape[1]):
-            byte = [int(p[4 * xw.limb_word(r, j, li, mp) + j % 4]) for li in range(3)]
-            got[r, j] = byte[0] + 256 * byte[1] + 65536 * (byte[2] - 256 * (byte[2] > 127))
-    assert np.array_equal(got[:m, :k], A)
-    assert not got[m:].any() and not got[:, k:].any()  # padding rows and elements: zero
+    assert np.array_equal(ops.exponents.copy_to_host(), E)
+    kp = xw.padded_k(k)
+    pos = np.array([xw.limb_byte(j) for j in range(kp)])
+    assert sorted(pos) == list(range(kp))  # a permutation of each step
+    limbs = p[:, :, pos].astype(np.int64)  # [m, limb, k]
+    got = limbs[:, 0] + 256 * limbs[:, 1] + 65536 * limbs[:, 2] - 2**23
+    assert np.array_equal(got[:, :k], A)
+    assert not got[:, k:].any()  # the padding: A = 0
 
 
-# -- the kernel where the golden cases do not reach ---------------------------------------------
+def _run(w, a, warps=None, monkeypatch=None):
+    if warps is not None:
+        monkeypatch.setattr(xw, "warps_for", lambda n, k: warps)
+    return launcher.run_kernel("w4a16_gemv_exact", a.view(np.uint16), w)
 
 
-def test_two_row_tiles_and_chunked_launches(monkeypatch):
-    """Two 16-row tiles a CTA (forced: the launcher picks them for tall weights only), M = 17
-    (a 16-row launch of 4 groups and a 1-row launch), N with a partial second tile."""
+@pytest.mark.parametrize("warps", [xw.WARPS, xw.WIDE_WARPS])
+def test_kernel_tiles_steps_and_chunks(warps, monkeypatch):
+    """Both CTA sizes (the wide one forced: the launcher picks it for small grids of long rows),
+    M = 11 (launches of 8 rows, three column tiles, and of 3 rows, two), N with a partial
+    second tile, K with a partial last step and more steps than warps."""
+    rng = np.random.default_rng(12 + warps)
+    k = 64 * (warps + 1) + 48
+    w = _weight(rng, 21, k)
+    a = rng.standard_normal((11, k)).astype(BF16)
+    got = _run(w, a, warps, monkeypatch)
+    assert_bits_equal(got, rex.w4a16_gemv_exact(a, w).view(np.uint16), f"warps={warps}")
 
-    monkeypatch.setattr(xw, "row_tiles", lambda ng, n: 2 if ng == 4 else 1)
-    rng = np.random.default_rng(12)
-    w = _weight(rng, 21, 128)
-    a = rng.standard_normal((17, 128)).astype(BF16)
-    got = launcher.run_kernel("w4a16_gemv_exact", a.view(np.uint16), w)
-    assert_bits_equal(got, rex.w4a16_gemv_exact(a, w).view(np.uint16), "w4a16_gemv_exact rt=2")
+
+def test_kernel_one_and_two_rows_nan_scales_and_specials():
+    """One column tile (M <= 2, B prefetched), a NaN scale (its row NaN), an Inf activation (its
+    output row NaN), a negative global scale, the largest |A|."""
+    rng = np.random.default_rng(14)
+    w = _weight(rng, 17, 80, g=-3.5e-3)
+    sc = np.array(w.scales)
+    sc[16, 4] = 0x7F
+    w = Nvfp4Weight.from_codes(w.codes(), sc, w.global_scale)
+    a = rng.standard_normal((2, 80)).astype(np.float32)
+    a[0, 5] = 255 * 2.0**10
+    a[1, 9] = np.inf
+    a = a.astype(BF16)
+    for m in (1, 2):
+        got = _run(w, a[:m])
+        assert_bits_equal(got, rex.w4a16_gemv_exact(a[:m], w).view(np.uint16), f"m={m}")
+    assert (got[:, 16] == rex.BF16_NAN).all() and (got[1] == rex.BF16_NAN).all()
+
+
+def test_tiles_and_warps_choices():
+    assert [xw.tiles_for(m) for m in range(1, 9)] == [1, 1, 2, 2, 2, 3, 3, 3]
+    with pytest.raises(ValueError, match="m: w4a16_gemv_exact serves 1..8"):
+        xw.tiles_for(9)
+    assert xw.warps_for(5120, 5120) == xw.WARPS  # 320 tiles: more than 2 a CTA for 132 SMs
+    assert xw.warps_for(4096, 4096) == xw.WIDE_WARPS  # 256 tiles, 64 steps
+    assert xw.warps_for(4096, 1024) == xw.WARPS  # 16 steps: too few for 16 warps
+    assert xw.warps_for(16384, 16384) == xw.WARPS  # 1024 tiles fill the GPU
 
 
 def test_launches_refuse_bad_operands():

@@ -67,6 +67,7 @@ from ..exact_contract import (
     fixed_point_one,
     round_fixed_bf16,
     row_exponent,
+    wide_warps,
 )
 from ..runtime.dev import (
     grid_dep_launch,
@@ -83,9 +84,6 @@ PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a m
 WARPS = 8  # warps per CTA, splitting K
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
 ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
-# Tiles up to which a launch takes WIDE_WARPS warps a CTA: 2 such CTAs fit an SM (56
-# registers), and an H200 has 132 SMs; more tiles fill the GPU with 8-warp CTAs already.
-WIDE_MAX_TILES = 2 * 132
 MAX_M = kernels.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
 UNIT = kernels.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
@@ -468,13 +466,12 @@ def _q2_kernel(nt: int, group: int, warps: int = WARPS):
 
 
 def warps_for(n: int, k: int) -> int:
-    """Warps a CTA of ``q2_0_gemv_exact`` for an N x K weight: :data:`WIDE_WARPS` when the
-    grid (one CTA per 16 rows) is too small to fill the GPU and K has two steps or more
-    for each of the 16 warps (so a CTA of 8 warps would leave SMs idle), else
-    :data:`WARPS`. Any choice gives the same bits (the warps' sums are exact integers)."""
-    tiles = launch.div_ceil(n, ROWS_PER_CTA)
+    """Warps a CTA of ``q2_0_gemv_exact`` for an N x K weight: :data:`WIDE_WARPS` for a grid
+    too small to fill the GPU (:func:`q2gemv.cuda.exact_contract.wide_warps`: 2 such CTAs
+    fit an SM at 56 registers), else :data:`WARPS`. Any choice gives the same bits."""
     steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
-    return WIDE_WARPS if tiles <= WIDE_MAX_TILES and steps >= 2 * WIDE_WARPS else WARPS
+    wide = wide_warps(launch.div_ceil(n, ROWS_PER_CTA), steps, WIDE_WARPS)
+    return WIDE_WARPS if wide else WARPS
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:

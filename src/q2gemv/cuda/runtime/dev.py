@@ -25,8 +25,8 @@ ld_u32x4           one ld.global.nc.v4.u32 (16 bytes)   four uint32 reads
 ld_stream_u32x4    the same, .L1::no_allocate            four uint32 reads
 mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
                    s32 (IMMA), warp-collective          product in NumPy
-mma_s8u8           the same with signed A (s8 x u8)    the same, A bytes signed
-mma_s8s8           the same with signed A and B        the same, all bytes signed
+mma_k16_s8u8       one mma.sync m16n8k16 s8 x u8 ->    the warp's 16x16 @ 16x8
+                   s32 (half the k of the above)       product in NumPy
 prmt               prmt.b32 (byte permute, default     the PTX byte-select rule
                    mode: 8-byte pool, sign replicate)
 mul_wide           mul.wide.s32 (int32 x int32 ->      the product in Python ints
@@ -205,7 +205,7 @@ if SIMULATED:
         x = int(x) & 0xFFFFFFFF
         return [(x >> (8 * i)) & 0xFF for i in range(4)]
 
-    def _mma_k32(signed_a, signed_b, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    def _mma_k32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         # Every lane posts its fragments; each then forms the 16x32 @ 32x8 product
         # from all 32 (PTX ISA fragment layout of mma.m16n8k32, 8-bit: g = lane / 4,
         # t = lane % 4; A regs: (row g, k 4t..), (g+8, 4t..), (g, 16+4t..), (g+8, 16+4t..);
@@ -222,10 +222,9 @@ if SIMULATED:
             for r, (row, k0) in enumerate(
                 ((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t))
             ):
-                am[row, k0 : k0 + 4] = _sbytes4(f[r]) if signed_a else _bytes4(f[r])
-            bytes_b = _sbytes4 if signed_b else _bytes4
-            bm[4 * t : 4 * t + 4, g] = bytes_b(f[4])
-            bm[16 + 4 * t : 20 + 4 * t, g] = bytes_b(f[5])
+                am[row, k0 : k0 + 4] = _bytes4(f[r])
+            bm[4 * t : 4 * t + 4, g] = _bytes4(f[4])
+            bm[16 + 4 * t : 20 + 4 * t, g] = _bytes4(f[5])
         d = am @ bm
         g, t = lane >> 2, lane & 3
         own = frags[lane]
@@ -241,17 +240,39 @@ if SIMULATED:
     def _sbytes4(x) -> list[int]:
         return [b - 256 if b > 127 else b for b in _bytes4(x)]
 
+    def _mma_k16(a0, a1, b0, c0, c1, c2, c3):
+        # mma.m16n8k16, 8-bit (PTX ISA fragment layout): A regs (row g, k 4t..4t+3) and
+        # (row g+8, k 4t..); B reg (col g, k 4t..); C/D as for m16n8k32. A signed, B unsigned.
+        (vals, barrier), lane, thread = _warp_exchange()
+        vals[lane] = (a0, a1, b0, c0, c1, c2, c3)
+        barrier.wait(thread)
+        frags = list(vals)
+        barrier.wait(thread)
+        am = np.zeros((16, 16), np.int64)
+        bm = np.zeros((16, 8), np.int64)
+        for ln, f in enumerate(frags):
+            g, t = ln >> 2, ln & 3
+            am[g, 4 * t : 4 * t + 4] = _sbytes4(f[0])
+            am[g + 8, 4 * t : 4 * t + 4] = _sbytes4(f[1])
+            bm[4 * t : 4 * t + 4, g] = _bytes4(f[2])
+        d = am @ bm
+        g, t = lane >> 2, lane & 3
+        own = frags[lane]
+        out = (
+            d[g, 2 * t] + int(own[3]),
+            d[g, 2 * t + 1] + int(own[4]),
+            d[g + 8, 2 * t] + int(own[5]),
+            d[g + 8, 2 * t + 1] + int(own[6]),
+        )
+        return tuple(np.int32(((int(v) + 2**31) & 0xFFFFFFFF) - 2**31) for v in out)
+
+    @_device
+    def mma_k16_s8u8(a0, a1, b0, c0, c1, c2, c3):
+        return _mma_k16(a0, a1, b0, c0, c1, c2, c3)
+
     @_device
     def mma_u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return _mma_k32(False, False, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
-
-    @_device
-    def mma_s8u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return _mma_k32(True, False, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
-
-    @_device
-    def mma_s8s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return _mma_k32(True, True, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        return _mma_k32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
 
     @_device
     def prmt(a, b, c):
@@ -439,6 +460,11 @@ else:
             def fixed(typingctx, a, b, c):
                 return typer(typingctx, a, b, c)
 
+        elif n_in == 7:
+
+            def fixed(typingctx, a0, a1, b0, c0, c1, c2, c3):
+                return typer(typingctx, a0, a1, b0, c0, c1, c2, c3)
+
         else:
 
             def fixed(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
@@ -447,12 +473,9 @@ else:
         fixed.__doc__ = doc
         return intrinsic(fixed)
 
-    _MMA_K32 = (
-        "mma.sync.aligned.m16n8k32.row.col.s32.{}.{}.s32 "
-        "{{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, {{$8, $9}}, {{$10, $11, $12, $13}};"
-    )
     mma_u8 = _asm_intrinsic(
-        _MMA_K32.format("u8", "u8"),
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
         10,
         4,
         """``D = A @ B + C`` for one ``mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32``.
@@ -463,17 +486,17 @@ else:
         accumulators; returns the 4 s32 of D.
         """,
     )
-    mma_s8u8 = _asm_intrinsic(
-        _MMA_K32.format("s8", "u8"),
-        10,
+    mma_k16_s8u8 = _asm_intrinsic(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 "
+        "{$0, $1, $2, $3}, {$4, $5}, {$6}, {$7, $8, $9, $10};",
+        7,
         4,
-        "``mma_u8`` with signed A bytes: ``mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32``.",
-    )
-    mma_s8s8 = _asm_intrinsic(
-        _MMA_K32.format("s8", "s8"),
-        10,
-        4,
-        "``mma_u8`` with signed A and B bytes: ``mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32``.",
+        """``D = A @ B + C`` for one ``mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32``.
+
+        Warp-collective, as :func:`mma_u8`: ``a0``, ``a1`` hold 4 signed bytes of A rows
+        g and g + 8 (k ``4t..4t+3``), ``b0`` 4 unsigned bytes of B column g (the same k),
+        ``c*`` the s32 accumulators; returns the 4 s32 of D.
+        """,
     )
     _prmt = _asm_intrinsic(
         "prmt.b32 $0, $1, $2, $3;",

@@ -256,8 +256,11 @@ def _output(kind, a, d_a, dw, out_shape, out, st):
 
 def _device_parts(dw) -> dict[str, object]:
     """The device arrays of a device weight, by attribute name."""
-    names = ("b16", "codes", "scales") if hasattr(dw, "b16") else ("wp", "scales")
-    # a Q2_0 weight holds the GGUF bytes and the layout only where made (None otherwise)
+    if hasattr(dw, "b16"):
+        names = ("b16", "codes", "scales")
+    else:
+        names = ("wp", "scales", "codes", "xscales", "zsum")
+    # a weight holds its raw bytes and its layout only where made (None otherwise)
     return {name: getattr(dw, name) for name in names if getattr(dw, name) is not None}
 
 

@@ -1,6 +1,8 @@
 """NVFP4 (W4A16) on the GPU: the device weight, the seed tiers, the exact kernel.
 
-* :mod:`.weight` — :class:`DeviceNvfp4Weight` (packed codes as uint32 words, E4M3 scales);
+* :mod:`.weight` — :class:`DeviceNvfp4Weight` (the execution layout; packed codes as uint32
+  words and E4M3 scales where the seed kernels need them);
+* :mod:`.layout` — the device kernels making the execution layout and its inverse;
 * :mod:`.seed` — the ``w4a16_gemv_batchm`` tiers (seed contract) and their launch arguments;
 * :mod:`.exact` — the prepare and ``w4a16_gemv_exact`` (the exact contract).
 

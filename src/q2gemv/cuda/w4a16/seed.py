@@ -382,10 +382,11 @@ def launch_args(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int) -> tuple[t
     if not isinstance(dw, DeviceNvfp4Weight):
         raise TypeError(f"weight: expected a DeviceNvfp4Weight, got {type(dw).__name__}")
     check_launch_rows(name, d_a, d_out, m, spec.max_m, dw.n, dw.k)
+    wp, scales = dw.raw_parts()
     args = (
         d_a,
-        dw.wp,
-        dw.scales,
+        wp,
+        scales,
         d_out,
         np.float32(dw.global_scale),
         np.int32(dw.n),

@@ -1,12 +1,16 @@
 """NVFP4 weights on the device: :class:`DeviceNvfp4Weight` (uploaded once, or wrapped in place).
 
-The device copy holds the packed E2M1 codes as uint32 words (eight codes a
-word, :mod:`q2gemv.formats.nvfp4`'s nibble order), the E4M3 block scales'
-bytes and the fp32 global scale; every W4A16 kernel reads that layout.
+The device copy is the exact kernel's execution layout
+(:mod:`q2gemv.formats.nvfp4_layout`, made by :mod:`q2gemv.cuda.w4a16.layout` on
+the device when the codes are already there); the packed E2M1 codes (as
+uint32 words, eight codes a word, :mod:`q2gemv.formats.nvfp4`'s nibble order)
+and the E4M3 scales' bytes are kept only where the seed contract's kernels
+need them.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -14,26 +18,54 @@ import numpy as np
 from numba import cuda
 
 from ...backends import simulator_lock
+from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK, Nvfp4Weight, check_global_scale
 from ..runtime.interop import check_device_array
+from . import layout as w4_layout
+
+_LAYOUT_LOCK = threading.Lock()  # a device weight makes its layout / raw arrays once
 
 
 @dataclass(frozen=True)
 class DeviceNvfp4Weight:
-    """An :class:`~q2gemv.formats.nvfp4.Nvfp4Weight` uploaded once: reuse it across calls.
+    """An :class:`~q2gemv.formats.nvfp4.Nvfp4Weight` on the device: reuse it across calls.
 
-    Built by :meth:`upload`; a hand-built one is checked at construction:
-    ``n``/``k`` ints (n >= 1, k a positive multiple of 16), ``wp`` uint32
-    [n, k/8] and ``scales`` uint8 [n, k/16] C-contiguous device arrays, so a
-    kernel never reads past them; ``global_scale`` by
-    :func:`q2gemv.formats.nvfp4.check_global_scale`, then kept as ``np.float32``.
+    It holds the weight in the exact kernel's execution layout
+    (:mod:`q2gemv.formats.nvfp4_layout`: ``codes`` uint32, ``xscales`` uint8,
+    ``zsum`` int64), and the raw arrays (``wp`` uint32 [n, k/8], the packed
+    codes; ``scales`` uint8 [n, k/16], the E4M3 bits) only where they are
+    needed:
+
+    * :meth:`upload` (``Nvfp4Weight.to_device()``) builds the layout on the
+      host and uploads only it: the device holds the weight once. With
+      ``keep_packed=True`` it uploads ``wp``/``scales`` too (for the seed
+      contract's kernels, which read them). Without, the first seed-contract
+      call rebuilds them from the layout on the device (the tested inverse,
+      once per weight; the weight's device memory then doubles).
+    * :meth:`from_buffers` wraps packed codes and scales already on the
+      device and repacks them on the device into a layout it owns.
+    * A hand-built one (``DeviceNvfp4Weight(wp, scales, global_scale, n, k)``)
+      is checked at construction: ``n``/``k`` ints (n >= 1, k a positive
+      multiple of 16), ``wp`` uint32 [n, k/8] and ``scales`` uint8 [n, k/16]
+      C-contiguous device arrays, so a kernel never reads past them;
+      ``global_scale`` by :func:`q2gemv.formats.nvfp4.check_global_scale`,
+      then kept as ``np.float32``. Its layout is made on the device at its
+      first exact-contract call. With ``wp`` and ``scales`` None, the layout
+      must be given instead (``codes``, ``xscales``, ``zsum``: 1-D
+      C-contiguous device arrays of the dtypes and sizes
+      :mod:`~q2gemv.formats.nvfp4_layout` states for (n, k)).
+
+    The raw arrays and the layout must not change while the weight is used.
     """
 
-    wp: object  # device uint32 [n, k/8]: the packed nibbles, two words per group
-    scales: object  # device uint8 [n, k/16]: E4M3 bits
+    wp: object  # device uint32 [n, k/8]: the packed nibbles, two words per block; or None
+    scales: object  # device uint8 [n, k/16]: E4M3 bits; or None (see raw_parts)
     global_scale: np.float32
     n: int
     k: int
+    codes: object = None  # device uint32 [layout.code_words(n, k)], or None (see exec_layout)
+    xscales: object = None  # device uint8 [layout.scale_bytes(n, k)], or None
+    zsum: object = None  # device int64 [layout.zsum_entries(n)], or None
     # bound launches of q2gemv.cuda.runtime.launcher, per call signature; lives and dies with the weight
     launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     family: ClassVar[str] = "w4a16"
@@ -48,25 +80,88 @@ class DeviceNvfp4Weight:
         if self.k % BLOCK:
             raise ValueError(f"k: expected a multiple of {BLOCK}, got {self.k}")
         n, k = int(self.n), int(self.k)
-        check_device_array(self.wp, "wp", np.uint32, (n, k // 8))
-        check_device_array(self.scales, "scales", np.uint8, (n, k // BLOCK))
+        layout = (self.codes, self.xscales, self.zsum)
+        if self.wp is None and self.scales is None:
+            if any(x is None for x in layout):
+                raise ValueError(
+                    "wp: expected the packed codes and scales, or codes, xscales and zsum "
+                    "(the layout)"
+                )
+        else:
+            check_device_array(self.wp, "wp", np.uint32, (n, k // 8))
+            check_device_array(self.scales, "scales", np.uint8, (n, k // BLOCK))
+        if any(x is not None for x in layout):
+            check_device_array(self.codes, "codes", np.uint32, (lay.code_words(n, k),))
+            check_device_array(self.xscales, "xscales", np.uint8, (lay.scale_bytes(n, k),))
+            check_device_array(self.zsum, "zsum", np.int64, (lay.zsum_entries(n),))
         g = check_global_scale(self.global_scale)  # the host weight's rules and messages
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "k", k)
         object.__setattr__(self, "global_scale", np.float32(g))
 
+    def exec_layout(self, stream=0) -> tuple:
+        """``(codes, xscales, zsum)``: the execution layout, made on the device at first use if absent."""
+        if self.codes is None:
+            with _LAYOUT_LOCK:
+                if self.codes is None:
+                    codes, xscales, zsum = w4_layout.pack(
+                        self.wp, self.scales, self.n, self.k, stream
+                    )
+                    object.__setattr__(self, "xscales", xscales)
+                    object.__setattr__(self, "zsum", zsum)
+                    object.__setattr__(self, "codes", codes)
+        return self.codes, self.xscales, self.zsum
+
+    def raw_parts(self, stream=0) -> tuple:
+        """``(wp, scales)``: the raw arrays, rebuilt on the device from the layout at first use if absent.
+
+        Only the seed contract's kernels read them; the rebuild is the exact
+        inverse of the layout (:func:`q2gemv.cuda.w4a16.layout.unpack`).
+        """
+        if self.wp is None:
+            with _LAYOUT_LOCK:
+                if self.wp is None:
+                    wp, scales = w4_layout.unpack(self.codes, self.xscales, self.n, self.k, stream)
+                    object.__setattr__(self, "scales", scales)
+                    object.__setattr__(self, "wp", wp)
+        return self.wp, self.scales
+
+    def to_parts(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        """``(packed uint8 [n, k/2], scales uint8 [n, k/16], global_scale)``, copied to the host.
+
+        ``Nvfp4Weight(*dw.to_parts())`` is the host weight again, bit for bit.
+        """
+        wp, scales = self.raw_parts()
+        packed = wp.copy_to_host().view(np.uint8).reshape(self.n, self.k // 2)
+        return packed, scales.copy_to_host(), self.global_scale
+
     @classmethod
-    def upload(cls, w: Nvfp4Weight, stream=0) -> DeviceNvfp4Weight:
+    def upload(cls, w: Nvfp4Weight, stream=0, *, keep_packed: bool = False) -> DeviceNvfp4Weight:
+        """``w`` on the device in the execution layout (and ``wp``/``scales`` if ``keep_packed``)."""
         if not isinstance(w, Nvfp4Weight):
             raise TypeError(f"weight: expected an Nvfp4Weight, got {type(w).__name__}")
+        if not isinstance(keep_packed, bool):
+            raise TypeError(f"keep_packed: expected a bool, got {type(keep_packed).__name__}")
+        codes, xscales, zsum = lay.to_exec_layout(w.packed, w.scales, w.n, w.k)
+        wp = sc = None
         with simulator_lock():
-            wp = cuda.to_device(w.packed.view(np.uint32), stream=stream)
-            sc = cuda.to_device(w.scales, stream=stream)
-        return cls(wp, sc, np.float32(w.global_scale), w.n, w.k)
+            d_codes = cuda.to_device(codes, stream=stream)
+            d_xscales = cuda.to_device(xscales, stream=stream)
+            d_zsum = cuda.to_device(zsum, stream=stream)
+            if keep_packed:
+                wp = cuda.to_device(w.packed.view(np.uint32), stream=stream)
+                sc = cuda.to_device(w.scales, stream=stream)
+        g = np.float32(w.global_scale)
+        return cls(wp, sc, g, w.n, w.k, d_codes, d_xscales, d_zsum)
 
     @classmethod
     def from_buffers(cls, packed, scales, global_scale: float = 1.0) -> DeviceNvfp4Weight:
-        """Wrap an NVFP4 weight already on the GPU: no host copy, no device copy.
+        """Wrap an NVFP4 weight already on the GPU: no host copy.
+
+        The weight keeps ``packed`` and ``scales`` (no copy: the seed
+        contract's kernels read them) and repacks them on the device, once,
+        into an execution layout it owns (the exact kernel reads that), on
+        the default stream.
 
         Args:
             packed: the E2M1 codes on the device, uint8 [n, k/2] (two codes a
@@ -115,7 +210,9 @@ class DeviceNvfp4Weight:
             d = d.view(np.uint32) if dt.itemsize == 4 else d.view(np.uint8).view(np.uint32)
         if np.dtype(sc.dtype).itemsize == 1 and np.dtype(sc.dtype) != np.uint8:
             sc = sc.view(np.uint8)
-        return cls(d, sc, global_scale, n, k)
+        dw = cls(d, sc, global_scale, n, k)
+        dw.exec_layout()
+        return dw
 
 
 def as_device_weight(weight, stream=0) -> DeviceNvfp4Weight:
