@@ -21,6 +21,7 @@ from numba import cuda, int64, uint16, uint32
 from ... import launch
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
+from ..runtime.interop import visible_to_all_streams
 
 THREADS = 256
 _WPL = lay.WORDS_PER_LANE
@@ -121,14 +122,14 @@ def _grid(n: int, k: int, group: int) -> int:
 def pack(b16, n: int, k: int, group: int, stream=0) -> tuple:
     """Device GGUF halves (uint16 [n * row_bytes / 2]) -> new device ``(codes, scales)``.
 
-    Returns once the layout is written (:func:`_done`), so a kernel on any
-    stream may read it: a weight is made once, and later calls may come on
-    streams that do not wait for ``stream``.
+    Returns once the layout is written, visible to every stream
+    (:func:`~q2gemv.cuda.runtime.interop.visible_to_all_streams`): a weight is made
+    once, and later calls may come on other streams.
     """
     codes = cuda.device_array(lay.code_words(n, k), np.uint32, stream=stream)
     scales = cuda.device_array(lay.scale_halves(n, k, group), np.uint16, stream=stream)
     _pack_kernel()[_grid(n, k, group), THREADS, stream](b16, codes, scales, n, k, group)
-    _done(stream)
+    visible_to_all_streams(stream)
     return codes, scales
 
 
@@ -139,14 +140,5 @@ def unpack(codes, scales, n: int, k: int, group: int, stream=0):
     """
     b16 = cuda.device_array(n * fmt.row_bytes(k, group) // 2, np.uint16, stream=stream)
     _unpack_kernel()[_grid(n, k, group), THREADS, stream](codes, scales, b16, n, k, group)
-    _done(stream)
+    visible_to_all_streams(stream)
     return b16
-
-
-def _done(stream) -> None:
-    """Wait for ``stream`` (0: the whole device): the one-time conversions are then visible
-    to every stream (not allowed inside a CUDA graph capture: warm up first)."""
-    if stream:
-        stream.synchronize()
-    else:
-        cuda.synchronize()

@@ -77,6 +77,17 @@ def as_device_buffer(x, name: str):
     )
 
 
+def visible_to_all_streams(stream) -> None:
+    """Wait for ``stream`` (0: the whole device), so that what it wrote is visible to every
+    stream: a device weight's one-time conversions (its layout, its rebuilt storage bytes)
+    are made once, and later calls may come on streams that do not wait for ``stream``.
+    Not allowed inside a CUDA graph capture (warm up first)."""
+    if stream:
+        stream.synchronize()
+    else:
+        cuda.synchronize()
+
+
 def check_device_array(x, name: str, dtype, shape: tuple[int, ...]) -> None:
     """``x`` must be a C-contiguous numba device array of ``dtype`` and ``shape``.
 

@@ -24,6 +24,7 @@ from numba import cuda, int64, uint8, uint32
 from ... import launch
 from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK
+from ..runtime.interop import visible_to_all_streams
 
 THREADS = 256
 _BPS = lay.BLOCKS_PER_STEP
@@ -181,16 +182,16 @@ def pack(wp, scales, n: int, k: int, stream=0) -> tuple:
     """Device ``wp`` (uint32 [n, k/8]) and ``scales`` (uint8 [n, k/16]) -> new device
     ``(codes, xscales, zsum)``.
 
-    Returns once the layout is written (:func:`_done`), so a kernel on any
-    stream may read it: a weight is made once, and later calls may come on
-    streams that do not wait for ``stream``.
+    Returns once the layout is written, visible to every stream
+    (:func:`~q2gemv.cuda.runtime.interop.visible_to_all_streams`): a weight is made
+    once, and later calls may come on other streams.
     """
     codes = cuda.device_array(lay.code_words(n, k), np.uint32, stream=stream)
     xscales = cuda.device_array(lay.scale_bytes(n, k), np.uint8, stream=stream)
     zsum = cuda.device_array(lay.zsum_entries(n), np.int64, stream=stream)
     total = max(codes.size, xscales.size, zsum.size)
     _pack_kernel()[_blocks(total), THREADS, stream](wp, scales, codes, xscales, zsum, n, k)
-    _done(stream)
+    visible_to_all_streams(stream)
     return codes, xscales, zsum
 
 
@@ -202,14 +203,5 @@ def unpack(codes, xscales, n: int, k: int, stream=0) -> tuple:
     wp = cuda.device_array((n, k // 8), np.uint32, stream=stream)
     scales = cuda.device_array((n, k // BLOCK), np.uint8, stream=stream)
     _unpack_kernel()[_blocks(n * (k // 8)), THREADS, stream](codes, xscales, wp, scales, n, k)
-    _done(stream)
+    visible_to_all_streams(stream)
     return wp, scales
-
-
-def _done(stream) -> None:
-    """Wait for ``stream`` (0: the whole device): the one-time conversions are then visible
-    to every stream (not allowed inside a CUDA graph capture: warm up first)."""
-    if stream:
-        stream.synchronize()
-    else:
-        cuda.synchronize()

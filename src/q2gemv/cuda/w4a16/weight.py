@@ -53,7 +53,9 @@ class DeviceNvfp4Weight:
       first exact-contract call. With ``wp`` and ``scales`` None, the layout
       must be given instead (``codes``, ``xscales``, ``zsum``: 1-D
       C-contiguous device arrays of the dtypes and sizes
-      :mod:`~q2gemv.formats.nvfp4_layout` states for (n, k)).
+      :mod:`~q2gemv.formats.nvfp4_layout` states for (n, k); ``zsum`` must be
+      what :func:`~q2gemv.formats.nvfp4_layout.row_sums` gives for those codes
+      and scales, NaN marks included: the exact kernel trusts it).
 
     The raw arrays and the layout must not change while the weight is used.
     """
