@@ -146,7 +146,7 @@ def _synthetic_peers_csv(path: Path) -> None:
     for m in (1, 2, 8, 16):
         gemlite = "" if m > 8 else f"{4.0 + m}"
         lines.append(f"64,64,128,{m},{3.0 + m},{2.0 + m},10.0,{gemlite},1.0")
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -154,10 +154,13 @@ def _synthetic_peers_csv(path: Path) -> None:
 def test_exact_notebook_plots_the_speed_csv_when_it_exists(tmp_path):
     nbclient = pytest.importorskip("nbclient", reason="nbclient is in the test extra")
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra")
-    _synthetic_peers_csv(tmp_path / "benchmarks" / "results" / "h200_q2_peers.csv")
+    for name in ("h200_q2_peers.csv", "h200_nvfp4_peers.csv"):
+        _synthetic_peers_csv(tmp_path / "benchmarks" / "results" / name)
     nb = _read(NOTEBOOK_DIR / "05_exact_contract.ipynb")
     _execute_in(nbclient, nb, tmp_path)
     last = [c for c in nb.cells if c.cell_type == "code"][-1]
     text = "".join(o.get("text", "") for o in last.outputs)
     assert "4 rows from h200_q2_peers.csv" in text, text
-    assert any("image/png" in o.get("data", {}) for o in last.outputs), "no figure drawn"
+    assert "4 rows from h200_nvfp4_peers.csv" in text, text
+    figures = [o for o in last.outputs if "image/png" in o.get("data", {})]
+    assert len(figures) == 2, "expected one figure per format"
