@@ -35,7 +35,6 @@ from .defaults import (  # noqa: F401 - the seed rules, re-exported under their 
     default_q2_kernel,
     default_w4a16_tiers,
 )
-from .device import to_device
 from .formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
 from .prepared import PreparedActivations
 
@@ -319,7 +318,8 @@ def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
         from .cuda.runtime import launcher
 
         st = numba_stream(stream)
-        y = launcher.run_host(family, mode, launches, bits, to_device(weight, st), st)
+        dw = kernels.family(family).as_device_weight(weight, st, mode)  # seed: storage only
+        y = launcher.run_host(family, mode, launches, bits, dw, st)
     result = bits_to_bf16(y.reshape(shape))
     if out is not None:
         out[...] = result

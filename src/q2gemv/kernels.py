@@ -300,10 +300,11 @@ class FamilySpec:
             return None if mod is None else getattr(mod, name)
         return resolve(self.device_weight)
 
-    def as_device_weight(self, weight, stream=0):
-        """``weight`` on the device: a device weight as it is, a host one uploaded on ``stream``."""
+    def as_device_weight(self, weight, stream=0, contract: str = "exact"):
+        """``weight`` on the device: a device weight as it is, a host one uploaded on ``stream``
+        in the form ``contract``'s kernels read (``"seed"``: the storage bytes only)."""
         module = self.device_weight.rpartition(".")[0]
-        return importlib.import_module(module).as_device_weight(weight, stream)
+        return importlib.import_module(module).as_device_weight(weight, stream, contract)
 
     def seed(self):
         """The seed-contract module (imports numba)."""

@@ -99,7 +99,8 @@ class Runner:
         from ..cuda.runtime import launcher
 
         if "w" not in self._cache:
-            self._cache["w"] = family_spec(case).as_device_weight(case.weight())
+            contract = kernels.get(kernel).contract  # every kernel of a case: one contract
+            self._cache["w"] = family_spec(case).as_device_weight(case.weight(), 0, contract)
         bits = np.ascontiguousarray(case.a_bits())
         # the kernel's chunks (an exact kernel: its activation prepare once, then the chunks)
         return launcher.run_kernel(kernel, bits, self._cache["w"])

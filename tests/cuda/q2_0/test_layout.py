@@ -137,3 +137,18 @@ def test_out_overlapping_the_layout_is_refused(no_launch):
     out = dw.codes.view(np.uint16)[: 2 * n].reshape(2, n)
     with pytest.raises(ValueError, match=r"overlap the weight's device buffer \(codes\)"):
         q2gemv.gemv(d_a, dw, out=out)
+
+
+def test_a_host_weight_is_uploaded_in_the_form_its_contract_reads():
+    """A seed-contract call on a host weight uploads the GGUF bytes only (no layout); an
+    exact-contract one the layout only. Either makes the other at need."""
+    from q2gemv.cuda.q2_0.weight import as_device_weight
+
+    rng = np.random.default_rng(78)
+    w = fmt.Q2Weight(_raw(rng, 3, 128, 64), 3, 128, 64)
+    seed = as_device_weight(w, 0, "seed")
+    assert seed.codes is None and seed.b16 is not None
+    exact = as_device_weight(w, 0, "exact")
+    assert exact.b16 is None and exact.codes is not None
+    for got, want in zip(seed.exec_layout(), exact.exec_layout(), strict=True):
+        np.testing.assert_array_equal(got.copy_to_host(), want.copy_to_host())

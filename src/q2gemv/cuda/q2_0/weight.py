@@ -200,10 +200,18 @@ class DeviceQ2Weight:
             return np.shares_memory(np.asarray(x._ary), np.asarray(y._ary))
 
 
-def as_device_weight(weight, stream=0) -> DeviceQ2Weight:
+def as_device_weight(weight, stream=0, contract: str = "exact") -> DeviceQ2Weight:
+    """``weight`` on the device: as it is, or uploaded for one call of ``contract``'s kernels
+    (``"seed"``: the GGUF bytes only, the layout made only if an exact call follows)."""
     if isinstance(weight, DeviceQ2Weight):
         return weight
     if isinstance(weight, fmt.Q2Weight):
+        if contract == "seed":
+            from ...backends import simulator_lock
+
+            with simulator_lock():
+                d = cuda.to_device(weight.raw.view(np.uint16), stream=stream)
+            return DeviceQ2Weight(d, d.view(np.float16), weight.n, weight.k, weight.group)
         return DeviceQ2Weight.upload(weight, stream)
     raise TypeError(f"weight: expected a Q2Weight or DeviceQ2Weight, got {type(weight).__name__}")
 

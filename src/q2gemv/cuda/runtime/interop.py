@@ -134,7 +134,7 @@ def gemv_device(
     d_a, kind = as_bits(a, "a")
     st = numba_stream(stream, a)
     with simulator_lock():
-        dw = spec.as_device_weight(weight, st)
+        dw = spec.as_device_weight(weight, st, numerics)
         if numerics == "exact":
             exact = launcher.exact_kernel_of(family, launches)[1]
             exact.check_k(dw.k)

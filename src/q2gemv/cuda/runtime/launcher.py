@@ -302,7 +302,7 @@ def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     before anything is launched.
     """
     spec = kernels.get(kernel)
-    dw = kernels.family(spec.family).as_device_weight(weight, stream)
+    dw = kernels.family(spec.family).as_device_weight(weight, stream, spec.contract)
     check_bits(a_bits, dw.k)
     plan = launch.ChunkPlan(a_bits.shape[0], spec.max_m, lambda rows: spec.name)
     return run_host(spec.family, spec.contract, plan, a_bits, dw, stream)

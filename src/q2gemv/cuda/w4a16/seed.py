@@ -436,7 +436,7 @@ def _run_plan(plan, a_bits: np.ndarray, weight, stream) -> np.ndarray:
     if m == 0:
         return np.empty((m, weight.n), dtype=np.uint16)
     with simulator_lock():
-        dw = as_device_weight(weight, stream)
+        dw = as_device_weight(weight, stream, "seed")
         return run_host("w4a16", "seed", plan, a_bits, dw, stream)
 
 

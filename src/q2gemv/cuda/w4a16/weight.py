@@ -217,10 +217,17 @@ class DeviceNvfp4Weight:
         return dw
 
 
-def as_device_weight(weight, stream=0) -> DeviceNvfp4Weight:
+def as_device_weight(weight, stream=0, contract: str = "exact") -> DeviceNvfp4Weight:
+    """``weight`` on the device: as it is, or uploaded for one call of ``contract``'s kernels
+    (``"seed"``: ``packed``/``scales`` only, the layout made only if an exact call follows)."""
     if isinstance(weight, DeviceNvfp4Weight):
         return weight
     if isinstance(weight, Nvfp4Weight):
+        if contract == "seed":
+            with simulator_lock():
+                wp = cuda.to_device(weight.packed.view(np.uint32), stream=stream)
+                sc = cuda.to_device(weight.scales, stream=stream)
+            return DeviceNvfp4Weight(wp, sc, np.float32(weight.global_scale), weight.n, weight.k)
         return DeviceNvfp4Weight.upload(weight, stream)
     raise TypeError(
         f"weight: expected an Nvfp4Weight or DeviceNvfp4Weight, got {type(weight).__name__}"
