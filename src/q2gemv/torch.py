@@ -28,7 +28,8 @@ call per layer in the graph) and can be captured in a CUDA graph:
   bit-identical to the GPU kernels;
 * CUDA tensors run the numba kernels on torch's current stream, reading the
   weight buffers in place (``DeviceQ2Weight.from_buffers`` /
-  ``DeviceNvfp4Weight.from_buffers``: no host copy, no device copy), writing
+  ``DeviceNvfp4Weight.from_buffers``: no host copy; each repacks its buffers once
+  into the kernel's execution layout, rebuilt when a buffer is written), writing
   into a tensor from torch's caching allocator. The device-weight wrapper is
   built once per buffer address and cached (:func:`clear_device_weight_cache`).
   An eager CUDA forward calls the op's function without the dispatcher (its
@@ -141,55 +142,61 @@ class _CudaBuffer:
 
 _DEVICE_WEIGHTS: dict[tuple, object] = {}
 _DEVICE_WEIGHTS_LOCK = threading.RLock()  # _forget may run from a GC inside a locked region
-_DEVICE_WEIGHTS_MAX = 4096  # cleared past this many (NVFP4 entries of freed buffers are tiny)
+_DEVICE_WEIGHTS_MAX = 4096  # cleared past this many (entries of freed buffers are dropped)
 
 
 def clear_device_weight_cache() -> None:
-    """Forget every cached device weight (a Q2_0 one frees its execution layout's memory)."""
+    """Forget every cached device weight (each frees its execution layout's memory)."""
     with _DEVICE_WEIGHTS_LOCK:
         _DEVICE_WEIGHTS.clear()
 
 
-def _cached(key: tuple, build: Callable[[], object]) -> object:
-    dw = _DEVICE_WEIGHTS.get(key)
-    if dw is None:
-        with _DEVICE_WEIGHTS_LOCK:
-            dw = _DEVICE_WEIGHTS.get(key)
-            if dw is None:
-                if len(_DEVICE_WEIGHTS) >= _DEVICE_WEIGHTS_MAX:
-                    _DEVICE_WEIGHTS.clear()
-                dw = _DEVICE_WEIGHTS[key] = build()
+def _current(key: tuple, tensors: tuple, build: Callable[[], object]) -> object:
+    """The cached device weight of ``key`` while it is current, else a new one from ``build``.
+
+    A device weight's execution layout is a copy of its buffers (``from_buffers``
+    repacks them), so a cached one is reused only while every tensor of ``tensors``
+    is the same storage (a freed buffer's address can come back holding another
+    weight) at the same version (``load_state_dict`` and other in-place writes bump
+    it). An entry goes when its first tensor's storage is freed (:func:`_forget`).
+    """
+    state = tuple((t.untyped_storage(), t._version) for t in tensors)
+    entry = _DEVICE_WEIGHTS.get(key)
+    if (
+        entry is not None
+        and all(r() is st for r, (st, _) in zip(entry[0], state, strict=True))
+        and entry[1] == tuple(v for _, v in state)
+    ):
+        return entry[2]
+    dw = build()
+    refs = tuple(
+        weakref.ref(st, functools.partial(_forget, key)) if i == 0 else weakref.ref(st)
+        for i, (st, _) in enumerate(state)
+    )
+    with _DEVICE_WEIGHTS_LOCK:
+        if len(_DEVICE_WEIGHTS) >= _DEVICE_WEIGHTS_MAX:
+            _DEVICE_WEIGHTS.clear()
+        _DEVICE_WEIGHTS[key] = (refs, tuple(v for _, v in state), dw)
     return dw
 
 
 def _q2_device_weight(raw: torch.Tensor, n: int, k: int, group: int):
-    """The device weight over ``raw``: its execution layout is a copy, so check it is current.
-
-    ``DeviceQ2Weight.from_buffers`` repacks the GGUF bytes into a layout of
-    its own; a cached one is reused only while ``raw`` is the same storage
-    (a freed buffer's address can come back holding another weight) at the
-    same version (``load_state_dict`` and other in-place writes bump it).
-    """
+    """The device weight over ``raw`` (GGUF bytes), current (:func:`_current`)."""
     key = ("q2_0", raw.device.index, raw.data_ptr(), raw.numel(), n, k, group)
-    storage, version = raw.untyped_storage(), raw._version
-    entry = _DEVICE_WEIGHTS.get(key)
-    if entry is not None and entry[0]() is storage and entry[1] == version:
-        return entry[2]
-    from .cuda.q2_0 import DeviceQ2Weight
 
-    dw = DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
-    with _DEVICE_WEIGHTS_LOCK:
-        if len(_DEVICE_WEIGHTS) >= _DEVICE_WEIGHTS_MAX:
-            _DEVICE_WEIGHTS.clear()
-        _DEVICE_WEIGHTS[key] = (weakref.ref(storage, functools.partial(_forget, key)), version, dw)
-    return dw
+    def build():
+        from .cuda.q2_0 import DeviceQ2Weight
+
+        return DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
+
+    return _current(key, (raw,), build)
 
 
 def _forget(key: tuple, ref: weakref.ref) -> None:
-    """Drop a Q2_0 entry (and its device layout) when its buffer's storage is freed."""
+    """Drop an entry (and its device layout) when its first buffer's storage is freed."""
     with _DEVICE_WEIGHTS_LOCK:
         entry = _DEVICE_WEIGHTS.get(key)
-        if entry is not None and entry[0] is ref:
+        if entry is not None and entry[0][0] is ref:
             del _DEVICE_WEIGHTS[key]
 
 
@@ -210,7 +217,7 @@ def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scal
             _CudaBuffer(packed), _CudaBuffer(scales), global_scale
         )
 
-    return _cached(key, build)
+    return _current(key, (packed, scales), build)
 
 
 def _run_cuda(x2: torch.Tensor, device_weight: Callable[[], object], numerics: str | None):
