@@ -165,12 +165,13 @@ def _run(w, a, warps=None, monkeypatch=None):
 @pytest.mark.parametrize("warps", [xw.WARPS, xw.WIDE_WARPS])
 def test_kernel_tiles_steps_and_chunks(warps, monkeypatch):
     """Both CTA sizes (the wide one forced: the launcher picks it for small grids of long rows),
-    M = 11 (launches of 8 rows, three column tiles, and of 3 rows, two), N with a partial
-    second tile, K with a partial last step and more steps than warps."""
+    two launches (8 rows: three column tiles; then 3 rows, two, or 1 row, one), a partial last
+    step. At 8 warps: more steps than warps and N with a partial second tile; at 16: fewer
+    steps than warps (idle warps) and one tile (the simulator runs 512 threads slowly)."""
     rng = np.random.default_rng(12 + warps)
-    k = 64 * (warps + 1) + 48
-    w = _weight(rng, 21, k)
-    a = rng.standard_normal((11, k)).astype(BF16)
+    n, m, k = (21, 11, 64 * 9 + 48) if warps == xw.WARPS else (16, 9, 64 * 3 + 48)
+    w = _weight(rng, n, k)
+    a = rng.standard_normal((m, k)).astype(BF16)
     got = _run(w, a, warps, monkeypatch)
     assert_bits_equal(got, rex.w4a16_gemv_exact(a, w).view(np.uint16), f"warps={warps}")
 
