@@ -205,74 +205,58 @@ if SIMULATED:
         x = int(x) & 0xFFFFFFFF
         return [(x >> (8 * i)) & 0xFF for i in range(4)]
 
-    def _mma_k32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        # Every lane posts its fragments; each then forms the 16x32 @ 32x8 product
-        # from all 32 (PTX ISA fragment layout of mma.m16n8k32, 8-bit: g = lane / 4,
-        # t = lane % 4; A regs: (row g, k 4t..), (g+8, 4t..), (g, 16+4t..), (g+8, 16+4t..);
-        # B regs: (col g, k 4t..), (col g, k 16+4t..); C/D: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)).
+    def _warp_mma(own, k, place):
+        # Every lane posts its fragments (``own``: A, B, then the 4 of C); each then forms
+        # the warp's 16 x k @ k x 8 product from all 32, ``place(am, bm, f, g, t)`` putting
+        # one lane's A and B fragments (g = lane / 4, t = lane % 4; PTX ISA fragment
+        # layouts), and returns its D: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) plus C.
         (vals, barrier), lane, thread = _warp_exchange()
-        vals[lane] = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        vals[lane] = own
         barrier.wait(thread)
         frags = list(vals)
         barrier.wait(thread)
-        am = np.zeros((16, 32), np.int64)
-        bm = np.zeros((32, 8), np.int64)
+        am = np.zeros((16, k), np.int64)
+        bm = np.zeros((k, 8), np.int64)
         for ln, f in enumerate(frags):
-            g, t = ln >> 2, ln & 3
-            for r, (row, k0) in enumerate(
-                ((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t))
-            ):
-                am[row, k0 : k0 + 4] = _bytes4(f[r])
-            bm[4 * t : 4 * t + 4, g] = _bytes4(f[4])
-            bm[16 + 4 * t : 20 + 4 * t, g] = _bytes4(f[5])
+            place(am, bm, f, ln >> 2, ln & 3)
         d = am @ bm
         g, t = lane >> 2, lane & 3
-        own = frags[lane]
+        c = own[-4:]
         out = (
-            d[g, 2 * t] + int(own[6]),
-            d[g, 2 * t + 1] + int(own[7]),
-            d[g + 8, 2 * t] + int(own[8]),
-            d[g + 8, 2 * t + 1] + int(own[9]),
+            d[g, 2 * t] + int(c[0]),
+            d[g, 2 * t + 1] + int(c[1]),
+            d[g + 8, 2 * t] + int(c[2]),
+            d[g + 8, 2 * t + 1] + int(c[3]),
         )
         # s32 accumulators wrap modulo 2**32, as the tensor cores do
         return tuple(np.int32(((int(v) + 2**31) & 0xFFFFFFFF) - 2**31) for v in out)
 
+    def _place_k32(am, bm, f, g, t):
+        # mma.m16n8k32, u8: A regs (g, k 4t..), (g+8, 4t..), (g, 16+4t..), (g+8, 16+4t..);
+        # B regs (col g, k 4t..), (col g, k 16+4t..)
+        for r, (row, k0) in enumerate(
+            ((g, 4 * t), (g + 8, 4 * t), (g, 16 + 4 * t), (g + 8, 16 + 4 * t))
+        ):
+            am[row, k0 : k0 + 4] = _bytes4(f[r])
+        bm[4 * t : 4 * t + 4, g] = _bytes4(f[4])
+        bm[16 + 4 * t : 20 + 4 * t, g] = _bytes4(f[5])
+
+    def _place_k16_s8u8(am, bm, f, g, t):
+        # mma.m16n8k16, s8 x u8: A regs (g, k 4t..4t+3), (g+8, k 4t..); B reg (col g, k 4t..)
+        am[g, 4 * t : 4 * t + 4] = _sbytes4(f[0])
+        am[g + 8, 4 * t : 4 * t + 4] = _sbytes4(f[1])
+        bm[4 * t : 4 * t + 4, g] = _bytes4(f[2])
+
     def _sbytes4(x) -> list[int]:
         return [b - 256 if b > 127 else b for b in _bytes4(x)]
 
-    def _mma_k16(a0, a1, b0, c0, c1, c2, c3):
-        # mma.m16n8k16, 8-bit (PTX ISA fragment layout): A regs (row g, k 4t..4t+3) and
-        # (row g+8, k 4t..); B reg (col g, k 4t..); C/D as for m16n8k32. A signed, B unsigned.
-        (vals, barrier), lane, thread = _warp_exchange()
-        vals[lane] = (a0, a1, b0, c0, c1, c2, c3)
-        barrier.wait(thread)
-        frags = list(vals)
-        barrier.wait(thread)
-        am = np.zeros((16, 16), np.int64)
-        bm = np.zeros((16, 8), np.int64)
-        for ln, f in enumerate(frags):
-            g, t = ln >> 2, ln & 3
-            am[g, 4 * t : 4 * t + 4] = _sbytes4(f[0])
-            am[g + 8, 4 * t : 4 * t + 4] = _sbytes4(f[1])
-            bm[4 * t : 4 * t + 4, g] = _bytes4(f[2])
-        d = am @ bm
-        g, t = lane >> 2, lane & 3
-        own = frags[lane]
-        out = (
-            d[g, 2 * t] + int(own[3]),
-            d[g, 2 * t + 1] + int(own[4]),
-            d[g + 8, 2 * t] + int(own[5]),
-            d[g + 8, 2 * t + 1] + int(own[6]),
-        )
-        return tuple(np.int32(((int(v) + 2**31) & 0xFFFFFFFF) - 2**31) for v in out)
-
     @_device
     def mma_k16_s8u8(a0, a1, b0, c0, c1, c2, c3):
-        return _mma_k16(a0, a1, b0, c0, c1, c2, c3)
+        return _warp_mma((a0, a1, b0, c0, c1, c2, c3), 16, _place_k16_s8u8)
 
     @_device
     def mma_u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        return _mma_k32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        return _warp_mma((a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), 32, _place_k32)
 
     @_device
     def prmt(a, b, c):
