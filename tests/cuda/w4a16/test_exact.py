@@ -16,6 +16,7 @@ from q2gemv import Nvfp4Weight
 from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.runtime import launcher
 from q2gemv.cuda.w4a16 import exact as xw
+from q2gemv.cuda.w4a16.scales import scale_entry
 from q2gemv.formats.nvfp4 import E2M1_VALUES, E4M3_VALUES
 from q2gemv.reference import exact as rex
 
@@ -110,8 +111,8 @@ def _pieces_kernel(words, lo, hi, lut):
     if i < words.shape[0]:
         lo[i], hi[i] = xw.decode_codes(words[i], xw.LUT_LO, xw.LUT_HI)
     if i < 256:
-        lut[0, i] = xw.scale_entry(i, 0)
-        lut[1, i] = xw.scale_entry(i, 1)
+        lut[0, i] = scale_entry(i, 0)
+        lut[1, i] = scale_entry(i, 1)
 
 
 def test_decode_and_scale_table():

@@ -82,6 +82,7 @@ from ..runtime.dev import (
     mul_wide,
     prmt,
 )
+from .scales import scale_entry
 
 WARPS = 8  # warps per CTA, splitting K (at least 8: the scale table has 256 entries)
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
@@ -191,19 +192,6 @@ def decode_codes(w, t_lo, t_hi):
     lo = uint32(p_lo + uint32(BIAS) - q_lo) ^ uint32(BIAS)
     hi = uint32(p_hi + uint32(BIAS) - q_hi) ^ uint32(BIAS)
     return lo, hi
-
-
-@_device
-def scale_entry(b, gsign):
-    """The scale table's entry of E4M3 bits ``b``: ``+-mant << (max(e, 1) - 1)`` (0 for NaN)."""
-    b = int32(b)
-    if (b & 0x7F) == 0x7F:
-        return int32(0)  # NaN: flagged from the scale words, contributes nothing
-    e = (b >> 3) & 15
-    f = b & 7
-    mant = f | 8 if e > 0 else f
-    v = int32(mant << (max(e, 1) - 1))
-    return -v if ((b >> 7) ^ gsign) != 0 else v
 
 
 def _make_gemv_body(nct: int, warps: int = WARPS, prefetch_b: bool | None = None):

@@ -25,6 +25,7 @@ from ... import launch
 from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK
 from ..runtime.interop import visible_to_all_streams
+from .scales import scale_entry
 
 THREADS = 256
 _BPS = lay.BLOCKS_PER_STEP
@@ -56,23 +57,6 @@ def _scale_index(row, j, ns):
     step = j // _BPS
     b = j % _BPS
     return ((tile * ns + step) * 8 + g) * 8 + h * _BPS + b
-
-
-def _scale_units(s):
-    """E4M3 bits -> the scale in units of 2**-9 (0 for NaN): :func:`nvfp4_layout.scale_units`."""
-    s = int64(s)
-    e = (s >> int64(3)) & int64(15)
-    mant = s & int64(7)
-    if e > 0:
-        mant |= int64(8)
-    else:
-        e = int64(1)
-    v = mant << (e - int64(1))
-    if (s & int64(0x7F)) == int64(0x7F):
-        v = int64(0)
-    if s & int64(0x80):
-        v = -v
-    return v
 
 
 def _word_twice(w):
@@ -121,7 +105,7 @@ def _pack_body(WP, SC, CODES, XSCALES, ZSUM, N, K):  # noqa: N803
             for j in range(k // BLOCK):
                 sb = SC[i, j]
                 nan = nan or (sb & uint8(0x7F)) == uint8(0x7F)
-                s = _scale_units(sb)
+                s = int64(scale_entry(sb, 0))
                 z += s * (_word_twice(WP[i, 2 * j]) + _word_twice(WP[i, 2 * j + 1]))
         ZSUM[i] = int64(lay.ZSUM_NAN) if nan else z
 
@@ -148,7 +132,6 @@ _device = cuda.jit(device=True, inline="always")
 _half = _device(_half)
 _quad_word = _device(_quad_word)
 _scale_index = _device(_scale_index)
-_scale_units = _device(_scale_units)
 _word_twice = _device(_word_twice)
 PACK_SIGNATURE = (
     "void(uint32[:, ::1], uint8[:, ::1], uint32[::1], uint8[::1], int64[::1], int32, int32)"
