@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench_exact import write_rows
 
     if args.warps:
-        xw.warps_for = lambda n, k: args.warps
+        xw.warps_for = lambda n, k, m: args.warps
     args.out.mkdir(parents=True, exist_ok=True)
     l2 = 60 * 2**20
     timer = timing.GraphTimer()

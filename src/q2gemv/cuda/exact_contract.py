@@ -111,12 +111,14 @@ def _bf16_lg(h):
 WIDE_MAX_TILES = 2 * 132  # 16-row tiles up to which a grid leaves an H200 (132 SMs) half empty
 
 
-def wide_warps(tiles: int, steps: int, wide: int) -> bool:
-    """Should an exact GEMV of ``tiles`` CTAs (16 weight rows each) and ``steps`` K steps a row
-    take ``wide`` warps a CTA instead of the usual 8? Yes when the grid is too small to fill
-    the GPU (at most :data:`WIDE_MAX_TILES`) and K has two steps or more for each of the
-    ``wide`` warps. Any choice gives the same bits (the warps' sums are exact integers)."""
-    return tiles <= WIDE_MAX_TILES and steps >= 2 * wide
+def wide_warps(tiles: int, steps: int, wide: int, rows: int, max_rows: int) -> bool:
+    """Should an exact GEMV launch of ``tiles`` CTAs (16 weight rows each), ``steps`` K steps a
+    row and ``rows`` activation rows take ``wide`` warps a CTA instead of the usual 8? Yes when
+    the grid is too small to fill the GPU (at most :data:`WIDE_MAX_TILES`), K has two steps or
+    more for each of the ``wide`` warps, and the launch has at most ``max_rows`` rows (the
+    family's: with more, the larger per-warp register set of the wide build costs more than
+    the warps gain). Any choice gives the same bits (the warps' sums are exact integers)."""
+    return tiles <= WIDE_MAX_TILES and steps >= 2 * wide and rows <= max_rows
 
 
 ROW_LOADS = 4  # 16-byte loads a thread has in flight while finding a row's maximum

@@ -151,7 +151,7 @@ def test_run_kernel_is_batch_invariant():
 )
 def test_wide_ctas_give_the_same_bits(m, n, k, group, monkeypatch):
     """The 16-warp build (small grids, :func:`warps_for`): same bits as the reference."""
-    monkeypatch.setattr(ex, "warps_for", lambda n, k: ex.WIDE_WARPS)
+    monkeypatch.setattr(ex, "warps_for", lambda n, k, m: ex.WIDE_WARPS)
     rng = np.random.default_rng(m * 100 + n)
     w = _weight(rng, n, k, group)
     ops = ex.ExactOperands.allocate(m, k)
@@ -160,14 +160,25 @@ def test_wide_ctas_give_the_same_bits(m, n, k, group, monkeypatch):
     _check(_acts(rng, m, k), w, f"wide CTAs m={m} n={n} k={k} g{group}")
 
 
-def test_warps_for_widens_only_small_grids_with_steps_for_every_warp():
+def test_warps_for_widens_only_small_grids_with_steps_for_every_warp_and_few_rows():
     wide, base = ex.WIDE_WARPS, ex.WARPS
-    assert ex.warps_for(4096, 4096) == wide  # 256 tiles, 32 steps
-    assert ex.warps_for(1024, 4096) == wide
-    assert ex.warps_for(4096, 14336) == wide
-    assert ex.warps_for(16384, 16384) == base  # 1024 tiles fill the GPU
-    assert ex.warps_for(5120, 5120) == base  # 320 tiles
-    assert ex.warps_for(1024, 2048) == base  # 16 steps: not one for each of 16 warps twice
+    assert ex.warps_for(4096, 4096, 1) == wide  # 256 tiles, 32 steps
+    assert ex.warps_for(1024, 4096, 1) == wide
+    assert ex.warps_for(4096, 14336, ex.WIDE_MAX_M) == wide
+    assert ex.warps_for(4096, 14336, ex.WIDE_MAX_M + 1) == base  # more rows: 8 warps
+    assert ex.warps_for(4096, 4096, ex.MAX_M) == base
+    assert ex.warps_for(16384, 16384, 1) == base  # 1024 tiles fill the GPU
+    assert ex.warps_for(5120, 5120, 1) == base  # 320 tiles
+    assert ex.warps_for(1024, 2048, 1) == base  # 16 steps: not one for each of 16 warps twice
+
+
+def test_launches_choose_the_cta_size_per_chunk():
+    """A call of 9 rows on a small grid: the 8-row chunk takes 8 warps, the 1-row chunk 16."""
+    m, n, k = 9, 1024, 4096
+    w = as_device_weight(_weight(np.random.default_rng(3), n, k, 128))
+    ops = ex.ExactOperands.allocate(m, k)
+    launches = ex.q2_launches(ops, w, cuda.device_array((m, n), np.uint16))
+    assert [block for _, _, block, _ in launches] == [32 * ex.WARPS, 32 * ex.WIDE_WARPS]
 
 
 def test_q2_launches_chunk_by_max_m():

@@ -159,7 +159,7 @@ def test_prepare_writes_the_limbs_in_fragment_order():
 
 def _run(w, a, warps=None, monkeypatch=None):
     if warps is not None:
-        monkeypatch.setattr(xw, "warps_for", lambda n, k: warps)
+        monkeypatch.setattr(xw, "warps_for", lambda n, k, m: warps)
     return launcher.run_kernel("w4a16_gemv_exact", a.view(np.uint16), w)
 
 
@@ -199,10 +199,23 @@ def test_tiles_and_warps_choices():
     assert [xw.tiles_for(m) for m in range(1, 9)] == [1, 1, 2, 2, 2, 3, 3, 3]
     with pytest.raises(ValueError, match="m: w4a16_gemv_exact serves 1..8"):
         xw.tiles_for(9)
-    assert xw.warps_for(5120, 5120) == xw.WARPS  # 320 tiles: more than 2 a CTA for 132 SMs
-    assert xw.warps_for(4096, 4096) == xw.WIDE_WARPS  # 256 tiles, 64 steps
-    assert xw.warps_for(4096, 1024) == xw.WARPS  # 16 steps: too few for 16 warps
-    assert xw.warps_for(16384, 16384) == xw.WARPS  # 1024 tiles fill the GPU
+    assert xw.warps_for(5120, 5120, 1) == xw.WARPS  # 320 tiles: more than 2 a CTA for 132 SMs
+    assert xw.warps_for(4096, 4096, 1) == xw.WIDE_WARPS  # 256 tiles, 64 steps
+    assert xw.warps_for(4096, 4096, xw.WIDE_MAX_M) == xw.WIDE_WARPS
+    assert xw.warps_for(4096, 4096, xw.WIDE_MAX_M + 1) == xw.WARPS  # more rows: 8 warps
+    assert xw.warps_for(4096, 1024, 1) == xw.WARPS  # 16 steps: too few for 16 warps
+    assert xw.warps_for(16384, 16384, 1) == xw.WARPS  # 1024 tiles fill the GPU
+
+
+def test_launches_choose_the_cta_size_per_chunk():
+    """A call of 10 rows on a small grid: the 8-row chunk takes 8 warps, the 2-row chunk 16."""
+    from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
+
+    m, n, k = 10, 1024, 4096
+    dw = DeviceNvfp4Weight.upload(_weight(np.random.default_rng(4), n, k))
+    ops = xw.W4Operands.allocate(m, k)
+    launches = xw.w4_launches(ops, dw, cuda.device_array((m, n), np.uint16))
+    assert [block for _, _, block, _ in launches] == [32 * xw.WARPS, 32 * xw.WIDE_WARPS]
 
 
 def test_launches_refuse_bad_operands():

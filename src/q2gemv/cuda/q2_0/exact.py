@@ -83,6 +83,9 @@ from ..runtime.dev import (
 PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a multiple of 32
 WARPS = 8  # warps per CTA, splitting K
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
+# Rows of a launch up to which a small grid takes WIDE_WARPS: an 8B model's decode on the
+# H200 (benchmarks/NOTES.md) was faster with 16 warps at batch 4, with 8 at batch 8.
+WIDE_MAX_M = 4
 ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 MAX_M = kernels.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
 UNIT = kernels.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
@@ -465,12 +468,13 @@ def _q2_kernel(nt: int, group: int, warps: int = WARPS):
     return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group, warps))
 
 
-def warps_for(n: int, k: int) -> int:
-    """Warps a CTA of ``q2_0_gemv_exact`` for an N x K weight: :data:`WIDE_WARPS` for a grid
-    too small to fill the GPU (:func:`q2gemv.cuda.exact_contract.wide_warps`: 2 such CTAs
-    fit an SM at 56 registers), else :data:`WARPS`. Any choice gives the same bits."""
+def warps_for(n: int, k: int, m: int) -> int:
+    """Warps a CTA of a ``q2_0_gemv_exact`` launch of ``m`` rows on an N x K weight:
+    :data:`WIDE_WARPS` for a grid too small to fill the GPU at up to :data:`WIDE_MAX_M` rows
+    (:func:`q2gemv.cuda.exact_contract.wide_warps`: 2 such CTAs fit an SM at 56 registers),
+    else :data:`WARPS`. Any choice gives the same bits."""
     steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
-    wide = wide_warps(launch.div_ceil(n, ROWS_PER_CTA), steps, WIDE_WARPS)
+    wide = wide_warps(launch.div_ceil(n, ROWS_PER_CTA), steps, WIDE_WARPS, m, WIDE_MAX_M)
     return WIDE_WARPS if wide else WARPS
 
 
@@ -591,15 +595,17 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
             f"got M={ops.m}, K={ops.k}; split M"
         )
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
-    warps = warps_for(dw.n, dw.k)
     flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
-    return [
-        (
-            _q2_kernel(tiles_for(rows), dw.group, warps),
-            grid,
-            32 * warps,
-            (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows])
-            + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
+    launches = []
+    for r0, rows in launch.check_chunks(chunks, ops.m, MAX_M):
+        warps = warps_for(dw.n, dw.k, rows)
+        launches.append(
+            (
+                _q2_kernel(tiles_for(rows), dw.group, warps),
+                grid,
+                32 * warps,
+                (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows])
+                + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
+            )
         )
-        for r0, rows in launch.check_chunks(chunks, ops.m, MAX_M)
-    ]
+    return launches

@@ -86,6 +86,9 @@ from .scales import scale_entry
 
 WARPS = 8  # warps per CTA, splitting K (at least 8: the scale table has 256 entries)
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
+# Rows of a launch up to which a small grid takes WIDE_WARPS: an 8B model's decode on the
+# H200 (benchmarks/NOTES.md) was faster with 16 warps at batch 1, with 8 at batch 4.
+WIDE_MAX_M = 2
 ROWS_PER_CTA = kernels.get("w4a16_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 STEP = lay.STEP  # elements of a row per warp step: 4 blocks
 ZSUM_NAN = lay.ZSUM_NAN  # the row sum of a weight row with a NaN scale
@@ -374,10 +377,12 @@ def _gemv_kernel(nct: int, warps: int = WARPS, prefetch_b: bool | None = None):
     return cuda.jit(GEMV_SIGNATURE)(_make_gemv_body(nct, warps, prefetch_b))
 
 
-def warps_for(n: int, k: int) -> int:
-    """Warps a CTA for an N x K weight: :data:`WIDE_WARPS` for a grid too small to fill the
-    GPU (:func:`q2gemv.cuda.exact_contract.wide_warps`), else :data:`WARPS`; the same bits."""
-    wide = wide_warps(launch.div_ceil(n, ROWS_PER_CTA), padded_k(k) // STEP, WIDE_WARPS)
+def warps_for(n: int, k: int, m: int) -> int:
+    """Warps a CTA of a launch of ``m`` rows on an N x K weight: :data:`WIDE_WARPS` for a grid
+    too small to fill the GPU at up to :data:`WIDE_MAX_M` rows
+    (:func:`q2gemv.cuda.exact_contract.wide_warps`), else :data:`WARPS`; the same bits."""
+    tiles = launch.div_ceil(n, ROWS_PER_CTA)
+    wide = wide_warps(tiles, padded_k(k) // STEP, WIDE_WARPS, m, WIDE_MAX_M)
     return WIDE_WARPS if wide else WARPS
 
 
@@ -494,11 +499,11 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
         )
     gm, ge, special, sign = global_parts(dw.global_scale)
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
-    warps = warps_for(dw.n, dw.k)
     flat = ops.limbs.reshape(ops.limbs.size)
     xs = xscales.reshape(xscales.size).view(np.uint64)
     launches = []
     for r0, rows in launch.check_chunks(rows_of, ops.m, MAX_M):
+        warps = warps_for(dw.n, dw.k, rows)
         launches.append(
             (
                 _gemv_kernel(tiles_for(rows), warps),
