@@ -33,6 +33,9 @@ def test_e2m1_golden_by_hand():
     assert fmt.E2M1_VALUES[:8].tolist() == want
     assert fmt.E2M1_VALUES[8:].tolist() == [-v for v in want]
     assert np.signbit(fmt.E2M1_VALUES[8])  # code 8 is -0.0
+    twice = [0, 1, 2, 3, 4, 6, 8, 12]  # the exact contract's integers: 2 * e2m1, -0 as 0
+    assert fmt.E2M1_TWICE.tolist() == twice + [-v for v in twice]
+    assert fmt.E2M1_TWICE.dtype == np.int64 and not fmt.E2M1_TWICE.flags.writeable
 
 
 def test_e4m3_table_matches_ml_dtypes_all_256_patterns():

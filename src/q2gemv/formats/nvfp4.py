@@ -63,6 +63,10 @@ E2M1_VALUES = np.array(
     dtype=np.float32,
 )
 E2M1_VALUES.flags.writeable = False
+# 2 * e2m1 by code: exact small ints in [-12, 12] (code 8, -0.0, is 0); the exact contract's
+# weights and the execution layout's row sums are made of these.
+E2M1_TWICE = (2 * E2M1_VALUES).astype(np.int64)
+E2M1_TWICE.flags.writeable = False
 
 # Rounding midpoints between consecutive E2M1 magnitudes (the ModelOpt bounds).
 _E2M1_MAGS = E2M1_VALUES[:8].astype(np.float64)

@@ -58,10 +58,8 @@ LANES = 32
 ZSUM_NAN = -(2**63)  # zsum of a row holding a NaN scale: every output of the row is NaN
 QUADS_PER_BLOCK = fmt.BLOCK // 4  # 4 elements (one uint16 of packed) per lane and block
 
-# 2 * e2m1 by code (exact small ints; code 8 is -0 -> 0), from the format's table
-_E2M1_TWICE = (2 * fmt.E2M1_VALUES).astype(np.int64)
 # sum of 2 * e2m1 of both codes of a packed byte
-_PAIR_TWICE = (_E2M1_TWICE[np.arange(256) & 0xF] + _E2M1_TWICE[np.arange(256) >> 4]).astype(
+_PAIR_TWICE = (fmt.E2M1_TWICE[np.arange(256) & 0xF] + fmt.E2M1_TWICE[np.arange(256) >> 4]).astype(
     np.int16
 )
 

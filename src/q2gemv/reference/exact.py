@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats.bf16 import as_bf16_rows, bits_to_bf16
-from ..formats.nvfp4 import Nvfp4Weight
+from ..formats.nvfp4 import E2M1_TWICE, Nvfp4Weight
 from ..formats.q2_0 import Q2Weight
 
 FRAC_BITS = 22  # A_k = a_k * 2**(FRAC_BITS - E_m), rounded half to even
@@ -225,10 +225,6 @@ def q2_0_gemv_exact(a, weight: Q2Weight) -> np.ndarray:
     y = exact_gemv(bits, wint_rows, weight.n, weight.group, mant, exp, bad.any(axis=1))
     out = bits_to_bf16(y)
     return out[0] if squeeze else out
-
-
-E2M1_TWICE = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int64)
-E2M1_TWICE.flags.writeable = False  # 2 * e2m1(code), exact small ints, by code
 
 
 def e4m3_scale_parts(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
