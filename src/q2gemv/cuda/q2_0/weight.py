@@ -9,7 +9,6 @@ where the seed contract's kernels need them.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -19,9 +18,8 @@ from numba import cuda
 from ... import launch
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
+from ..runtime.once import fill_once
 from . import layout as q2_layout
-
-_LAYOUT_LOCK = threading.Lock()  # a device weight makes its layout / GGUF bytes once
 
 
 @dataclass(frozen=True)
@@ -96,13 +94,11 @@ class DeviceQ2Weight:
 
     def exec_layout(self, stream=0) -> tuple:
         """``(codes, scales)``: the execution layout, made on the device at first use if absent."""
-        if self.codes is None:
-            with _LAYOUT_LOCK:
-                if self.codes is None:
-                    codes, scales = q2_layout.pack(self.b16, self.n, self.k, self.group, stream)
-                    object.__setattr__(self, "scales", scales)
-                    object.__setattr__(self, "codes", codes)
-        return self.codes, self.scales
+        return fill_once(
+            self,
+            ("codes", "scales"),
+            lambda: q2_layout.pack(self.b16, self.n, self.k, self.group, stream),
+        )
 
     def gguf_halves(self, stream=0) -> tuple:
         """``(b16, bh)``: the GGUF bytes, rebuilt on the device from the layout at first use if absent.
@@ -110,15 +106,12 @@ class DeviceQ2Weight:
         Only the seed contract's kernels read them; the rebuild is the exact
         inverse of the layout (:func:`q2gemv.cuda.q2_0.layout.unpack`).
         """
-        if self.b16 is None:
-            with _LAYOUT_LOCK:
-                if self.b16 is None:
-                    b16 = q2_layout.unpack(
-                        self.codes, self.scales, self.n, self.k, self.group, stream
-                    )
-                    object.__setattr__(self, "bh", b16.view(np.float16))
-                    object.__setattr__(self, "b16", b16)
-        return self.b16, self.bh
+
+        def make() -> tuple:
+            b16 = q2_layout.unpack(self.codes, self.scales, self.n, self.k, self.group, stream)
+            return b16, b16.view(np.float16)
+
+        return fill_once(self, ("b16", "bh"), make)
 
     def to_gguf(self) -> np.ndarray:
         """The weight's GGUF ``block_q2_0`` bytes, copied to the host (uint8 [n * row_bytes])."""

@@ -10,7 +10,6 @@ need them.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -21,9 +20,8 @@ from ...backends import simulator_lock
 from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK, Nvfp4Weight, check_global_scale
 from ..runtime.interop import check_device_array
+from ..runtime.once import fill_once
 from . import layout as w4_layout
-
-_LAYOUT_LOCK = threading.Lock()  # a device weight makes its layout / raw arrays once
 
 
 @dataclass(frozen=True)
@@ -103,16 +101,11 @@ class DeviceNvfp4Weight:
 
     def exec_layout(self, stream=0) -> tuple:
         """``(codes, xscales, zsum)``: the execution layout, made on the device at first use if absent."""
-        if self.codes is None:
-            with _LAYOUT_LOCK:
-                if self.codes is None:
-                    codes, xscales, zsum = w4_layout.pack(
-                        self.wp, self.scales, self.n, self.k, stream
-                    )
-                    object.__setattr__(self, "xscales", xscales)
-                    object.__setattr__(self, "zsum", zsum)
-                    object.__setattr__(self, "codes", codes)
-        return self.codes, self.xscales, self.zsum
+        return fill_once(
+            self,
+            ("codes", "xscales", "zsum"),
+            lambda: w4_layout.pack(self.wp, self.scales, self.n, self.k, stream),
+        )
 
     def raw_parts(self, stream=0) -> tuple:
         """``(wp, scales)``: the raw arrays, rebuilt on the device from the layout at first use if absent.
@@ -120,13 +113,11 @@ class DeviceNvfp4Weight:
         Only the seed contract's kernels read them; the rebuild is the exact
         inverse of the layout (:func:`q2gemv.cuda.w4a16.layout.unpack`).
         """
-        if self.wp is None:
-            with _LAYOUT_LOCK:
-                if self.wp is None:
-                    wp, scales = w4_layout.unpack(self.codes, self.xscales, self.n, self.k, stream)
-                    object.__setattr__(self, "scales", scales)
-                    object.__setattr__(self, "wp", wp)
-        return self.wp, self.scales
+        return fill_once(
+            self,
+            ("wp", "scales"),
+            lambda: w4_layout.unpack(self.codes, self.xscales, self.n, self.k, stream),
+        )
 
     def to_parts(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
         """``(packed uint8 [n, k/2], scales uint8 [n, k/16], global_scale)``, copied to the host.
