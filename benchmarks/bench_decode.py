@@ -15,7 +15,10 @@ head stay bf16 throughout; only the 7 projections of every layer change):
 * ``q2_0``: every projection a :class:`q2gemv.torch.Q2Linear` (group ``--group``);
 * ``nvfp4``: every projection a :class:`q2gemv.torch.Nvfp4Linear`;
 * ``gemlite_a16w2`` / ``gemlite_a16w4``: gemlite's ``A16Wn`` layers (2 and 4 bits,
-  group ``--group``), when ``import gemlite`` works (else a row with the reason).
+  group ``--group``), when ``import gemlite`` works (else a row with the reason);
+* ``q2_0_w8`` / ``nvfp4_w8`` (only when named in ``--formats``): the same layers as
+  ``q2_0`` / ``nvfp4`` with the exact kernels' CTAs forced to 8 warps instead of the
+  launcher's choice (``warps_for``; the same bits): the check behind that choice.
 
 The quantized weights are random codes made on the device (Q2_0 scale 0.02, NVFP4
 block scale 1.0 and global scale 0.02/3, gemlite scale 0.02): decode speed does not
@@ -64,6 +67,7 @@ from pathlib import Path
 import numpy as np
 
 FORMATS = ("bf16", "q2_0", "nvfp4", "gemlite_a16w2", "gemlite_a16w4")
+CTA_VARIANTS = ("q2_0_w8", "nvfp4_w8")  # run only when named: 8-warp CTAs forced
 PROJECTIONS = (
     ("self_attn", "q_proj"),
     ("self_attn", "k_proj"),
@@ -127,7 +131,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batches", default=None, help="comma-separated (default 1,4,8,16)")
     p.add_argument("--prompt", type=int, default=None, help="prompt tokens (default 128)")
     p.add_argument("--new", type=int, default=None, help="new tokens (default 128)")
-    p.add_argument("--formats", default=",".join(FORMATS), help=f"subset of {FORMATS}")
+    p.add_argument(
+        "--formats", default=",".join(FORMATS), help=f"subset of {FORMATS + CTA_VARIANTS}"
+    )
     p.add_argument("--group", type=int, default=128, choices=(64, 128), help="Q2_0 group")
     p.add_argument("--numerics", default=None, help="q2gemv numerics contract (default)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point (default 2)")
@@ -135,9 +141,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="tiny CPU run (tests)")
     args = p.parse_args(argv)
     formats = tuple(f for f in args.formats.split(",") if f)
-    bad = [f for f in formats if f not in FORMATS]
+    bad = [f for f in formats if f not in FORMATS + CTA_VARIANTS]
     if bad or not formats:
-        p.error(f"--formats: expected a comma-separated subset of {FORMATS}, got {args.formats!r}")
+        p.error(
+            f"--formats: expected a comma-separated subset of {FORMATS + CTA_VARIANTS}, "
+            f"got {args.formats!r}"
+        )
     args.formats = formats
     dry = args.dry_run
     args.repeats = args.repeats if args.repeats is not None else (1 if dry else 2)
@@ -242,7 +251,30 @@ def swap_projections(model, make) -> None:
             setattr(owner, attr, make(getattr(owner, attr)))
 
 
+_FORCED: dict = {}  # exact-kernel module -> its own warps_for, while a CTA variant runs
+
+
+def cta_variant(fmt: str) -> str:
+    """The base format of ``fmt``; for a ``*_w8`` variant, the family's exact kernels take 8-warp
+    CTAs from now on (until the next call): their ``warps_for`` is replaced. Any other format
+    puts the launcher's own choice back."""
+    for mod, own in _FORCED.items():
+        mod.warps_for = own
+    _FORCED.clear()
+    if fmt not in CTA_VARIANTS:
+        return fmt
+    base = fmt.removesuffix("_w8")
+    if base == "q2_0":
+        from q2gemv.cuda.q2_0 import exact as mod
+    else:
+        from q2gemv.cuda.w4a16 import exact as mod
+    _FORCED[mod] = mod.warps_for
+    mod.warps_for = lambda n, k, m: mod.WARPS
+    return base
+
+
 def to_format(model, fmt: str, args, device) -> None:
+    fmt = cta_variant(fmt)
     if fmt == "q2_0":
         swap_projections(model, lambda lin: random_q2(lin, args.group, args.numerics, device))
     elif fmt == "nvfp4":
@@ -328,6 +360,7 @@ OURS = {
     "gemlite_a16w2": re.compile(r"A16fWn|gemlite", re.I),
     "gemlite_a16w4": re.compile(r"A16fWn|gemlite", re.I),
 }
+OURS.update({v: OURS[v.removesuffix("_w8")] for v in CTA_VARIANTS})
 
 
 def profile_steps(model, args, device, fmt: str, steps: int = 8) -> list[dict]:

@@ -424,6 +424,25 @@ def test_bench_decode_arguments():
             bench.parse_args(["--out", "x", *bad])
 
 
+def test_bench_decode_cta_variants_force_8_warps_then_restore():
+    from q2gemv.cuda.q2_0 import exact as xq
+    from q2gemv.cuda.w4a16 import exact as xw
+
+    bench = _bench()
+    assert bench.parse_args(["--out", "x", "--formats", "nvfp4_w8"]).formats == ("nvfp4_w8",)
+    assert not set(bench.CTA_VARIANTS) & set(bench.parse_args(["--out", "x"]).formats)
+    small = (1024, 4096, 1)  # a grid the launcher gives 16-warp CTAs
+    assert xq.warps_for(*small) == xq.WIDE_WARPS and xw.warps_for(*small) == xw.WIDE_WARPS
+    try:
+        assert bench.cta_variant("q2_0_w8") == "q2_0"
+        assert xq.warps_for(*small) == xq.WARPS and xw.warps_for(*small) == xw.WIDE_WARPS
+        assert bench.cta_variant("nvfp4_w8") == "nvfp4"
+        assert xq.warps_for(*small) == xq.WIDE_WARPS and xw.warps_for(*small) == xw.WARPS
+    finally:
+        assert bench.cta_variant("bf16") == "bf16"
+    assert xq.warps_for(*small) == xq.WIDE_WARPS and xw.warps_for(*small) == xw.WIDE_WARPS
+
+
 def test_bench_decode_dry_run(tmp_path, capsys):
     import csv
 
