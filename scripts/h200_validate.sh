@@ -6,7 +6,10 @@
 # Starts, in parallel, each under `timeout SECONDS` (default 540):
 #   check      scripts/h200_check.py: every kernel on 5120x5120, 17408x5120, 5120x17408
 #   verify     q2gemv verify --brief on the GPU (golden vectors)
-#   pytest     the GPU tests: kernels, golden, the simulator-lock and thread runtime tests
+#   pytest-seed the GPU tests of the seed contract's kernels (Q2_0 and W4A16)
+#   pytest     the GPU tests: golden, the exact Q2_0 kernel, the simulator-lock and thread
+#              runtime tests (the seed tests had this slot once; side by side with the
+#              sanitizers they needed more than 375 s together)
 #   pytest-api the GPU tests of the public paths: exact kernels' twins, torch modules
 #              (eager, torch.compile, CUDA graphs), launch cache, device weights, interop
 #   fuzz       the gpu-marked hypothesis properties (larger shapes, more examples)
@@ -26,7 +29,8 @@ export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 declare -A CMD=(
   [check]="python3 scripts/h200_check.py --out $OUT"
   [verify]="python3 -m q2gemv.cli verify --brief"
-  [pytest]="python3 -m pytest -q -p no:cacheprovider tests/cuda/q2_0/test_seed.py tests/cuda/w4a16/test_seed.py tests/golden/test_harness.py tests/cuda/q2_0/test_exact.py tests/test_api_edges_runtime.py"
+  [pytest-seed]="python3 -m pytest -q -p no:cacheprovider tests/cuda/q2_0/test_seed.py tests/cuda/w4a16/test_seed.py"
+  [pytest]="python3 -m pytest -q -p no:cacheprovider tests/golden/test_harness.py tests/cuda/q2_0/test_exact.py tests/test_api_edges_runtime.py"
   [pytest-api]="python3 -m pytest -q -p no:cacheprovider tests/cuda/runtime/test_dev.py tests/cuda/w4a16/test_exact.py tests/test_torch.py tests/cuda/runtime/test_launch_cache.py tests/test_device_weight.py tests/cuda/runtime/test_interop.py tests/test_api_exact.py"
   [fuzz]="python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_fuzz.py --hypothesis-show-statistics"
   [san-race-q2]="python3 scripts/sanitize_h200.py --tools racecheck --families q2_0,q2_0_exact --timeout $((LIMIT - 20)) --log-dir $OUT"
@@ -41,7 +45,7 @@ for job in "${!CMD[@]}"; do
   PID[$job]=$!
 done
 printf '%-12s %4s %9s  %s\n' job rc done_by_s "last line"
-for job in check verify pytest pytest-api fuzz san-race-q2 san-race-w4 san-mem san-other; do
+for job in check verify pytest-seed pytest pytest-api fuzz san-race-q2 san-race-w4 san-mem san-other; do
   wait "${PID[$job]}"
   rc=$?
   printf '%-12s %4s %9s  %s\n' "$job" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$job.log" | cut -c1-90)"
