@@ -172,6 +172,23 @@ def test_warps_for_widens_only_small_grids_with_steps_for_every_warp_and_few_row
     assert ex.warps_for(1024, 2048, 1) == base  # 16 steps: not one for each of 16 warps twice
 
 
+def test_ptx_specs_are_the_builds_the_launcher_picks():
+    """The PTX tests compile each build a launch can take (and no other): every M at 8 warps on
+    a grid that fills the GPU, the small grid's choice at each M, both groups."""
+    picked = {
+        (ex.tiles_for(m), ex.warps_for(n, 4096, m))
+        for n in (1024, 16384)
+        for m in range(1, ex.MAX_M + 1)
+    }
+    want = {
+        f"q2_0_gemv_exact@m{2 * nt}g{group}" + (f"w{warps}" if warps != ex.WARPS else "")
+        for nt, warps in picked
+        for group in (64, 128)
+    }
+    names = [name for name, _, _ in ex.ptx_specs()]
+    assert sorted(names) == sorted(want | {"exact_prepare"})
+
+
 def test_launches_choose_the_cta_size_per_chunk():
     """A call of 9 rows on a small grid: the 8-row chunk takes 8 warps, the 1-row chunk 16."""
     m, n, k = 9, 1024, 4096

@@ -207,6 +207,18 @@ def test_tiles_and_warps_choices():
     assert xw.warps_for(16384, 16384, 1) == xw.WARPS  # 1024 tiles fill the GPU
 
 
+def test_ptx_specs_are_the_builds_the_launcher_picks():
+    """The PTX tests compile each build a launch can take (and no other)."""
+    picked = {
+        (xw.tiles_for(m), xw.warps_for(n, 4096, m))
+        for n in (1024, 16384)
+        for m in range(1, xw.MAX_M + 1)
+    }
+    want = {f"w4a16_gemv_exact@c{nct}w{warps}" for nct, warps in picked}
+    names = [name for name, _, _ in xw.ptx_specs()]
+    assert sorted(names) == sorted(want | {"w4a16_exact_prepare"})
+
+
 def test_launches_choose_the_cta_size_per_chunk():
     """A call of 10 rows on a small grid: the 8-row chunk takes 8 warps, the 2-row chunk 16."""
     from q2gemv.cuda.w4a16 import DeviceNvfp4Weight

@@ -188,6 +188,14 @@ def tiles_for(m: int) -> int:
     return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
 
 
+TILES = (1, 2, 4)  # every tiles_for(m)
+
+
+def wide_tiles() -> tuple[int, ...]:
+    """The B tile counts a 16-warp launch can have (launches of up to WIDE_MAX_M rows)."""
+    return tuple(sorted({tiles_for(m) for m in range(1, WIDE_MAX_M + 1)}))
+
+
 def _make_q2_body(nt: int, group: int, warps: int = WARPS):
     """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``,
     ``warps`` warps a CTA splitting K (:func:`warps_for`).
@@ -479,17 +487,18 @@ def warps_for(n: int, k: int, m: int) -> int:
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
-    """``(name, body, signature)`` of each build, for the PTX tests (every M group)."""
+    """``(name, body, signature)`` of each build the launcher can pick, for the PTX tests: every
+    M group at 8 warps, those of up to :data:`WIDE_MAX_M` rows at 16."""
     specs = [("exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
     specs += [
         (f"q2_0_gemv_exact@m{2 * nt}g{group}", _make_q2_body(nt, group), Q2_SIGNATURE)
         for group in fmt.GROUPS
-        for nt in (1, 2, 4)
+        for nt in TILES
     ]
     specs += [
         (f"q2_0_gemv_exact@m{2 * nt}g{group}w{WIDE_WARPS}", body, Q2_SIGNATURE)
         for group in fmt.GROUPS
-        for nt in (1, 2, 4)
+        for nt in wide_tiles()
         for body in (_make_q2_body(nt, group, WIDE_WARPS),)
     ]
     return specs
