@@ -133,7 +133,7 @@ def test_exact_w4a16_builds_use_k16_imma_and_no_float(ptx_summary):
 
     names = [name for name, _, _ in exact_w4a16.ptx_specs()]
     assert "w4a16_exact_prepare" in names
-    assert len(names) == 1 + len(exact_w4a16.TILES) + len(exact_w4a16.wide_tiles())
+    assert len(names) == 1 + len(exact_w4a16.TILES) + len(exact_w4a16.WIDE_TILES)
     for name in names:
         s = ptx_summary[name]
         if name.startswith("w4a16_gemv_exact@c"):

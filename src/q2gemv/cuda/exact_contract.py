@@ -121,6 +121,12 @@ def wide_warps(tiles: int, steps: int, wide: int, rows: int, max_rows: int) -> b
     return tiles <= WIDE_MAX_TILES and steps >= 2 * wide and rows <= max_rows
 
 
+def tile_counts(tiles_for, max_rows: int) -> tuple[int, ...]:
+    """The distinct B tile counts ``tiles_for(m)`` of launches of 1..``max_rows`` rows: the
+    builds of a family's exact GEMV that a launch of at most that many rows can take."""
+    return tuple(sorted({tiles_for(m) for m in range(1, max_rows + 1)}))
+
+
 ROW_LOADS = 4  # 16-byte loads a thread has in flight while finding a row's maximum
 _ROW_WORDS = 4 * ROW_LOADS  # their 32-bit words
 
@@ -172,5 +178,6 @@ __all__ = [
     "fixed_point_one",
     "round_fixed_bf16",
     "row_exponent",
+    "tile_counts",
     "wide_warps",
 ]

@@ -67,6 +67,7 @@ from ..exact_contract import (
     fixed_point_one,
     round_fixed_bf16,
     row_exponent,
+    tile_counts,
     wide_warps,
 )
 from ..runtime.dev import (
@@ -188,12 +189,8 @@ def tiles_for(m: int) -> int:
     return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
 
 
-TILES = (1, 2, 4)  # every tiles_for(m)
-
-
-def wide_tiles() -> tuple[int, ...]:
-    """The B tile counts a 16-warp launch can have (launches of up to WIDE_MAX_M rows)."""
-    return tuple(sorted({tiles_for(m) for m in range(1, WIDE_MAX_M + 1)}))
+TILES = tile_counts(tiles_for, MAX_M)  # the B tile counts of every build
+WIDE_TILES = tile_counts(tiles_for, WIDE_MAX_M)  # those a 16-warp launch can take
 
 
 def _make_q2_body(nt: int, group: int, warps: int = WARPS):
@@ -498,7 +495,7 @@ def ptx_specs() -> list[tuple[str, object, str]]:
     specs += [
         (f"q2_0_gemv_exact@m{2 * nt}g{group}w{WIDE_WARPS}", body, Q2_SIGNATURE)
         for group in fmt.GROUPS
-        for nt in wide_tiles()
+        for nt in WIDE_TILES
         for body in (_make_q2_body(nt, group, WIDE_WARPS),)
     ]
     return specs

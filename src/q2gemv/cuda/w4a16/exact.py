@@ -70,6 +70,7 @@ from ..exact_contract import (
     fixed_point_one,
     round_fixed_bf16,
     row_exponent,
+    tile_counts,
     wide_warps,
 )
 from ..runtime.dev import (
@@ -363,12 +364,8 @@ GEMV_SIGNATURE = (
     "void(uint32[::1], int32[::1], uint32[::1], uint64[::1], int64[::1], uint16[:, ::1], "
     "int32, int32, int32, int32, int64, int32, int32, int32)"
 )
-TILES = (1, 2, 3)  # every tiles_for(m)
-
-
-def wide_tiles() -> tuple[int, ...]:
-    """The column-tile counts a 16-warp launch can have (launches of up to WIDE_MAX_M rows)."""
-    return tuple(sorted({tiles_for(m) for m in range(1, WIDE_MAX_M + 1)}))
+TILES = tile_counts(tiles_for, MAX_M)  # the column-tile counts of every build
+WIDE_TILES = tile_counts(tiles_for, WIDE_MAX_M)  # those a 16-warp launch can take
 
 
 @functools.cache
@@ -395,7 +392,7 @@ def ptx_specs() -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of each build the launcher can pick, for the PTX tests: every
     column-tile count at 8 warps, those of up to :data:`WIDE_MAX_M` rows at 16."""
     specs = [("w4a16_exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
-    for warps, tiles in ((WARPS, TILES), (WIDE_WARPS, wide_tiles())):
+    for warps, tiles in ((WARPS, TILES), (WIDE_WARPS, WIDE_TILES)):
         for nct in tiles:
             name = f"w4a16_gemv_exact@c{nct}w{warps}"
             specs.append((name, _make_gemv_body(nct, warps), GEMV_SIGNATURE))
