@@ -1,7 +1,8 @@
 """The ``q2gemv`` command: ``verify`` (the main job), ``inspect``, ``golden``, ``bench``.
 
 Every subcommand reports a usage or data problem as one line on stderr
-(control characters escaped: :func:`one_line`), never a traceback; an
+(control characters escaped: :func:`one_line`), never a traceback; text that
+stdout's encoding cannot hold is printed escaped (``\\xe9``); an
 output that cannot be written (stdout on a full disk) is one such line
 and status 1. A closed stdout (``q2gemv verify --list | head``) ends
 the command quietly with status 141 (128 + SIGPIPE, what a shell reports).
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _escape_unencodable()
     args = build_parser().parse_args(argv)
     try:
         rc = int(args.func(args) or 0)
@@ -95,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return rc
+
+
+def _escape_unencodable() -> None:
+    """Print what stdout's encoding cannot hold (``PYTHONIOENCODING=ascii``, a C locale)
+    escaped (``\\xe9``), as stderr already does, rather than end in a UnicodeEncodeError."""
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
 
 
 def _drop_stdout() -> None:

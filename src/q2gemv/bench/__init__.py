@@ -81,6 +81,7 @@ from .formulas import (
     weight_bytes,
 )
 from .matrix import (
+    MAX_M,
     MS,
     Q2_BATCHM,
     Q2_M1_REFERENCE,
@@ -145,6 +146,7 @@ __all__ = [
     "GRAPH_FIELDS",
     "H200_FALLBACK",
     "L2_ROTATE_FACTOR",
+    "MAX_M",
     "MS",
     "NVFP4_GROUP",
     "OUTPUT_SUFFIXES",

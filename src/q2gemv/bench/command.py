@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .._command import int_at_least, one_line
 from .matrix import (
+    MAX_M,
     QUICK_MS,
     QUICK_SHAPES,
     SIM_EXAMPLE_SHAPE,
@@ -55,7 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"M {','.join(map(str, QUICK_MS))} (unless --shapes/--m say otherwise)",
     )
     p.add_argument("--shapes", help="N x K list, e.g. 5120x5120,16384x16384 (default: all four)")
-    p.add_argument("--m", help="M list with ranges, e.g. 1-8,16,32 (default)")
+    p.add_argument(
+        "--m", help=f"M list with ranges, e.g. 1-8,16,32 (default); each at most {MAX_M}"
+    )
     p.add_argument(
         "--kernels",
         help="keep only these families (q2_0, w4a16, bf16) or kernel names, comma-separated",
@@ -104,8 +107,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check_outputs(out: Path, prefix: str | None) -> None:
     """Before any case runs: ``--prefix`` is a plain file name (``../x`` would write outside
-    ``--out``), and ``--out`` is a folder this process can write (found after the run, the
-    results were lost). Creates ``out``; raises ValueError saying which."""
+    ``--out``), and ``--out`` is a folder this process can write or create (found after the
+    run, the results were lost). Creates nothing: the folder is made when the results are
+    written, so a refused run leaves none behind. Raises ValueError saying which."""
     if prefix is not None and (
         prefix in ("", ".", "..")
         or "/" in prefix
@@ -114,12 +118,16 @@ def _check_outputs(out: Path, prefix: str | None) -> None:
         or not prefix.isprintable()
     ):
         raise ValueError(f"--prefix: expected a file name prefix (no folders), got {prefix!r}")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--out: cannot create the folder {str(out)!r}: {e.strerror}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ValueError(f"--out: the folder {str(out)!r} is not writable")
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(
+            f"--out: cannot create the folder {str(out)!r}: {str(existing)!r} is a file"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "folder" if existing == out.absolute() else "folder above it"
+        raise ValueError(f"--out: the {what} {str(existing)!r} is not writable")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -51,6 +51,10 @@ GROUPED_FAMILIES = frozenset(f.name for f in kernels.families() if f.grouped)
 SIM_EXAMPLE_SHAPE = "16x512"
 SIM_MAX_NK = 32768  # e.g. 64x512: one q2_0_gemv_vec case took 47 s (same command, --m 1)
 SIM_MAX_M = 9  # one row past the batched kernels' 8-row chunk
+# The largest M a run takes. A decode GEMV serves a batch of tokens; far beyond this it is a
+# GEMM, and each case holds [M, K] activations per rotated copy and one launch per 8 rows
+# (M = 10**9 used to build 125 million launch entries, gigabytes, before any refusal).
+MAX_M = 4096
 
 
 # -- cases (pure) -------------------------------------------------------------------
@@ -131,8 +135,8 @@ def build_cases(
     if q2_kernels is None:
         q2_kernels = q2_kernel_table()
     ms = sorted(set(int(m) for m in ms))
-    if not ms or ms[0] < 1:
-        raise ValueError(f"ms: expected M values >= 1, got {ms}")
+    if not ms or ms[0] < 1 or ms[-1] > MAX_M:
+        raise ValueError(f"ms: expected M values in 1..{MAX_M}, got {ms}")
     out: dict[tuple, Case] = {}
     sweep = {tuple(s) for s in sweep_shapes}
     for n, k in shapes:
@@ -203,22 +207,24 @@ def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(shapes)
 
 
-def parse_ints(text: str, what: str = "m") -> tuple[int, ...]:
-    """``"1-8,16,32"`` -> (1, 2, ..., 8, 16, 32), sorted, unique, each >= 1."""
+def parse_ints(text: str, what: str = "m", most: int | None = None) -> tuple[int, ...]:
+    """``"1-8,16,32"`` -> (1, 2, ..., 8, 16, 32), sorted, unique, each >= 1 (and <= ``most``).
+
+    A value or range end above ``most`` is refused before any range is expanded.
+    """
     vals: set[int] = set()
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
         try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-"))
-                vals.update(range(lo, hi + 1))
-            else:
-                vals.add(int(part))
+            lo, hi = (int(x) for x in part.split("-")) if "-" in part else (int(part),) * 2
         except ValueError:
             raise ValueError(
                 f"{what}: expected integers or ranges like 1-8, got {part!r}"
             ) from None
+        if most is not None and max(lo, hi) > most:
+            raise ValueError(f"{what}: expected values of at most {most}, got {part!r}")
+        vals.update(range(lo, hi + 1))
     if not vals or min(vals) < 1:
         raise ValueError(f"{what}: expected values >= 1, got {text!r}")
     return tuple(sorted(vals))
@@ -280,7 +286,7 @@ class Settings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
         shapes = parse_shapes(args.shapes) if args.shapes else None
-        ms = parse_ints(args.m) if args.m else None
+        ms = parse_ints(args.m, "--m", most=MAX_M) if args.m else None
         if args.quick:
             shapes = shapes or QUICK_SHAPES
             ms = ms or QUICK_MS
