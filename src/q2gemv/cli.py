@@ -18,7 +18,8 @@ from ._command import one_line
 
 DESCRIPTION = (
     "Bit-exact low-bit decode GEMV kernels (GGUF Q2_0, NVFP4 W4A16). "
-    "Start with 'q2gemv verify'; 'q2gemv COMMAND --help' describes each command."
+    "Start with 'q2gemv verify' (minutes on a CPU-only machine; 'q2gemv verify --backend "
+    "reference' takes seconds); 'q2gemv COMMAND --help' describes each command."
 )
 EXIT_BROKEN_PIPE = 141
 
@@ -47,8 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
             "verify",
             help="prove every available backend bit-exact against the golden vectors",
             description="Check the golden data's integrity, then run every golden check on "
-            "each backend. Exit status: 0 every check that ran is bit-exact, 1 a check failed "
-            "or errored or none ran, 2 the golden data is unusable.",
+            "each backend. Without a GPU the cuda backend runs on numba's CUDA simulator: "
+            "minutes of CPU work (the command prints its estimate first); the quick form, "
+            "'q2gemv verify --backend reference', checks the NumPy references in seconds. "
+            "Exit status: 0 every check that ran is bit-exact, 1 a check failed or errored "
+            "or none ran, 2 the golden data is unusable.",
         )
     )
     golden_regen.add_arguments(
