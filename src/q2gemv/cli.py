@@ -65,9 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_arguments(
         sub.add_parser(
             "bench",
-            help="time kernels on the GPU (writes CSVs and a summary)",
-            description="Time every kernel on a CUDA GPU: cold weights, CUDA-graph replay, "
-            "against the read ceiling, the FMA floor and torch bf16.",
+            help="time kernels on the GPU (writes CSVs, a summary and, with --plot, figures)",
+            description="Time every registered kernel (the exact contract's defaults and the "
+            "seed kernels) on a CUDA GPU: cold weights, CUDA-graph replay, against the read "
+            "ceiling, the FMA floor and torch bf16; --plot draws what it measured.",
         )
     )
     pi = sub.add_parser(

@@ -1,13 +1,15 @@
 """``q2gemv bench`` (and ``benchmarks/run_h200.py``): its options and its entry point.
 
 The top of the subpackage: imports :mod:`~q2gemv.bench.matrix` and
-:mod:`~q2gemv.bench.results`, and :mod:`~q2gemv.bench.runner` (numba, the
-GPU) only when a run starts.
+:mod:`~q2gemv.bench.results`, :mod:`~q2gemv.bench.runner` (numba, the GPU)
+only when a run starts, and :mod:`~q2gemv.bench.plot` (matplotlib) only for
+``--plot``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -79,6 +81,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="graph: CUDA-graph replay between events (default); sleep: launches queued "
         "behind a spin kernel",
     )
+    p.add_argument(
+        "--plot",
+        action="store_true",
+        help="also draw what the run measured: PREFIX_gemv.png (time, %% of the read ceiling, "
+        "speed-up vs bf16 per M) and PREFIX_w4a16_tiers.png when W4A16 tiers were timed; "
+        "needs matplotlib (pip install -e '.[plot]')",
+    )
     p.add_argument("--no-torch", action="store_true", help="skip torch bf16 (and graph checks)")
     p.add_argument("--no-overhead", action="store_true", help="skip host overhead + graph check")
     p.add_argument(
@@ -130,6 +139,17 @@ def _check_outputs(out: Path, prefix: str | None) -> None:
         raise ValueError(f"--out: the {what} {str(existing)!r} is not writable")
 
 
+def draw(csv_path: Path, out: Path, prefix: str) -> dict[str, Path]:
+    """``--plot``: the figures of :mod:`q2gemv.bench.plot` from the run's CSV, beside it."""
+    from . import plot
+
+    paths = {"plot": plot.plot(csv_path, out / f"{prefix}_gemv.png", f"q2gemv bench ({prefix})")}
+    tiers = plot.plot_tiers(csv_path, out / f"{prefix}_w4a16_tiers.png")
+    if tiers is not None:
+        paths["tiers_plot"] = tiers
+    return paths
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``q2gemv bench`` (and ``benchmarks/run_h200.py``); returns the exit code."""
 
@@ -137,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
         st = Settings.from_args(args)
         cases = build_cases(st.shapes, st.ms, kernels=st.kernels, groups=st.groups, torch=st.torch)
         _check_outputs(st.out, st.prefix)
+        if st.plot and importlib.util.find_spec("matplotlib") is None:
+            raise ValueError("--plot needs matplotlib: pip install -e '.[plot]' (or leave --plot)")
     except ValueError as e:
         print(f"q2gemv bench: {one_line(e)}", file=sys.stderr)
         return 2
@@ -174,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"q2gemv bench: cannot write {where}: {e.strerror}", file=sys.stderr)
         return 2
     args.prefix = st.prefix  # the prefix used (benchmarks/run_h200.py plots its CSV)
+    if st.plot:
+        paths.update(draw(paths["gemv"], st.out, st.prefix))
     print(text_summary(report.rows))
     for line in report.summary_lines():
         print(line)
