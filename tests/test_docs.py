@@ -125,3 +125,15 @@ def test_readme_links_every_docs_page():
     linked = {(README.parent / t.split("#")[0]).resolve() for t in _links(README)}
     missing = [p.name for p in DOCS.glob("*.md") if p.resolve() not in linked]
     assert not missing, f"README.md links no {missing}"
+
+
+def test_commands_page_simulator_notice_is_what_verify_prints(monkeypatch):
+    import os
+
+    from q2gemv.golden import harness, suite
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # the page's example machine
+    text = (DOCS / "commands.md").read_text()
+    shown = next(b for b in _blocks(text, "text") if "the cuda backend runs" in b)
+    todo = harness.simulator_checks(suite.Selection.parse(None).gemv_checks(suite.load_suite()))
+    _assert_shown(f"q2gemv verify: {harness.sim_notice(todo, 2)}", shown, "commands.md notice")

@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kernels",
-        help="keep only these families (q2_0, w4a16, bf16) or kernel names, comma-separated",
+        help="keep only these families (q2_0, w4a16, bf16) or kernel names, comma-separated: "
+        "any registered kernel, the exact contract's (q2_0_gemv_exact, w4a16_gemv_exact) too",
     )
     p.add_argument("--group", default="128", help="Q2_0 group(s): 128 (default), 64 or 64,128")
     p.add_argument("--repeats", type=int, default=9, help="timed replays per case (>= 5; median)")
