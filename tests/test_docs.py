@@ -119,6 +119,19 @@ def _links(path: Path) -> list[str]:
 def test_relative_links_resolve(path):
     bad = [t for t in _links(path) if not (path.parent / t.split("#")[0]).exists()]
     assert not bad, f"{path.name}: links to nothing: {bad}"
+    # and every #anchor, of this page or of another .md, names one of its headings
+    text = path.read_text()
+    targets = [("", a) for a in re.findall(r"\]\(#([^)\s]+)\)", text)]
+    targets += [tuple(t.split("#", 1)) for t in _links(path) if "#" in t]
+    for page, anchor in targets:
+        where = path.parent / page if page else path
+        assert anchor in _anchors(where), f"{path.name}: no heading #{anchor} in {where.name}"
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors of a markdown page."""
+    heads = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", path.read_text(), flags=re.S), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
 
 
 def test_readme_links_every_docs_page():
