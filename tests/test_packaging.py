@@ -67,3 +67,6 @@ def test_a_notebooks_extra_installs_jupyter_and_what_the_notebooks_import():
     nb = _extra("notebooks")
     assert "jupyterlab" in nb or "notebook" in nb, "the notebooks extra installs no Jupyter"
     assert {"torch", "transformers", "matplotlib"} <= set(nb)  # notebook 06, notebook 04
+    # and the docs say how to use it
+    assert 'pip install -e ".[notebooks]"' in (ROOT / "docs" / "notebooks.md").read_text()
+    assert "notebooks" in (ROOT / "README.md").read_text()
