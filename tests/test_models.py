@@ -472,17 +472,15 @@ def test_example_model_decode(capsys):
     assert "bit-equal to quantize_model's: True" in out and out.rstrip().endswith("OK")
 
 
-def test_readme_models_section_runs():
+def test_docs_models_page_runs():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = re.search(r"^## Models \(transformers\)\n(.*?)(?=^## )", text, re.S | re.M)
-    assert section, "README.md has no '## Models (transformers)' section"
-    blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
-    assert blocks, "the README's models section has no python block"
+    text = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, "docs/models.md has no python block"
     scope: dict = {}
-    exec(compile(blocks[0], "README.md#models", "exec"), scope)
+    exec(compile(blocks[0], "docs/models.md", "exec"), scope)
     assert tuple(scope["tokens"].shape) == (2, 24)
 
 

@@ -406,16 +406,14 @@ def test_opcheck_add_bias():
     torch.library.opcheck(torch.ops.q2gemv.add_bias.default, (y, torch.randn(16)))
 
 
-# -- the README section, the example and the benchmark's dry run ----------------------
+# -- the docs page, the example and the benchmark's dry run ----------------------------
 
 
-def test_readme_torch_section_runs():
-    text = (ROOT / "README.md").read_text()
-    section = re.search(r"^## torch\n(.*?)(?=^## )", text, re.S | re.M)
-    assert section, "README.md has no '## torch' section"
-    blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
-    assert blocks, "the README's torch section has no python block"
-    exec(compile(blocks[0], "README.md#torch", "exec"), {})
+def test_docs_torch_page_runs():
+    text = (ROOT / "docs" / "torch.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, "docs/torch.md has no python block"
+    exec(compile(blocks[0], "docs/torch.md", "exec"), {})
 
 
 def test_example_torch_swap(capsys):
