@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._progress import track, wants_progress
 from ..formats.q2_0 import Q2Weight
 from ..io.gguf import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
 from ..torch import Q2Linear
@@ -184,14 +185,14 @@ def _permute_heads(config, hf: str) -> int | None:
     return None
 
 
-def _plan(gf: GgufFile, q2: dict[str, Q2Weight], model, numerics: str | None):
+def _plan(gf: GgufFile, q2: dict[str, Q2Weight], model, numerics: str | None, progress=None):
     """Everything load_gguf will set, checked against ``model``: (params, q2 layers)."""
     config = model.config
     params = dict(model.named_parameters())  # tied lm_head.weight is left out (a duplicate)
     tied = getattr(config, "tie_word_embeddings", False)
     new_params: dict[str, torch.Tensor] = {}
     new_layers: dict[str, Q2Linear] = {}
-    for t in gf.tensors:
+    for t in track(gf.tensors, "load_gguf", progress, name=lambda t: t.name):
         hf = hf_name(t.name)
         if hf is None:
             raise GgufError(
@@ -263,6 +264,7 @@ def load_gguf(
     numerics: str | None = None,
     dtype: torch.dtype = torch.bfloat16,
     ambiguous_group: int | None = None,
+    progress: bool | None = None,
 ) -> torch.nn.Module:
     """A transformers Llama model with the GGUF file's weights; Q2_0 linears as ``Q2Linear``.
 
@@ -275,6 +277,8 @@ def load_gguf(
         dtype: parameter dtype of a model built here (float tensors are converted to
             each parameter's dtype either way).
         ambiguous_group: as for :func:`q2gemv.io.load_q2_weights`.
+        progress: one progress step per tensor, on stderr (None: shown on a terminal for
+            large models, through tqdm when installed; see :func:`quantize_model`).
 
     Everything is read and checked before ``model`` is changed (see the module
     docstring for the names, the Q/K rows and what is refused). The model is
@@ -284,6 +288,7 @@ def load_gguf(
         GgufError: an unsupported type or architecture, a tensor without a module, a
             shape mismatch, or a parameter the file lacks (naming the tensor).
     """
+    wants_progress(progress, 0, False)  # TypeError naming progress
     path = os.fspath(path)
     gf = read_gguf(path)
     _architecture(gf)
@@ -298,7 +303,7 @@ def load_gguf(
             model = LlamaForCausalLM(config).to(dtype)
     elif not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model: expected a transformers model or None, got {type(model).__name__}")
-    new_params, new_layers = _plan(gf, q2, model, numerics)
+    new_params, new_layers = _plan(gf, q2, model, numerics, progress)
     for name, value in new_params.items():
         module_name, _, attr = name.rpartition(".")
         module = model.get_submodule(module_name)
