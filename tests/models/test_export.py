@@ -303,3 +303,43 @@ def test_save_safetensors_of_a_plain_module_writes_no_config(tmp_path):
     with torch.no_grad():
         q2gemv.check.assert_bits_equal(u16(fresh[0](x)), u16(net[0](x)), "layer")
     assert torch.equal(fresh[1].weight, net[1].weight)
+
+
+def test_save_gguf_copies_the_tokenizer_of_a_gguf_file(tmp_path):
+    import gguf
+
+    source = tmp_path / "float.gguf"
+    w = gguf.GGUFWriter(str(source), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"t{i}" for i in range(192)])
+    w.add_token_scores([float(-i) for i in range(192)])
+    w.add_token_types([1] * 192)
+    w.add_bos_token_id(7)
+    w.add_add_bos_token(True)
+    w.add_chat_template("{{ messages }}")
+    w.add_tensor("token_embd.weight", np.zeros((192, 128), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    model = tiny_llama(layers=1)
+    quantize_model(model, "q2_0")
+    path = tmp_path / "q2.gguf"
+    save_gguf(model, path, tokenizer_from=source)
+    got, want = read_gguf(path), read_gguf(source)
+    keys = [k for k in want.metadata if k.startswith("tokenizer.")]
+    assert len(keys) == 7
+    for key in keys:
+        assert got.metadata_types[key] == want.metadata_types[key], key
+        assert np.array_equal(np.asarray(got.metadata[key]), np.asarray(want.metadata[key])), key
+    assert got.metadata["tokenizer.ggml.eos_token_id"] == 2  # from the config, not in the source
+    assert load_gguf(path).config.bos_token_id == 7
+    bare = tmp_path / "bare.gguf"
+    w = gguf.GGUFWriter(str(bare), "llama")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ValueError, match="tokenizer_from: .* has no tokenizer"):
+        save_gguf(model, tmp_path / "x.gguf", tokenizer_from=bare)
+    assert not (tmp_path / "x.gguf").exists()

@@ -31,7 +31,14 @@ from .._atomic import write_text
 from .._progress import wants_progress
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight, divisor_from_global_scale
 from ..formats.q2_0 import Q2Weight
-from ..io.gguf import GGUF_FLOAT32, GGUF_STRING, GGUF_UINT32, default_q2_type_id
+from ..io.gguf import (
+    GGUF_ARRAY,
+    GGUF_FLOAT32,
+    GGUF_STRING,
+    GGUF_UINT32,
+    default_q2_type_id,
+    read_gguf,
+)
 from ..io.gguf_write import GGUF_BF16, GGUF_F16, GGUF_F32, GgufTensorOut, write_gguf
 from ..io.safetensors_write import SafetensorsOut, write_safetensors
 from ..torch import Nvfp4Linear, Q2Linear
@@ -183,6 +190,26 @@ def _gguf_metadata(config, spec: GgufArch, name: str | None) -> list:
     return out
 
 
+def _tokenizer_metadata(path: str | os.PathLike) -> list:
+    """Every ``tokenizer.*`` key of a GGUF file with its stored type (arrays as lists)."""
+    gf = read_gguf(path)
+    out = []
+    for key, value in gf.metadata.items():
+        if not key.startswith("tokenizer."):
+            continue
+        types = gf.metadata_types[key]
+        if types[0] == GGUF_ARRAY:
+            if types[1] == GGUF_ARRAY or not len(value):
+                continue  # nested or empty arrays: GGUFWriter cannot write them back
+            items = value.tolist() if isinstance(value, np.ndarray) else list(value)
+            out.append((key, items, GGUF_ARRAY, types[1]))
+        else:
+            out.append((key, value, types[0], None))
+    if not out:
+        raise ValueError(f"tokenizer_from: {os.fspath(path)} has no tokenizer.* metadata")
+    return out
+
+
 def _float_out(name: str, t: torch.Tensor, rows: np.ndarray | None) -> GgufTensorOut:
     """A float parameter: 1-D ones (norms, biases) F32 as llama.cpp's converter writes
     them; 2-D ones in their own dtype (bf16 BF16, fp16 F16, fp32 F32), bits unchanged."""
@@ -274,6 +301,7 @@ def save_gguf(
     path: str | os.PathLike,
     *,
     name: str | None = None,
+    tokenizer_from: str | os.PathLike | None = None,
     progress: bool | None = None,
 ) -> None:
     """Write a quantized transformers Llama or Qwen2 model as a llama.cpp GGUF file.
@@ -285,6 +313,10 @@ def save_gguf(
         path: the ``.gguf`` file to create or replace (atomically: a failure leaves no
             partial file, and an existing file stays as it was).
         name: optional ``general.name``.
+        tokenizer_from: optional GGUF file of the same model (llama.cpp's
+            ``convert_hf_to_gguf.py`` output, any quantization) whose ``tokenizer.*``
+            metadata (vocabulary, merges, token types, special ids, chat template) is
+            copied with its stored types; these keys replace the config's ids.
         progress: one step per tensor written (None: shown on a terminal for large
             models; see :mod:`q2gemv._progress`).
 
@@ -305,18 +337,24 @@ def save_gguf(
     (:func:`gguf_rows_from_hf`); Qwen2's are not (llama.cpp ropes them as
     transformers does).
 
-    Not written: a tokenizer vocabulary (llama.cpp needs ``tokenizer.ggml.*`` to
-    generate text; see ``docs/export.md``).
+    Not written without ``tokenizer_from``: a tokenizer vocabulary (llama.cpp needs
+    ``tokenizer.ggml.*`` to run the file; see ``docs/export.md``).
 
     Raises:
         ValueError: another model type, rope scaling, sliding-window attention, an
             :class:`~q2gemv.torch.Nvfp4Linear`, a parameter with no llama.cpp name, a
-            bias the architecture does not hold, or a tensor on the meta device.
+            bias the architecture does not hold, a tensor on the meta device, or a
+            ``tokenizer_from`` file without ``tokenizer.*`` keys (``GgufError`` when it
+            is not a GGUF file).
         ImportError: the ``gguf`` package is not installed (``pip install gguf``).
     """
     wants_progress(progress, 0, False)  # TypeError naming progress, before any work
     spec, config = _gguf_arch(model)
     metadata = _gguf_metadata(config, spec, name)
+    if tokenizer_from is not None:
+        copied = _tokenizer_metadata(tokenizer_from)
+        keys = {m[0] for m in copied}
+        metadata = [m for m in metadata if m[0] not in keys] + copied
     tensors = _gguf_tensors(model, config, spec)
     write_gguf(path, spec.arch, metadata, tensors, progress=progress)
 
