@@ -343,3 +343,17 @@ def test_save_gguf_copies_the_tokenizer_of_a_gguf_file(tmp_path):
     with pytest.raises(ValueError, match="tokenizer_from: .* has no tokenizer"):
         save_gguf(model, tmp_path / "x.gguf", tokenizer_from=bare)
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_docs_export_recipes_run(tmp_path, monkeypatch):
+    """The python blocks of docs/export.md run as written (in a scratch folder)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/export.md#block{i}", "exec"), {})
+    assert sorted(os.listdir(tmp_path)) == ["tiny-nvfp4", "tiny-q2.gguf"]
