@@ -133,7 +133,6 @@ def write_gguf(
                         f"tensor {t.name!r}: data() gave {data.nbytes} bytes, expected {t.nbytes}"
                     )
                 w.write_tensor_data(data)
-                bar.step(t.name)
-            w.write_padding(f, f.tell())  # ggml pads after the last tensor too
+                bar.step(t.name)  # write_tensor_data padded it to the alignment, the last too
         finally:
             w.fout = None  # atomic_write closes the file, never GGUFWriter

@@ -8,8 +8,8 @@
   compressed-tensors (default) or ModelOpt NVFP4 layout, read back bit for bit by
   :func:`q2gemv.torch.load_safetensors`.
 
-The layers' quantized state is read through :func:`q2_weight_of`, :func:`nvfp4_weight_of`
-and :func:`bias_of` only (the one place that knows how a layer keeps it). The file
+The layers' quantized state is read through :func:`q2_weight_of`, :func:`nvfp4_weight_of`,
+:func:`bias_of` and :func:`dims_of` only (the one place that knows how a layer keeps it). The file
 writers are :mod:`q2gemv.io.gguf_write` and :mod:`q2gemv.io.safetensors_write`; both
 write through :func:`q2gemv._atomic.atomic_write`. Recipes: ``docs/export.md``.
 """
@@ -63,6 +63,11 @@ def nvfp4_weight_of(layer: Nvfp4Linear) -> Nvfp4Weight:
 def bias_of(layer: torch.nn.Module) -> torch.Tensor | None:
     """A quantized layer's bias (bf16 [n]) or None."""
     return layer.bias
+
+
+def dims_of(layer: torch.nn.Module) -> tuple[int, int, int | None]:
+    """A quantized layer's ``(n, k, group)`` (group None for NVFP4), without copying its state."""
+    return layer.n, layer.k, getattr(layer, "group", None)
 
 
 # -- GGUF ----------------------------------------------------------------------------------
@@ -235,7 +240,7 @@ def _float_out(name: str, t: torch.Tensor, rows: np.ndarray | None) -> GgufTenso
 
 
 def _q2_out(name: str, layer: Q2Linear, rows: np.ndarray | None) -> GgufTensorOut:
-    group, n, k = layer.group, layer.n, layer.k
+    n, k, group = dims_of(layer)
 
     def data(layer=layer, rows=rows) -> np.ndarray:
         w = q2_weight_of(layer)
@@ -280,11 +285,12 @@ def _gguf_tensors(model: torch.nn.Module, config, spec: GgufArch) -> list[GgufTe
             )
         if isinstance(mod, Q2Linear):
             hf = f"{prefix}weight"
-            out.append(_q2_out(target(hf), mod, _row_order(config, spec, hf, mod.n)))
+            n_rows = dims_of(mod)[0]
+            out.append(_q2_out(target(hf), mod, _row_order(config, spec, hf, n_rows)))
             bias = bias_of(mod)
             if bias is not None:
                 hb = f"{prefix}bias"
-                out.append(_float_out(target(hb), bias, _row_order(config, spec, hb, mod.n)))
+                out.append(_float_out(target(hb), bias, _row_order(config, spec, hb, n_rows)))
             continue
         for pname, p in mod.named_parameters(recurse=False):
             if id(p) in seen:
@@ -460,12 +466,15 @@ def _float_st(name: str, t: torch.Tensor) -> SafetensorsOut:
 
 
 def _nvfp4_st(prefix: str, layer: Nvfp4Linear, layout: str, divisor: float | None) -> list:
-    n, k = layer.n, layer.k
+    n, k, _ = dims_of(layer)
     suffixes = {
         "compressed-tensors": ("weight_packed", "weight_scale", "weight_global_scale"),
         "modelopt": ("weight", "weight_scale", "weight_scale_2"),
     }[layout]
-    scale = np.float32(divisor if layout == "compressed-tensors" else layer.global_scale)
+    if layout == "compressed-tensors":
+        scale = np.float32(divisor)
+    else:
+        scale = np.float32(nvfp4_weight_of(layer).global_scale)
     gshape = (1,) if layout == "compressed-tensors" else ()  # as each ecosystem writes it
 
     def packed(layer=layer) -> np.ndarray:
