@@ -290,8 +290,8 @@ def test_load_gguf_refusals_name_the_tensor(tmp_path):
         load_gguf(missing, model)
     for name, value in model.state_dict().items():
         assert torch.equal(value, before[name]), f"{name} changed by a refused load"
-    with pytest.raises(GgufError, match="general.architecture is 'qwen2'"):
-        config_from_gguf(_gguf_with(tmp_path, {}, arch="qwen2"))
+    with pytest.raises(GgufError, match="general.architecture is 'gpt2'"):
+        config_from_gguf(_gguf_with(tmp_path, {}, arch="gpt2"))
 
 
 # -- NVFP4 safetensors ------------------------------------------------------------------------

@@ -41,7 +41,8 @@ per-stream workspace: nothing may be allocated with ``cudaMalloc`` while
 capturing). The op has no autograd formula: the modules are for inference.
 
 Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
-:func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors` and
+:func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors`,
+:func:`save_gguf` / :func:`save_safetensors` (:mod:`q2gemv.models.export`) and
 :class:`CapturedDecoder` (the loaders and the decoder need transformers).
 """
 
@@ -76,6 +77,8 @@ __all__ = [
     "load_gguf",
     "config_from_gguf",
     "load_safetensors",
+    "save_gguf",
+    "save_safetensors",
     "CapturedDecoder",
 ]
 
@@ -736,6 +739,7 @@ def replace_linears(
 # -- model level (q2gemv.models), re-exported here ------------------------------------------
 # Imported last: those modules build on the layers above (they import this module).
 from .models.decode import CapturedDecoder  # noqa: E402
+from .models.export import save_gguf, save_safetensors  # noqa: E402
 from .models.gguf import config_from_gguf, load_gguf  # noqa: E402
 from .models.quantize import QuantizeReport, quantize_model  # noqa: E402
 from .models.safetensors import load_safetensors  # noqa: E402

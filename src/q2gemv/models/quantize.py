@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import kernels
+from .._progress import Progress, wants_progress
 from ..api import resolve_numerics
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
@@ -58,6 +59,7 @@ def quantize_model(
     group: int = 128,
     skip: tuple[str, ...] | list[str] = ("lm_head",),
     numerics: str | None = None,
+    progress: bool | None = None,
 ) -> QuantizeReport:
     """Quantize ``model``'s ``torch.nn.Linear`` layers in place to q2gemv layers.
 
@@ -70,6 +72,9 @@ def quantize_model(
         skip: names left in floating point: a Linear is skipped when its qualified
             name equals an entry or ends with ``"." + entry`` (default: the LM head).
         numerics: the layers' numerics contract (None: the library default).
+        progress: one progress step per layer quantized, on stderr (None: shown on a
+            terminal for large models, through tqdm when installed; True: always, a
+            plain line per layer without tqdm; False: never).
 
     Skipped, with the reason in the report: names in ``skip``; ``in_features`` not a
     multiple of the group (Q2_0) or of 16 (NVFP4); a weight on the ``meta`` device;
@@ -93,6 +98,7 @@ def quantize_model(
     skip = tuple(skip)
     multiple = group if grouped else BLOCK
     resolve_numerics(family, numerics)  # ValueError naming numerics
+    wants_progress(progress, 0, False)  # TypeError naming progress
     group_arg = {"group": group} if grouped else {}
 
     def reason(name: str, linear: torch.nn.Linear) -> str | None:
@@ -109,5 +115,13 @@ def quantize_model(
         return layer.from_linear(lin, **group_arg, numerics=numerics)
 
     targets, skipped = find_linears(model, reason)
-    replaced = swap_linears(targets, make)
+    names = {id(t.linear): t.name for t in targets}
+    with Progress("quantize_model", len(targets), progress) as bar:
+
+        def make_one(lin: torch.nn.Linear) -> torch.nn.Module:
+            new = make(lin)
+            bar.step(names[id(lin)])
+            return new
+
+        replaced = swap_linears(targets, make_one)
     return QuantizeReport(fmt, group if grouped else None, replaced, skipped)
