@@ -22,9 +22,11 @@ from ... import kernels, launch
 from ...formats import q2_0_layout as lay
 from ..exact_contract import BF16_NAN, FRAC_BITS, SPECIAL_ROW, round_fixed_bf16
 from ..runtime.dev import (
+    cp_async4,
+    cp_async16,
+    cp_async_commit,
+    cp_async_wait,
     grid_dep_wait,
-    ld_stream_u32x4,
-    ld_u32x4,
     ld_vec_u32x4,
     mma_u8,
     mma_u8s8,
@@ -46,8 +48,6 @@ NAME = "q2_0_gemv_exact_batched"
 MAX_M = 32  # activation rows per launch (4 column groups of 8)
 GROUP_ROWS = 8  # activation rows a column group holds (the n8 of one limb's B tile)
 MAX_GROUPS = MAX_M // GROUP_ROWS
-PAD_WORDS = 48  # words of a staged limb row: a step's 32 plus 16, so a quarter warp's 16-byte
-# reads (limb rows r and r + 1 at the same offsets) fall in distinct banks
 
 # The exact-family interface (q2gemv.cuda.runtime.launcher.ExactFamily): the default's prepare.
 PREPARE = exact.PREPARE
@@ -74,8 +74,6 @@ def register() -> kernels.KernelSpec:
 
 GROUP_ROWS = 8  # activation rows a column group holds (the n8 of one limb's B tile)
 MAX_GROUPS = 4  # column groups of one launch: up to 32 rows
-PAD_WORDS = 48  # words of a staged limb row: a step's 32 plus 16, so a quarter warp's 16-byte
-# reads (limb rows r and r + 1 at the same offsets) fall in distinct banks
 
 
 def groups_for(m: int) -> int:
@@ -85,18 +83,22 @@ def groups_for(m: int) -> int:
     return -(-m // GROUP_ROWS)
 
 
+STAGES = {1: 6, 2: 4, 3: 3, 4: 2}  # pipeline depth per column-group count (shared memory < 48 KB)
+
+
 def _make_batch_body(ng: int, group: int, warps: int):
     """``q2_0_gemv_exact`` for up to ``8 * ng`` activation rows in one pass over the weights.
 
     A CTA of ``warps`` warps holds ``warps`` row tiles of 16 weight rows (warp w: tile
     ``blockIdx.x * warps + w``), all walking the same steps of 128 codes: the steps
-    ``blockIdx.y * spl ..`` of a K split in ``gridDim.y`` parts. Each step's activation limbs
-    (the prepare's rows, limb 2 turned from ``A + 2**23``'s top byte into the signed top byte
-    of ``A`` by ``^ 0x80``) and unit sums are staged in shared memory once for the CTA, the
-    next step's loads in flight while one is used. B tile (limb l, group q) holds limb l of
-    activation rows ``8q .. 8q + 7`` (``mma.m16n8k32``: u8 x u8 for limbs 0 and 1, u8 x s8
-    for the top limb), so lane (g, t) ends a block with, for weight rows g and g + 8 and
-    activation rows ``8q + 2t``, ``8q + 2t + 1``, the three limb sums of its own outputs::
+    ``blockIdx.y * spl ..`` of a K split in ``gridDim.y`` parts. Every operand of a step (the
+    warp's codes and scales, the CTA's activation limbs and unit sums) is copied into shared
+    memory by ``cp.async``, :data:`STAGES` steps ahead, so a CTA keeps many steps of loads in
+    flight with one barrier a step. B tile (limb l, group q) holds limb l of activation rows
+    ``8q .. 8q + 7`` (``mma.m16n8k32``: u8 x u8 for limbs 0 and 1; for limb 2 the prepare's
+    top byte of ``A + 2**23`` becomes the signed top byte of ``A`` by ``^ 0x80``, u8 x s8), so
+    lane (g, t) ends a block with, for weight rows g and g + 8 and activation rows
+    ``8q + 2t``, ``8q + 2t + 1``, the three limb sums of its own outputs::
 
         S = C0 + 2**8 C1 + 2**16 C2 - sum(A)     # sum_k (code - 1) A_k, |S| < 2**31
 
@@ -105,76 +107,78 @@ def _make_batch_body(ng: int, group: int, warps: int):
     outputs; with more, the parts' accumulators are summed by integer atomics in ``WS`` (3
     words an output: high, low, a non-finite-scale count) and the last part of a row tile
     group (``CNT``) rounds them and leaves ``WS`` and ``CNT`` zero again.
+
+    A staged limb row is a step's 32 words, its 16-byte chunk c stored at ``c ^ 4`` in odd
+    rows: a quarter warp's reads (rows r and r + 1, the same chunks) fall in distinct banks.
     """
+    S = STAGES[ng]  # noqa: N806
     M8 = GROUP_ROWS * ng  # noqa: N806 - activation rows of the staged operand
     SROWS = LIMBS * M8  # noqa: N806
-    SWORDS = SROWS * PAD_WORDS  # noqa: N806 - words of one stage
+    SW = SROWS * 32  # noqa: N806 - words of one B stage
     THREADS = 32 * warps  # noqa: N806
-    VPT = -(-SROWS * 8 // THREADS)  # noqa: N806 - 16-byte vectors a thread stages per step
-    APT = -(-2 * M8 // THREADS)  # noqa: N806 - unit sums a thread stages per step
+    VPT = -(-SROWS * 8 // THREADS)  # noqa: N806 - 16-byte copies a thread issues per step
+    APT = -(-2 * M8 // THREADS)  # noqa: N806 - unit sums a thread copies per step
     BPS = (lay.UNIT * lay.STEP_UNITS) // group  # noqa: N806 - blocks per step
     UPB = group // UNIT  # noqa: N806 - units per block
     NCF = LIMBS * ng * 4  # noqa: N806 - C registers: (group, limb, 4)
     NOUT = ng * 4  # noqa: N806 - outputs a lane holds: (group, row g / g + 8, column)
     STEP_WORDS = lay.LANES * lay.WORDS_PER_LANE  # noqa: N806
-    SB = 2 * SWORDS  # noqa: N806 - the two stages (array sizes must be plain names)
-    SA = 4 * M8  # noqa: N806 - unit sums of the two stages
-    NST = 4 * VPT  # noqa: N806
+    SB = S * SW  # noqa: N806 - (array sizes must be plain names)
+    SWW = S * warps * STEP_WORDS  # noqa: N806 - the warps' codes, S steps
+    SSH = S * warps * ROWS_PER_CTA * BPS  # noqa: N806 - the warps' scales (uint16), S steps
+    SA = S * 2 * M8  # noqa: N806 - unit sums, S steps
+    WAIT = cp_async_wait[S - 2] if S >= 2 else cp_async_wait[0]  # noqa: N806
 
     @cuda.jit(device=True, inline="always")
-    def stage_load(P32, ASUM, p, kw, nu, M, M0, tid, st, av):  # noqa: N803
-        """Step ``p``'s limb words and unit sums (this thread's share) into registers."""
+    def issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p, slot, kw, nu, nb, ns, M, M0,  # noqa: N803
+              tid, warp, lane, tile, active):  # fmt: skip
+        """Step ``p``'s operands into stage ``slot`` (copies this thread's share; no commit)."""
         real = M * LIMBS * 8
         for i in range(VPT):
             f = tid + int32(i * THREADS)
-            w0 = p * int32(32) + (f & int32(7)) * int32(4)
-            if f < real and w0 < kw:
-                gi = (M0 * int32(LIMBS) + (f >> int32(3))) * kw + w0
-                st[4 * i], st[4 * i + 1], st[4 * i + 2], st[4 * i + 3] = ld_u32x4(P32, gi)
-            else:
-                st[4 * i] = uint32(0)
-                st[4 * i + 1] = uint32(0)
-                st[4 * i + 2] = uint32(0)
-                st[4 * i + 3] = uint32(0)
-        for i in range(APT):
-            f = tid + int32(i * THREADS)
-            u = 2 * p + (f & int32(1))
-            av[i] = int32(0)
-            if f < 2 * M and u < nu:
-                av[i] = ASUM[(M0 + (f >> int32(1))) * nu + u]
-
-    @cuda.jit(device=True, inline="always")
-    def stage_store(sb, sa, buf, M, tid, st, av):
-        """The registers of :func:`stage_load` into stage ``buf`` (limb rows ``l * M8 + m``)."""
-        real = M * LIMBS * 8
-        for i in range(VPT):
-            f = tid + int32(i * THREADS)
-            if f < real:
-                r = f >> int32(3)
+            c = f & int32(7)
+            w0 = p * int32(32) + c * int32(4)
+            if f < real and w0 < kw:  # (a half last step's second unit is never read)
+                r = f >> int32(3)  # the prepare's limb row: m * LIMBS + limb
                 m = r // int32(LIMBS)
-                limb = r - m * int32(LIMBS)
-                flip = uint32(0x80808080) if limb == LIMBS - 1 else uint32(0)
-                o = buf * int32(SWORDS) + (limb * int32(M8) + m) * int32(PAD_WORDS)
-                o += (f & int32(7)) * int32(4)
-                sb[o] = st[4 * i] ^ flip
-                sb[o + 1] = st[4 * i + 1] ^ flip
-                sb[o + 2] = st[4 * i + 2] ^ flip
-                sb[o + 3] = st[4 * i + 3] ^ flip
+                srow = (r - m * int32(LIMBS)) * int32(M8) + m
+                pos = c ^ ((srow & int32(1)) << int32(2))
+                d = slot * int32(SW) + srow * int32(32) + pos * int32(4)
+                cp_async16(sb, d, P32, (M0 * int32(LIMBS) + r) * kw + w0)
         for i in range(APT):
             f = tid + int32(i * THREADS)
             if f < 2 * M:
-                sa[buf * int32(2 * M8) + f] = av[i]
+                u = 2 * p + (f & int32(1))
+                d = slot * int32(2 * M8) + f
+                if u < nu:
+                    cp_async4(sa, d, ASUM, (M0 + (f >> int32(1))) * nu + u)
+                else:
+                    sa[d] = int32(0)
+        if active:
+            d = (slot * int32(warps) + warp) * int32(STEP_WORDS) + lane * int32(4)
+            cp_async16(sw, d, CODES, (tile * ns + p) * int32(STEP_WORDS) + lane * int32(4))
+            if lane < 2 * BPS:
+                b = p * int32(BPS) + (lane >> int32(1))
+                if b < nb:
+                    d = (slot * int32(warps) + warp) * int32(ROWS_PER_CTA * BPS) + lane * int32(8)
+                    src = (tile * nb + b) * int32(ROWS_PER_CTA) + (lane & int32(1)) * int32(8)
+                    cp_async16(ss, d, SCALES, src)
 
     @cuda.jit(device=True, inline="always")
-    def mac_step(sb, sa, buf, wv, SCALES, qs, nbv, g, t, cf, acc_hi, acc_lo, bad):  # noqa: N803
-        """One step (operands in ``wv`` and stage ``buf``) into the accumulators; returns the
-        non-finite-scale flags of rows g and g + 8 (bit 0, bit 1) or-ed into ``bad``."""
+    def mac_step(sb, sw, ss, sa, slot, warp, lane, nbv, g, t, cf, acc_hi, acc_lo, bad):
+        """One step (stage ``slot``) into the accumulators; returns ``bad`` with the
+        non-finite-scale flags of rows g (bit 0) and g + 8 (bit 1) or-ed in."""
+        wv0, wv1, wv2, wv3 = ld_vec_u32x4(
+            sw, (slot * int32(warps) + warp) * int32(STEP_WORDS) + lane * int32(4)
+        )
+        sbase = (slot * int32(warps) + warp) * int32(ROWS_PER_CTA * BPS) + g
+        swz = (g & int32(1)) << int32(2)
         for i in range(BPS):
             for x in range(NCF):
                 cf[x] = int32(0)
             for v in range(i * UPB, (i + 1) * UPB):
-                wa = wv[2 * v]
-                wb = wv[2 * v + 1]
+                wa = wv0 if v == 0 else wv2
+                wb = wv1 if v == 0 else wv3
                 a00 = wa & uint32(CODE_MASK)
                 a02 = (wa >> uint32(2)) & uint32(CODE_MASK)
                 a01 = wb & uint32(CODE_MASK)
@@ -183,19 +187,23 @@ def _make_batch_body(ng: int, group: int, warps: int):
                 a12 = (wa >> uint32(6)) & uint32(CODE_MASK)
                 a11 = (wb >> uint32(4)) & uint32(CODE_MASK)
                 a13 = (wb >> uint32(6)) & uint32(CODE_MASK)
+                pos = (int32(4 * v) + t) ^ swz
                 for q in range(ng):
                     for limb in range(LIMBS):
-                        row = limb * M8 + 8 * q + int32(g)
-                        base = buf * int32(SWORDS) + row * int32(PAD_WORDS) + 16 * v + int32(4 * t)
+                        row = limb * M8 + 8 * q + g
+                        base = slot * int32(SW) + row * int32(32) + pos * int32(4)
                         b0, b1, b2, b3 = ld_vec_u32x4(sb, base)
                         o = 4 * (q * LIMBS + limb)
                         if limb == LIMBS - 1:
+                            fl = uint32(0x80808080)  # A + 2**23's top byte -> A's, signed
                             cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8s8(
-                                a00, a01, a02, a03, b0, b1, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
-                            )
+                                a00, a01, a02, a03, b0 ^ fl, b1 ^ fl,
+                                cf[o], cf[o + 1], cf[o + 2], cf[o + 3],
+                            )  # fmt: skip
                             cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8s8(
-                                a10, a11, a12, a13, b2, b3, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
-                            )
+                                a10, a11, a12, a13, b2 ^ fl, b3 ^ fl,
+                                cf[o], cf[o + 1], cf[o + 2], cf[o + 3],
+                            )  # fmt: skip
                         else:
                             cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8(
                                 a00, a01, a02, a03, b0, b1, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
@@ -203,9 +211,8 @@ def _make_batch_body(ng: int, group: int, warps: int):
                             cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8(
                                 a10, a11, a12, a13, b2, b3, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
                             )
-            si = qs + uint32(ROWS_PER_CTA * i)
-            s_g = uint32(SCALES[si]) if i < nbv else uint32(0)
-            s_h = uint32(SCALES[si + uint32(8)]) if i < nbv else uint32(0)
+            s_g = uint32(ss[sbase + int32(ROWS_PER_CTA * i)]) if i < nbv else uint32(0)
+            s_h = uint32(ss[sbase + int32(ROWS_PER_CTA * i + 8)]) if i < nbv else uint32(0)
             if (s_g & uint32(0x7C00)) == uint32(0x7C00):
                 bad |= 1
             if (s_h & uint32(0x7C00)) == uint32(0x7C00):
@@ -216,10 +223,10 @@ def _make_batch_body(ng: int, group: int, warps: int):
             mh = int32(-mh) if nh_ else mh
             for q in range(ng):
                 for c in range(2):
-                    m = 8 * q + 2 * int32(t) + c
+                    m = 8 * q + 2 * t + c
                     asum = int32(0)
                     for v in range(i * UPB, (i + 1) * UPB):
-                        asum += sa[buf * int32(2 * M8) + 2 * m + v]
+                        asum += sa[slot * int32(2 * M8) + 2 * m + v]
                     for h in range(2):
                         x = 2 * h + c
                         o = 4 * q * LIMBS + x
@@ -243,15 +250,13 @@ def _make_batch_body(ng: int, group: int, warps: int):
 
     def body(P32, ASUM, EROW, CODES, SCALES, C, WS, CNT, N, K, M, M0):  # noqa: N803
         sb = cuda.shared.array(SB, uint32)
+        sw = cuda.shared.array(SWW, uint32)
+        ss = cuda.shared.array(SSH, uint16)
         sa = cuda.shared.array(SA, int32)
         s_last = cuda.shared.array(1, int32)
         acc_hi = cuda.local.array(NOUT, int64)
         acc_lo = cuda.local.array(NOUT, uint64)
         cf = cuda.local.array(NCF, int32)
-        st = cuda.local.array(NST, uint32)
-        av = cuda.local.array(APT, int32)
-        wv = cuda.local.array(4, uint32)
-        wn = cuda.local.array(4, uint32)
         tid = int32(cuda.threadIdx.x)
         warp = tid >> int32(5)
         lane = tid & int32(31)
@@ -269,43 +274,38 @@ def _make_batch_body(ng: int, group: int, warps: int):
         p1 = min(p0 + spl, ns)
         for i in range(tid, SB, THREADS):  # the rows past M stay zero
             sb[i] = uint32(0)
-        for i in range(tid, SA, THREADS):
-            sa[i] = int32(0)
         for i in range(NOUT):
             acc_hi[i] = int64(0)
             acc_lo[i] = uint64(0)
         bad = int32(0)
-        qc = uint32((tile * ns + p0) * int32(STEP_WORDS) + lane * int32(4))
-        qs = uint32((tile * nb + p0 * int32(BPS)) * int32(ROWS_PER_CTA) + g)
-        if active and p0 < p1:  # the weights are the GEMV's own: loaded before the wait
-            wv[0], wv[1], wv[2], wv[3] = ld_stream_u32x4(CODES, qc)
-        grid_dep_wait()
-        if p0 < p1:
-            stage_load(P32, ASUM, p0, kw, nu, M, M0, tid, st, av)
-        cuda.syncthreads()  # the zeroing before any stage store
-        if p0 < p1:
-            stage_store(sb, sa, int32(0), M, tid, st, av)
-        cuda.syncthreads()
+        grid_dep_wait()  # the prepared operands are the prepare's
+        cuda.syncthreads()  # the zeroing before any copy lands
+        for j in range(S - 1):  # the pipeline's first steps, a group each
+            if p0 + j < p1:
+                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p0 + j, int32(j), kw, nu, nb, ns,
+                      M, M0, tid, warp, lane, tile, active)  # fmt: skip
+            cp_async_commit()
         p = p0
+        slot = int32(0)
         while p < p1:
-            buf = (p - p0) & int32(1)
-            pn = p + int32(1)
-            if pn < p1:
-                stage_load(P32, ASUM, pn, kw, nu, M, M0, tid, st, av)
-                if active:
-                    q2 = uint32(qc + uint32(STEP_WORDS))
-                    wn[0], wn[1], wn[2], wn[3] = ld_stream_u32x4(CODES, q2)
+            WAIT()  # this thread's copies of step p are done (the S - 2 newest groups may fly)
+            cuda.syncthreads()  # everyone's copies of step p landed; step p - 1 is done
+            pn = p + int32(S - 1)
+            if pn < p1:  # into the stage of step p - 1
+                sn = slot + int32(S - 1)
+                if sn >= S:
+                    sn -= int32(S)
+                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, pn, sn, kw, nu, nb, ns, M, M0,
+                      tid, warp, lane, tile, active)  # fmt: skip
+            cp_async_commit()
             if active:
                 nbv = nb - p * int32(BPS)  # blocks of this step that exist (a half last step)
-                bad = mac_step(sb, sa, buf, wv, SCALES, qs, nbv, g, t, cf, acc_hi, acc_lo, bad)
-            if pn < p1:
-                stage_store(sb, sa, int32(1) - buf, M, tid, st, av)
-            cuda.syncthreads()
-            for i in range(4):
-                wv[i] = wn[i]
-            qc = uint32(qc + uint32(STEP_WORDS))
-            qs = uint32(qs + uint32(BPS * ROWS_PER_CTA))
-            p = pn
+                bad = mac_step(sb, sw, ss, sa, slot, warp, lane, nbv, g, t, cf, acc_hi, acc_lo,
+                               bad)  # fmt: skip
+            slot += int32(1)
+            if slot == S:
+                slot = int32(0)
+            p += int32(1)
         if parts == 1:
             if active:
                 for q in range(ng):

@@ -28,6 +28,12 @@ ld_vec_u32x4       one 16-byte vector load (any space:  four uint32 reads
 mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
                    s32 (IMMA), warp-collective          product in NumPy
 mma_u8s8           the same, u8 x s8 (B signed)         the product in NumPy
+cp_async16         cp.async.cg 16 bytes, global ->      a copy of the 16 bytes now (the
+                   shared, asynchronous                 wait below is then trivially
+cp_async4          cp.async.ca 4 bytes                  met; the same for 4 bytes)
+cp_async_commit    cp.async.commit_group                nothing
+cp_async_wait[n]   cp.async.wait_group n (this thread's nothing
+                   groups but the n newest are done)
 mma_k16_s8u8       one mma.sync m16n8k16 s8 x u8 ->    the warp's 16x16 @ 16x8
                    s32 (half the k of the above)       product in NumPy
 prmt               prmt.b32 (byte permute, default     the PTX byte-select rule
@@ -287,6 +293,26 @@ if SIMULATED:
         return _warp_mma((a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), 32, _place_k32_u8s8)
 
     @_device
+    def cp_async16(dst, di, src, si):
+        for j in range(16 // dst.dtype.itemsize):  # 16 bytes of elements of one dtype
+            dst[di + j] = src[si + j]
+
+    @_device
+    def cp_async4(dst, di, src, si):
+        for j in range(4 // dst.dtype.itemsize):
+            dst[di + j] = src[si + j]
+
+    @_device
+    def cp_async_commit():
+        return None
+
+    @_device
+    def _cp_async_wait_sim():
+        return None
+
+    cp_async_wait = tuple(_cp_async_wait_sim for _ in range(8))
+
+    @_device
     def prmt(a, b, c):
         pool = _bytes4(a) + _bytes4(b)
         sel = int(c)
@@ -463,6 +489,60 @@ else:
         return sig, codegen
 
     ld_vec_u32x4 = intrinsic(_ld_vec_u32x4)
+
+    def _cp_async(size: int, cache: str):
+        """``cp.async.<cache>.shared.global`` of ``size`` bytes: ``dst[di ..]`` <- ``src[si ..]``
+        (``dst`` a shared array, ``src`` a global one; both addresses ``size``-aligned)."""
+
+        def typer(typingctx, dst, di, src, si):
+            def codegen(context, builder, sig, args):
+                from types import SimpleNamespace
+
+                from llvmlite import ir
+
+                pd = _element_pointer(
+                    context, builder, SimpleNamespace(args=sig.args[:2]), args[:2]
+                )
+                ps = _element_pointer(
+                    context, builder, SimpleNamespace(args=sig.args[2:]), args[2:]
+                )
+                i64 = ir.IntType(64)
+                pd = builder.ptrtoint(pd, i64)
+                ps = builder.ptrtoint(ps, i64)
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), [i64, i64]),
+                    "{.reg .u64 q2d, q2s; cvta.to.shared.u64 q2d, $0; cvta.to.global.u64 q2s, $1;"
+                    f" cp.async.{cache}.shared.global [q2d], [q2s], {size};}}",
+                    "l,l,~{memory}",
+                    side_effect=True,
+                )
+                builder.call(asm, [pd, ps])
+                return context.get_dummy_value()
+
+            return types.none(dst, di, src, si), codegen
+
+        return intrinsic(typer)
+
+    cp_async16 = _cp_async(16, "cg")
+    cp_async4 = _cp_async(4, "ca")
+
+    def _asm_void(text: str):
+        def typer(typingctx):
+            def codegen(context, builder, sig, llargs):
+                from llvmlite import ir
+
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True
+                )
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.none(), codegen
+
+        return intrinsic(typer)
+
+    cp_async_commit = _asm_void("cp.async.commit_group;")
+    cp_async_wait = tuple(_asm_void(f"cp.async.wait_group {n};") for n in range(8))
 
     def _asm_intrinsic(asm_text: str, n_in: int, n_out: int, doc: str):
         """A numba intrinsic: ``n_in`` 32-bit register inputs -> ``n_out`` int32 by inline PTX."""
