@@ -115,6 +115,22 @@ def test_save_pretrained_then_from_pretrained_is_bit_exact(tmp_path, monkeypatch
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_quantized_tied_head_is_untied_and_round_trips(tmp_path):
+    """Qwen2 ties lm_head to the embeddings; a quantized head has its own bytes."""
+    from transformers import AutoModelForCausalLM
+
+    model = tiny_qwen2(layers=1)
+    assert model.config.tie_word_embeddings
+    quantize_model(model, "q2_0", skip=())
+    assert isinstance(model.lm_head, Q2Linear) and not model.config.tie_word_embeddings
+    ids = prompts()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert isinstance(loaded.lm_head, Q2Linear)
+    with torch.no_grad():
+        assert_same_bits(loaded(ids).logits, model(ids).logits, "quantized tied head")
+
+
 def test_plain_torch_road_safetensors_into_a_meta_model(tmp_path):
     """save_file(state_dict) / quantize_model on a meta model / load_state_dict(assign=True)."""
     from transformers import LlamaForCausalLM
@@ -198,6 +214,16 @@ def test_from_pretrained_refuses_a_checkpoint_without_a_layer_tensor(tmp_path, k
     safetensors_torch.save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match=match):
         AutoModelForCausalLM.from_pretrained(tmp_path)
+
+
+def test_quantizing_while_loading_a_float_checkpoint_is_refused(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from q2gemv.models.hf import Q2gemvConfig
+
+    tiny_llama(layers=1).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="q2gemv does require the model to be pre-quantized"):
+        AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=Q2gemvConfig())
 
 
 def test_from_pretrained_refuses_a_state_of_another_group(tmp_path):

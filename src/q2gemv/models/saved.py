@@ -99,11 +99,17 @@ def record_quantization_config(model: torch.nn.Module) -> None:
 
     Nothing for a model without a ``config`` or without q2gemv layers; a model whose
     layers no single config describes gets a ``UserWarning`` and no q2gemv config (its
-    ``save_pretrained`` output then cannot be loaded by ``from_pretrained``).
+    ``save_pretrained`` output then cannot be loaded by ``from_pretrained``). A quantized
+    output head of a model with tied embeddings is no longer tied: the config's
+    ``tie_word_embeddings`` is set to False.
     """
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
         return
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(head, (Q2Linear, Nvfp4Linear)) and getattr(config, "tie_word_embeddings", False):
+        # the quantized head no longer shares the embedding's weight: a reload must not tie it
+        config.tie_word_embeddings = False
     try:
         config.quantization_config = quantization_config(model)
     except ValueError as err:
