@@ -131,6 +131,34 @@ def test_a_quantized_tied_head_is_untied_and_round_trips(tmp_path):
         assert_same_bits(loaded(ids).logits, model(ids).logits, "quantized tied head")
 
 
+@pytest.mark.parametrize("source", ["gguf", "modelopt"])
+def test_a_model_from_the_loaders_saves_and_reloads(tmp_path, source):
+    """load_gguf / load_safetensors record the quantization_config too."""
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    from q2gemv.torch import load_gguf, load_safetensors
+
+    from .model_cases import write_llama_gguf
+    from .test_models import write_modelopt
+
+    float_model = tiny_llama(layers=1)
+    if source == "gguf":
+        write_llama_gguf(float_model, tmp_path / "tiny.gguf", group=64, type_id=42)
+        model = load_gguf(tmp_path / "tiny.gguf")
+    else:
+        write_modelopt(float_model, tmp_path / "nvfp4.safetensors")
+        with torch.device("meta"):
+            model = LlamaForCausalLM(float_model.config).to(torch.bfloat16)
+        load_safetensors(tmp_path / "nvfp4.safetensors", model)
+    cfg = model.config.quantization_config
+    assert (cfg["format"], cfg["group"]) == (("q2_0", 64) if source == "gguf" else ("nvfp4", None))
+    model.save_pretrained(tmp_path / "saved")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")
+    ids = prompts()
+    with torch.no_grad():
+        assert_same_bits(loaded(ids).logits, model(ids).logits, f"{source}, saved and reloaded")
+
+
 def test_plain_torch_road_safetensors_into_a_meta_model(tmp_path):
     """save_file(state_dict) / quantize_model on a meta model / load_state_dict(assign=True)."""
     from transformers import LlamaForCausalLM
