@@ -293,6 +293,12 @@ def test_load_state_dict_checks_everything_before_writing_a_byte():
     ):
         b.load_state_dict({**b.state_dict(), "raw": a.raw.to(torch.int8)})
     assert torch.equal(b.raw, before)
+    biased = Q2Linear(random_weight(rng, 8, 128, 128), torch.zeros(8))
+    other = Q2Linear(random_weight(rng, 8, 128, 128), torch.ones(8)).state_dict()
+    raw_before = biased.raw.clone()
+    with pytest.raises(ValueError, match=r"state_dict: bias: expected a floating-point tensor"):
+        biased.load_state_dict({**other, "bias": torch.ones(9)})
+    assert torch.equal(biased.raw, raw_before)
     # NVFP4: a global scale alone used to land beside the old codes and scales
     c, d = Nvfp4Linear(nvfp4_weight(rng, 8, 64)), Nvfp4Linear(nvfp4_weight(rng, 8, 64))
     d_scale = d.global_scale

@@ -525,8 +525,8 @@ class _QuantizedLinear(torch.nn.Module):
     JSON (:meth:`get_extra_state`). ``load_state_dict()`` checks the weight buffers and the
     settings together before any byte is written: they come together or not at all, the
     settings must describe this layer (format, n, k, group), the buffers must be
-    ``torch.uint8`` of this layer's shapes; anything else is a ``ValueError`` and the layer
-    is unchanged. Then the buffers are copied and the settings taken (numerics, and the
+    ``torch.uint8`` of this layer's shapes (a bias: floating point, [n]); anything else is
+    a ``ValueError`` and the layer is unchanged. Then the buffers are copied and the settings taken (numerics, and the
     NVFP4 global scale).
     """
 
@@ -596,6 +596,17 @@ class _QuantizedLinear(torch.nn.Module):
                 raise ValueError(
                     f"state_dict: {prefix}{name}: expected a torch.uint8 tensor of shape "
                     f"{tuple(have.shape)}, got {_describe(value)}"
+                )
+        bias = state_dict.get(prefix + "bias")
+        if self.bias is not None and bias is not None:
+            if (
+                not isinstance(bias, torch.Tensor)
+                or not bias.is_floating_point()
+                or bias.shape != self.bias.shape
+            ):
+                raise ValueError(
+                    f"state_dict: {prefix}bias: expected a floating-point tensor of shape "
+                    f"{tuple(self.bias.shape)}, got {_describe(bias)}"
                 )
 
 
