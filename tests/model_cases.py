@@ -1,4 +1,5 @@
-"""A tiny Llama made in code and a llama.cpp-style GGUF file of it (for tests/test_torch_model.py)."""
+"""Tiny Llama and Qwen2 models made in code, and a llama.cpp-style GGUF file of a Llama
+(for tests/test_models.py and tests/test_models_save_load.py)."""
 
 from __future__ import annotations
 

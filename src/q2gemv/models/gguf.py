@@ -57,6 +57,7 @@ from ..formats.q2_0 import Q2Weight
 from ..io.gguf import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
 from ..torch import Q2Linear
 from .meta import finish_meta_model
+from .saved import record_quantization_config
 
 ARCHITECTURES = ("llama", "qwen2")
 # general.architecture -> (transformers config class, model class, Q/K rows permuted)
@@ -337,6 +338,7 @@ def load_gguf(
         setattr(model.get_submodule(parent_name), attr, layer.to(_device_of(model)))
     if built:
         finish_meta_model(model, path)
+    record_quantization_config(model)  # so save_pretrained writes a loadable model
     return model.eval()
 
 

@@ -12,6 +12,7 @@ from ..api import resolve_numerics
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
 from ..torch import Nvfp4Linear, Q2Linear
+from .saved import record_quantization_config
 from .swap import find_linears, swap_linears
 
 # fmt= -> (its weight family in the registry, the layer it makes)
@@ -77,13 +78,20 @@ def quantize_model(
             plain line per layer without tqdm; False: never).
 
     Skipped, with the reason in the report: names in ``skip``; ``in_features`` not a
-    multiple of the group (Q2_0) or of 16 (NVFP4); a weight on the ``meta`` device;
-    Linears whose parent reads their ``.weight`` directly (``nn.MultiheadAttention``,
-    ``nn.TransformerEncoderLayer``). Every other Linear is quantized before any is
+    multiple of the group (Q2_0) or of 16 (NVFP4); Linears whose parent reads their
+    ``.weight`` directly (``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``).
+    A Linear whose weight is on the ``meta`` device (an empty model) becomes an empty
+    layer on the meta device (``Q2Linear.empty`` / ``Nvfp4Linear.empty``: the right
+    buffer shapes, no bytes), to be filled by ``load_state_dict(..., assign=True)``. Every other Linear is quantized before any is
     swapped: a failure (a non-finite weight for NVFP4, say) raises naming the layer
     and leaves ``model`` unchanged. A Linear shared by several parents becomes one
     q2gemv layer in all of them. The new layers are on each Linear's device; their
     bias (if any) is kept in bf16.
+
+    On a transformers model, ``model.config.quantization_config`` is then set to the
+    dict describing the q2gemv layers (:func:`q2gemv.models.saved.quantization_config`),
+    which ``save_pretrained`` writes into ``config.json`` and ``from_pretrained`` reads
+    back (docs/models_save_load.md).
 
     Returns a :class:`QuantizeReport` (``print(report)`` lists the skipped layers).
     """
@@ -105,13 +113,20 @@ def quantize_model(
         hit = _matches(name, skip)
         if hit is not None:
             return f"in skip ({hit!r})"
-        if linear.weight.is_meta:
-            return "its weight is on the meta device (nothing to quantize)"
         if linear.in_features % multiple:
             return f"in_features={linear.in_features} is not a multiple of {multiple}"
         return None
 
     def make(lin: torch.nn.Linear) -> torch.nn.Module:
+        if lin.weight.is_meta:  # an empty model: an empty layer, filled by loading
+            return layer.empty(
+                lin.out_features,
+                lin.in_features,
+                **group_arg,
+                bias=lin.bias is not None,
+                numerics=numerics,
+                device=lin.weight.device,
+            )
         return layer.from_linear(lin, **group_arg, numerics=numerics)
 
     targets, skipped = find_linears(model, reason)
@@ -124,4 +139,5 @@ def quantize_model(
             return new
 
         replaced = swap_linears(targets, make_one)
+    record_quantization_config(model)
     return QuantizeReport(fmt, group if grouped else None, replaced, skipped)

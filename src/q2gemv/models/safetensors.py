@@ -20,6 +20,7 @@ from .._progress import track, wants_progress
 from ..io.safetensors import SafetensorsError, load_nvfp4_weights
 from ..torch import Nvfp4Linear
 from .meta import finish_meta_model
+from .saved import record_quantization_config
 
 PLAIN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 IGNORED_SUFFIXES = ("input_scale", "input_global_scale")
@@ -158,4 +159,5 @@ def load_safetensors(
         device = params[f"{prefix}.weight"].device
         setattr(parent, attr, layer.to("cpu" if device.type == "meta" else device))
     finish_meta_model(model, str(root))
+    record_quantization_config(model)  # so save_pretrained writes a loadable model
     return model.eval()
