@@ -249,6 +249,7 @@ def _gguf_with(tmp_path, extra: dict, arch: str = "llama"):
         w.add_uint32(f"{arch}.{key}", value)
     w.add_uint32(f"{arch}.feed_forward_length", 256)
     w.add_uint32(f"{arch}.attention.head_count", 4)
+    w.add_uint32(f"{arch}.attention.head_count_kv", 2)  # tiny_llama's (issue 33 item 13)
     w.add_tensor("token_embd.weight", np.zeros((192, 128), np.float32))
     for name, (array, raw_dtype) in extra.items():
         w.add_tensor(name, array, raw_dtype=raw_dtype)

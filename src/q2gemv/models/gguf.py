@@ -41,10 +41,23 @@ its projections' biases, and its Q/K rows are stored in transformers' order, sin
 llama.cpp's converter does not permute them for the "neox" rope it runs Qwen2 with).
 ``rope_freqs.weight`` (Llama 3.1 rope scaling, not described by the metadata) is
 refused.
+
+Checked before any model is built or changed (:func:`check_metadata`): every
+metadata value read has a GGUF integer type (counts, sizes, token ids) or a number
+type (epsilon, rope base) and lies in range (sizes 1 .. 2**31 - 1, floats finite and
+> 0); the values agree with the tensors present (``embedding_length`` and
+``vocab_size`` with ``token_embd.weight``, ``block_count`` with the layer indices of
+the ``blk.{i}.`` names, head counts, head dim and ``feed_forward_length`` with the
+rows of each layer's tensors). A layer index is spelled in canonical ASCII decimal
+(``blk.0.``, never ``blk.00.``, ``blk.+0.`` or a non-ASCII digit), so no second name
+can stand for the same weight. Into a given model, its head counts and head dim must
+be the file's (they split Q/K/V into heads and, for llama files, decide how the Q/K
+rows are un-permuted).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any
@@ -54,6 +67,7 @@ import torch
 
 from .._progress import track, wants_progress
 from ..formats.q2_0 import Q2Weight
+from ..io import gguf as _io
 from ..io.gguf import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
 from ..torch import Q2Linear
 from .meta import finish_meta_model
@@ -92,17 +106,64 @@ _BLOCK_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-_BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
+# A layer index in canonical spelling only: ASCII decimal, no leading zero, no sign. With
+# \d and int() alone, "blk.00.", "blk.0000." and non-ASCII digits ("blk.\u0660.") were all
+# layer 0, and the last tensor of a slot silently replaced the others.
+_BLOCK = re.compile(r"blk\.(0|[1-9][0-9]*)\.(.+)", re.ASCII)
+_ANY_BLOCK = re.compile(r"blk\.([^.]*)\.(.+)", re.DOTALL)
+
+MAX_SIZE = 2**31 - 1  # the largest count or size a metadata key may give (a C int)
+MAX_TOKEN_ID = 2**32 - 1  # llama.cpp reads token ids as uint32
+_INT_TYPES = frozenset(
+    (_io.GGUF_UINT8, _io.GGUF_INT8, _io.GGUF_UINT16, _io.GGUF_INT16)
+    + (_io.GGUF_UINT32, _io.GGUF_INT32, _io.GGUF_UINT64, _io.GGUF_INT64)
+)
+_NUMBER_TYPES = _INT_TYPES | {_io.GGUF_FLOAT32, _io.GGUF_FLOAT64}
 
 
 def hf_name(gguf_name: str) -> str | None:
-    """The transformers parameter name of a llama.cpp Llama tensor name, None if unknown."""
+    """The transformers parameter name of a llama.cpp Llama tensor name, None if unknown.
+
+    Layer indices are taken in canonical spelling only (``blk.0.``, not ``blk.00.``).
+    """
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     m = _BLOCK.fullmatch(gguf_name)
     if m and m.group(2) in _BLOCK_NAMES:
         return f"model.layers.{int(m.group(1))}.{_BLOCK_NAMES[m.group(2)]}"
     return None
+
+
+def _layer_tensors(gf: GgufFile) -> dict[int, dict[str, GgufTensorInfo]]:
+    """layer index -> {short name: tensor} of the ``blk.{i}.`` tensors; refuses other spellings.
+
+    A name ``blk.<x>.<rest>`` whose ``<x>`` is not canonical ASCII decimal is refused,
+    naming the tensor that has the canonical name too when ``int(x)`` has one.
+    """
+    names = {t.name for t in gf.tensors}
+    layers: dict[int, dict[str, GgufTensorInfo]] = {}
+    for t in gf.tensors:
+        m = _BLOCK.fullmatch(t.name)
+        if m:
+            layers.setdefault(int(m.group(1)), {})[m.group(2)] = t
+            continue
+        loose = _ANY_BLOCK.fullmatch(t.name)
+        if loose is None:
+            continue
+        index, rest = loose.groups()
+        try:
+            same = f"blk.{int(index)}.{rest}"
+        except ValueError:
+            same = None
+        hint = f" (layer {int(index)} is spelled {same!r})" if same else ""
+        twin = f"; the file also has {same!r}: two tensors for one weight" if same in names else ""
+        raise GgufError(
+            gf.path,
+            f"layer index {_io.escape_text(index)!r} is not canonical: ASCII decimal digits "
+            f"without a leading zero{hint}{twin}",
+            tensor=t.name,
+        )
+    return layers
 
 
 def hf_rows_from_gguf(n_rows: int, heads: int) -> np.ndarray:
@@ -116,44 +177,159 @@ def hf_rows_from_gguf(n_rows: int, heads: int) -> np.ndarray:
     return np.arange(n_rows).reshape(heads, n_rows // heads // 2, 2).swapaxes(1, 2).reshape(-1)
 
 
-def _meta(gf: GgufFile, key: str, default: Any = None, *, required: bool = False) -> Any:
-    if key in gf.metadata:
-        return gf.metadata[key]
-    if required:
-        raise GgufError(gf.path, f"metadata key {key!r} is missing (needed for the config)")
-    return default
+def _value(gf: GgufFile, key: str) -> str:
+    """A metadata value for an error message: its GGUF type, and the value when short."""
+    types = gf.metadata_types[key]
+    if types[0] == _io.GGUF_ARRAY:
+        return f"an array of {_io.value_type_name(types[1])}"
+    text = repr(gf.metadata[key])
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return f"a {_io.value_type_name(types[0])} ({text})"
+
+
+def _int(gf: GgufFile, key: str, default: Any = None, *, required=False, lo=1, hi=MAX_SIZE):
+    """The integer value of ``key`` (any GGUF integer type) in ``lo..hi``; ``default`` if absent."""
+    if key not in gf.metadata:
+        if required:
+            raise GgufError(gf.path, f"metadata key {key!r} is missing (needed for the config)")
+        return default
+    if gf.metadata_types[key][0] not in _INT_TYPES:
+        raise GgufError(gf.path, f"metadata {key} is {_value(gf, key)}: expected an integer")
+    value = int(gf.metadata[key])
+    if not lo <= value <= hi:
+        raise GgufError(gf.path, f"metadata {key} = {value}: expected an integer from {lo} to {hi}")
+    return value
+
+
+def _positive(gf: GgufFile, key: str, default: float) -> float:
+    """The number value of ``key`` (a GGUF float or integer), finite and > 0; ``default`` if absent."""
+    if key not in gf.metadata:
+        return default
+    if gf.metadata_types[key][0] not in _NUMBER_TYPES:
+        raise GgufError(gf.path, f"metadata {key} is {_value(gf, key)}: expected a number")
+    value = float(gf.metadata[key])
+    if not (math.isfinite(value) and value > 0):
+        raise GgufError(gf.path, f"metadata {key} = {value!r}: expected a finite number > 0")
+    return value
 
 
 def _architecture(gf: GgufFile) -> str:
-    arch = _meta(gf, "general.architecture", required=True)
-    if arch not in ARCHITECTURES:
+    key = "general.architecture"
+    if key not in gf.metadata:
+        raise GgufError(gf.path, f"metadata key {key!r} is missing (needed for the config)")
+    arch = gf.metadata[key]
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
+        shown = repr(arch) if isinstance(arch, str) else _value(gf, key)
         raise GgufError(
             gf.path,
-            f"general.architecture is {arch!r}; load_gguf supports {', '.join(ARCHITECTURES)}",
+            f"general.architecture is {shown}; load_gguf supports {', '.join(ARCHITECTURES)}",
         )
     return arch
 
 
-def _config(gf: GgufFile):
-    import transformers
+def _check_rows(gf: GgufFile, t: GgufTensorInfo | None, dim: int, want: int, why: str) -> None:
+    if t is not None and len(t.ne) == 2 and t.ne[dim] != want:
+        what = "rows" if dim == 1 else "columns"
+        raise GgufError(gf.path, f"{why} give {want} {what}, but tensor {t.name!r} has {t.ne[dim]}")
 
+
+def check_metadata(gf: GgufFile, *, layers_required: bool = True) -> dict[str, Any]:
+    """The ``LlamaConfig`` arguments of a llama.cpp file, every value checked (no model built).
+
+    Types (integers for counts, sizes and token ids; numbers for the epsilon and rope
+    base), ranges, and agreement with the tensors present: ``embedding_length`` and
+    ``vocab_size`` with ``token_embd.weight``; ``block_count`` with the layer indices
+    (each of ``0 .. block_count - 1`` named, none beyond; with ``layers_required=False``
+    a file that names no layer at all passes, its missing tensors being reported by the
+    loader); head counts, head dim and ``feed_forward_length`` with each layer's tensors.
+    Layer indices must be spelled canonically (see :func:`hf_name`).
+
+    Raises:
+        GgufError: naming the key (and the tensor it disagrees with).
+    """
     arch = _architecture(gf)
     names = {t.name: t for t in gf.tensors}
+    layers = _layer_tensors(gf)
     if "token_embd.weight" not in names:
         raise GgufError(gf.path, "no token_embd.weight tensor (the vocabulary size comes from it)")
-    hidden = int(_meta(gf, f"{arch}.embedding_length", required=True))
-    heads = int(_meta(gf, f"{arch}.attention.head_count", required=True))
+    embd = names["token_embd.weight"]
+    key = f"{arch}.embedding_length"
+    hidden = _int(gf, key, required=True)
+    if embd.k != hidden:
+        raise GgufError(
+            gf.path, f"metadata {key} = {hidden}, but token_embd.weight has rows of {embd.k}"
+        )
+    key = f"{arch}.vocab_size"
+    vocab = _int(gf, key, embd.n)
+    if vocab != embd.n:
+        raise GgufError(
+            gf.path, f"metadata {key} = {vocab}, but token_embd.weight has {embd.n} rows"
+        )
+    heads_key, kv_key = f"{arch}.attention.head_count", f"{arch}.attention.head_count_kv"
+    heads = _int(gf, heads_key, required=True)
+    kv = _int(gf, kv_key, heads)
+    if heads % kv:
+        raise GgufError(
+            gf.path, f"metadata {kv_key} = {kv}: expected a divisor of {heads_key} = {heads}"
+        )
+    dim_key = f"{arch}.attention.key_length"
+    if dim_key in gf.metadata:
+        head_dim = _int(gf, dim_key)
+        dim_why = f"{dim_key} = {head_dim}"
+    elif hidden % heads:
+        raise GgufError(
+            gf.path,
+            f"metadata {heads_key} = {heads} does not divide {arch}.embedding_length = "
+            f"{hidden}, and {dim_key} (the head dim) is absent",
+        )
+    else:
+        head_dim = hidden // heads
+        dim_why = f"the head dim {head_dim} (embedding_length / head_count)"
+    if head_dim % 2:
+        raise GgufError(
+            gf.path, f"{dim_why}: expected an even head dim (rotary embeddings rotate pairs)"
+        )
+    v_key = f"{arch}.attention.value_length"
+    if _int(gf, v_key, head_dim) != head_dim:
+        raise GgufError(gf.path, f"metadata {v_key} = {gf.metadata[v_key]} differs from {dim_why}")
+    ffn_key = f"{arch}.feed_forward_length"
+    ffn = _int(gf, ffn_key, required=True)
+    count_key = f"{arch}.block_count"
+    count = _int(gf, count_key, required=True)
+    beyond = sorted(i for i in layers if i >= count)
+    if beyond:
+        raise GgufError(
+            gf.path,
+            f"metadata {count_key} = {count}, but tensors name layer {beyond[0]} "
+            f"({next(iter(layers[beyond[0]].values())).name!r})",
+        )
+    if len(layers) != count and (layers or layers_required):
+        first = min(set(range(len(layers) + 1)) - set(layers))
+        raise GgufError(
+            gf.path,
+            f"metadata {count_key} = {count}, but the tensors name {len(layers)} layer(s): "
+            f"layer {first} has no tensor",
+        )
+    q_why = f"metadata {heads_key} = {heads} heads of {dim_why}"
+    kv_why = f"metadata {kv_key} = {kv} heads of {dim_why}"
+    for block in layers.values():
+        _check_rows(gf, block.get("attn_q.weight"), 1, heads * head_dim, q_why)
+        _check_rows(gf, block.get("attn_k.weight"), 1, kv * head_dim, kv_why)
+        _check_rows(gf, block.get("attn_v.weight"), 1, kv * head_dim, kv_why)
+        _check_rows(gf, block.get("attn_output.weight"), 0, heads * head_dim, q_why)
+        for short, dim in (("ffn_gate.weight", 1), ("ffn_up.weight", 1), ("ffn_down.weight", 0)):
+            _check_rows(gf, block.get(short), dim, ffn, f"metadata {ffn_key} = {ffn}")
     kwargs = dict(
-        vocab_size=int(_meta(gf, f"{arch}.vocab_size", names["token_embd.weight"].n)),
+        vocab_size=vocab,
         hidden_size=hidden,
-        intermediate_size=int(_meta(gf, f"{arch}.feed_forward_length", required=True)),
-        num_hidden_layers=int(_meta(gf, f"{arch}.block_count", required=True)),
+        intermediate_size=ffn,
+        num_hidden_layers=count,
         num_attention_heads=heads,
-        num_key_value_heads=int(_meta(gf, f"{arch}.attention.head_count_kv", heads)),
-        head_dim=int(_meta(gf, f"{arch}.attention.key_length", hidden // heads)),
-        max_position_embeddings=int(_meta(gf, f"{arch}.context_length", 4096)),
-        rms_norm_eps=float(_meta(gf, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=float(_meta(gf, f"{arch}.rope.freq_base", 10000.0)),
+        num_key_value_heads=kv,
+        head_dim=head_dim,
+        max_position_embeddings=_int(gf, f"{arch}.context_length", 4096),
+        rms_norm_eps=_positive(gf, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+        rope_theta=_positive(gf, f"{arch}.rope.freq_base", 10000.0),
         tie_word_embeddings="output.weight" not in names,
     )
     for key, arg in (
@@ -162,8 +338,48 @@ def _config(gf: GgufFile):
         ("tokenizer.ggml.padding_token_id", "pad_token_id"),
     ):
         if key in gf.metadata:
-            kwargs[arg] = int(gf.metadata[key])
-    return getattr(transformers, _ARCH_CLASSES[arch][0])(**kwargs)
+            kwargs[arg] = _int(gf, key, lo=0, hi=MAX_TOKEN_ID)
+    return kwargs
+
+
+def _config(gf: GgufFile):
+    import transformers
+
+    kwargs = check_metadata(gf)
+    return getattr(transformers, _ARCH_CLASSES[_architecture(gf)][0])(**kwargs)
+
+
+def _check_model_heads(gf: GgufFile, file_config: dict[str, Any], model) -> None:
+    """Refuse a model whose head counts or head dim are not the file's (Q/K un-permutation)."""
+    config = model.config
+    arch = _architecture(gf)
+    heads = getattr(config, "num_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim is None and heads and getattr(config, "hidden_size", None):
+        head_dim = config.hidden_size // heads
+    keys = {
+        "num_attention_heads": f"{arch}.attention.head_count",
+        "num_key_value_heads": f"{arch}.attention.head_count_kv",
+        "head_dim": f"{arch}.attention.key_length",
+    }
+    diff = []
+    for attr, got in (
+        ("num_attention_heads", heads),
+        ("num_key_value_heads", kv),
+        ("head_dim", head_dim),
+    ):
+        want = file_config[attr]
+        if got != want:
+            key = keys[attr] if keys[attr] in gf.metadata else f"{keys[attr]} (absent: derived)"
+            diff.append(f"{attr} {got} (the file's {key} = {want})")
+    if diff:
+        raise GgufError(
+            gf.path,
+            "the model's config differs from the file's: " + ", ".join(diff) + " (the head "
+            "counts split Q/K/V into heads and, for llama files, decide how the Q/K rows are "
+            "un-permuted)",
+        )
 
 
 def config_from_gguf(path: str | os.PathLike):
@@ -176,8 +392,12 @@ def config_from_gguf(path: str | os.PathLike):
     tokenizer's bos/eos/padding ids when present. ``tie_word_embeddings`` is True
     when the file has no ``output.weight``.
 
+    Every value is checked first (:func:`check_metadata`): types, ranges and agreement
+    with the tensors present.
+
     Raises:
-        GgufError: not a ``llama`` file, or a required key or tensor missing.
+        GgufError: not a ``llama`` file, a required key or tensor missing, a value of the
+            wrong type or out of range, or one that disagrees with the tensors.
     """
     return _config(read_gguf(path))
 
@@ -303,25 +523,31 @@ def load_gguf(
     returned in eval mode on the CPU (move it with ``.to("cuda")``).
 
     Raises:
-        GgufError: an unsupported type or architecture, a tensor without a module, a
-            shape mismatch, or a parameter the file lacks (naming the tensor).
+        GgufError: an unsupported type or architecture, metadata of the wrong type, out of
+            range or disagreeing with the tensors (see :func:`check_metadata`), a layer
+            index not in canonical spelling, a given model whose head counts or head dim
+            are not the file's, a tensor without a module, a shape mismatch, or a
+            parameter the file lacks (naming the tensor).
+        TypeError: ``model`` is neither None nor a transformers model.
     """
     wants_progress(progress, 0, False)  # TypeError naming progress
     path = os.fspath(path)
-    gf = read_gguf(path)
-    _architecture(gf)
-    q2 = load_q2_weights(path, ambiguous_group=ambiguous_group)
     built = model is None
+    if not built and (not isinstance(model, torch.nn.Module) or not hasattr(model, "config")):
+        raise TypeError(f"model: expected a transformers model or None, got {type(model).__name__}")
+    gf = read_gguf(path)
+    file_config = check_metadata(gf, layers_required=built)  # before anything is built
+    if not built:
+        _check_model_heads(gf, file_config, model)
+    q2 = load_q2_weights(path, ambiguous_group=ambiguous_group)
     if built:
         import transformers
 
-        config = _config(gf)
+        config = getattr(transformers, _ARCH_CLASSES[_architecture(gf)][0])(**file_config)
         config.dtype = dtype
         model_class = getattr(transformers, _ARCH_CLASSES[_architecture(gf)][1])
         with torch.device("meta"):
             model = model_class(config).to(dtype)
-    elif not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
-        raise TypeError(f"model: expected a transformers model or None, got {type(model).__name__}")
     new_params, new_layers = _plan(gf, q2, model, numerics, progress)
     for name, value in new_params.items():
         module_name, _, attr = name.rpartition(".")
