@@ -15,8 +15,12 @@ memory map: no tensor byte is copied. (The ``safetensors`` package's NumPy
 backend cannot hand out F8_E4M3 tensors, the dtype both layouts use for the
 block scales: ``safe_open(..., framework="np").get_tensor`` raises
 ``AttributeError: module 'numpy' has no attribute 'float8_e4m3fn'`` with
-safetensors 0.8.0, and it copies every tensor it returns.) The ``safetensors``
-package is therefore not needed to load; the tests use it to write files.
+safetensors 0.8.0, and it copies every tensor it returns.) It is the one
+reader of every loader of the package (:class:`SafetensorsCheckpoint`, used
+by :func:`load_nvfp4_weights` and :func:`q2gemv.models.load_safetensors`), so
+a file is accepted or refused the same way everywhere, with a
+:class:`SafetensorsError` naming file and tensor; the ``safetensors`` package
+is not needed to load (the tests use it to write files).
 
 The two NVFP4 layouts, per linear layer prefix ``<p>`` (the bit layout of
 the pieces is in :mod:`q2gemv.formats.nvfp4`)::
@@ -39,6 +43,7 @@ an fp32 ulp of ``1 / g_ct``, so a dequantized weight may differ from
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import struct
@@ -46,9 +51,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
-from ..formats.nvfp4 import BLOCK, Nvfp4Weight
+from ..formats.nvfp4 import BLOCK, Nvfp4Weight, check_global_scale, global_scale_from_divisor
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors reference implementation's limit
 
@@ -70,6 +76,26 @@ DTYPE_SIZES = {
     "I64": 8,
     "U64": 8,
     "F64": 8,
+}
+
+# safetensors dtype -> the NumPy dtype its bytes are read as (little-endian)
+NUMPY_DTYPES = {
+    "BOOL": np.dtype(np.bool_),
+    "U8": np.dtype("<u1"),
+    "I8": np.dtype("<i1"),
+    "I16": np.dtype("<i2"),
+    "U16": np.dtype("<u2"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "I32": np.dtype("<i4"),
+    "U32": np.dtype("<u4"),
+    "F32": np.dtype("<f4"),
+    "I64": np.dtype("<i8"),
+    "U64": np.dtype("<u8"),
+    "F64": np.dtype("<f8"),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
 }
 
 COMPRESSED_TENSORS = "compressed-tensors"
@@ -227,6 +253,142 @@ def _open(file: Path):
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), size
 
 
+class SafetensorsCheckpoint:
+    """Every tensor of a ``.safetensors`` file or a directory of shards, memory-mapped.
+
+    The one safetensors reader of the package: every header is parsed and
+    checked when the checkpoint is opened (see the module docstring), a name
+    may appear in one shard only, and :meth:`array` and :meth:`nvfp4_weights`
+    return read-only views of the maps. Errors are :class:`SafetensorsError`
+    naming the file and the tensor; a missing path is ``FileNotFoundError``.
+
+    Use it as a context manager (or call :meth:`close`): closing closes the
+    maps that no returned array still views (those close when the arrays go).
+
+    Attributes:
+        path: the path given, as a str.
+        entries: tensor name -> :class:`SafetensorsEntry`, over every shard.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        self.entries: dict[str, SafetensorsEntry] = {}
+        self._where: dict[str, tuple[str, object]] = {}  # name -> (file, map)
+        self._maps: list = []
+        try:
+            for file in _files(Path(self.path)):
+                buf, size = _open(file)
+                self._maps.append(buf)
+                entries, _ = _parse_header(buf, size, str(file))
+                for name, e in entries.items():
+                    if name in self._where:
+                        raise SafetensorsError(
+                            str(file), f"also in {self._where[name][0]} (duplicate name)", name
+                        )
+                    self._where[name] = (str(file), buf)
+                    self.entries[name] = e
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> SafetensorsCheckpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the maps that no returned array views."""
+        for m in self._maps:
+            _close_quietly(m)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries
+
+    def file(self, name: str) -> str:
+        """The shard that holds tensor ``name``."""
+        return self._where[name][0]
+
+    def error(self, name: str, message: str) -> SafetensorsError:
+        """A :class:`SafetensorsError` naming tensor ``name`` and its shard."""
+        return SafetensorsError(self.file(name), message, tensor=name)
+
+    def array(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as a read-only NumPy view of the map, in its dtype and shape.
+
+        BF16 and the F8 types come back as their ``ml_dtypes`` dtypes. A dtype this
+        reader has no NumPy dtype for (``F4``, ...) is a :class:`SafetensorsError`.
+        """
+        e = self.entries[name]
+        dtype = NUMPY_DTYPES.get(e.dtype)
+        if dtype is None:
+            raise self.error(
+                name, f"dtype {e.dtype} cannot be read (known: {sorted(NUMPY_DTYPES)})"
+            )
+        buf = self._where[name][1]
+        count = e.end - e.begin
+        if count == 0:
+            return np.zeros(e.shape, dtype)
+        a = np.frombuffer(buf, dtype=np.uint8, count=count, offset=e.begin)
+        return a.view(dtype).reshape(e.shape)
+
+    def nvfp4_layers(self) -> dict[str, tuple[str, tuple[str, str, str]]]:
+        """:func:`find_nvfp4_layers` of the checkpoint's tensors (errors as SafetensorsError)."""
+        try:
+            return find_nvfp4_layers({n: e.dtype for n, e in self.entries.items()})
+        except ValueError as err:
+            raise SafetensorsError(self.path, str(err)) from err
+
+    def nvfp4_weights(self) -> dict[str, Nvfp4Weight]:
+        """Every NVFP4 layer as an :class:`Nvfp4Weight`, keyed by prefix (see
+        :func:`load_nvfp4_weights`)."""
+        return {
+            prefix: self._nvfp4_weight(layout, names)
+            for prefix, (layout, names) in self.nvfp4_layers().items()
+        }
+
+    def _located(self, name: str) -> tuple[str, object, SafetensorsEntry]:
+        file, buf = self._where[name]
+        return file, buf, self.entries[name]
+
+    def _nvfp4_weight(self, layout: str, names: tuple[str, str, str]) -> Nvfp4Weight:
+        p_name, s_name, g_name = names
+        packed = _view(self._located(p_name), ("U8",), 2)
+        scales = _view(self._located(s_name), ("F8_E4M3", "U8"), 2)
+        stored = float(_view(self._located(g_name), ("F32",), None)[0])
+        n, half_k = packed.shape
+        if half_k < BLOCK // 2 or (2 * half_k) % BLOCK:
+            raise self.error(
+                p_name,
+                f"packed shape {packed.shape}: k = {2 * half_k} is not a multiple of {BLOCK}",
+            )
+        if scales.shape != (n, 2 * half_k // BLOCK):
+            raise self.error(
+                s_name,
+                f"shape {scales.shape}, expected {(n, 2 * half_k // BLOCK)} "
+                f"(one E4M3 scale per {BLOCK} weights of {p_name!r} {packed.shape})",
+            )
+        # A non-finite global scale would make every weight of the layer NaN or infinite
+        # (every logit NaN); formats.nvfp4 keeps IEEE specials given as such, a file is
+        # refused instead.
+        if not math.isfinite(stored):
+            raise self.error(
+                g_name, f"global scale {stored} is not finite: every weight would be NaN or Inf"
+            )
+        try:
+            if layout == COMPRESSED_TENSORS:
+                g = global_scale_from_divisor(stored)
+            else:
+                g = check_global_scale(stored, g_name.rpartition(".")[2])
+        except ValueError as err:
+            raise self.error(g_name, str(err)) from err
+        if not math.isfinite(g):
+            raise self.error(
+                g_name, f"divisor {stored} gives the global scale {g}: every weight would be Inf"
+            )
+        return Nvfp4Weight.from_parts(packed, scales, g)
+
+
 def load_nvfp4_weights(path: str | os.PathLike) -> dict[str, Nvfp4Weight]:
     """Every NVFP4 linear layer of a safetensors checkpoint, memory-mapped, keyed by prefix.
 
@@ -245,62 +407,18 @@ def load_nvfp4_weights(path: str | os.PathLike) -> dict[str, Nvfp4Weight]:
 
     Checked before a weight is built: packed is U8 [n, k/2], scales are
     F8_E4M3 or U8 [n, k/16] with k a multiple of 16, the global scale is an
-    F32 scalar or [1].
+    F32 scalar or [1], finite, and gives a finite multiplier (a NaN or Inf
+    ``weight_scale_2``, or a ``weight_global_scale`` of 0, NaN or Inf, would
+    make every weight of the layer NaN or Inf).
 
     Raises:
         SafetensorsError: a malformed file, a layer missing a companion
-            tensor, or a wrong dtype or shape (naming file and tensor).
+            tensor, a wrong dtype or shape, or a non-finite global scale
+            (naming file and tensor).
         FileNotFoundError: ``path`` does not exist / holds no shards.
     """
-    files = _files(Path(os.fspath(path)))
-    where: dict[str, tuple[str, object, SafetensorsEntry]] = {}
-    maps = []
-    try:
-        for file in files:
-            buf, size = _open(file)
-            maps.append(buf)
-            entries, _ = _parse_header(buf, size, str(file))
-            for name, e in entries.items():
-                if name in where:
-                    raise SafetensorsError(
-                        str(file), f"also in {where[name][0]} (duplicate name)", tensor=name
-                    )
-                where[name] = (str(file), buf, e)
-        try:
-            layers = find_nvfp4_layers({n: e.dtype for n, (_, _, e) in where.items()})
-        except ValueError as err:
-            raise SafetensorsError(str(path), str(err)) from err
-        out = {}
-        for prefix, (layout, (p_name, s_name, g_name)) in layers.items():
-            packed = _view(where[p_name], ("U8",), 2)
-            scales = _view(where[s_name], ("F8_E4M3", "U8"), 2)
-            gscale = _view(where[g_name], ("F32",), None)
-            n, half_k = packed.shape
-            file, _, _ = where[p_name]
-            if half_k < BLOCK // 2 or (2 * half_k) % BLOCK:
-                raise SafetensorsError(
-                    file,
-                    f"packed shape {packed.shape}: k = {2 * half_k} is not a multiple of {BLOCK}",
-                    tensor=p_name,
-                )
-            if scales.shape != (n, 2 * half_k // BLOCK):
-                raise SafetensorsError(
-                    where[s_name][0],
-                    f"shape {scales.shape}, expected {(n, 2 * half_k // BLOCK)} "
-                    f"(one E4M3 scale per {BLOCK} weights of {p_name!r} {packed.shape})",
-                    tensor=s_name,
-                )
-            if layout == COMPRESSED_TENSORS:
-                out[prefix] = Nvfp4Weight.from_compressed_tensors(packed, scales, gscale)
-            else:
-                out[prefix] = Nvfp4Weight.from_parts(packed, scales, gscale)
-    except BaseException:
-        for m in maps:
-            _close_quietly(m)
-        raise
-    for m in maps:  # closes the maps no returned weight views; the others stay open
-        _close_quietly(m)
-    return out
+    with SafetensorsCheckpoint(path) as checkpoint:
+        return checkpoint.nvfp4_weights()
 
 
 def _view(

@@ -3,10 +3,25 @@
 Every NVFP4 layer that :func:`q2gemv.io.load_nvfp4_weights` finds (prefix ``<p>``)
 becomes an :class:`~q2gemv.torch.Nvfp4Linear` at ``model.get_submodule(<p>)`` (which
 must be a ``torch.nn.Linear`` of the same shape; its bias, or ``<p>.bias`` from the
-checkpoint, is kept in bf16). Every other tensor of the checkpoint is copied into the
-model parameter or buffer of the same name (F32, F16 and BF16 only, converted to its
-dtype). Activation-side NVFP4 tensors (``<p>.input_scale``, ``<p>.input_global_scale``:
-W4A4 state) are ignored. Everything is read and checked before the model is changed.
+checkpoint when the Linear has one, is kept in bf16). Every other tensor of the
+checkpoint is copied into the model parameter or buffer of the same name (F32, F16 and
+BF16 only, converted to its dtype). Everything is read and checked before the model is
+changed, through q2gemv's own reader (:class:`q2gemv.io.safetensors.SafetensorsCheckpoint`):
+every error is a :class:`~q2gemv.io.SafetensorsError` naming the file and the tensor.
+
+Nothing is dropped silently. The tensors of an NVFP4 layer ``<p>`` are its three
+layout tensors, ``<p>.bias``, and the activation-side ``<p>.input_scale`` /
+``<p>.input_global_scale`` (W4A4 state, which ModelOpt and compressed-tensors write
+for every NVFP4 layer; W4A16 keeps activations in bf16, so they are ignored: the one
+allow-list, :data:`IGNORED_SUFFIXES`). Any other ``<p>.*`` tensor
+(``<p>.weight_zero_point``, a misspelt companion), an activation scale of a layer that
+is not NVFP4, and any tensor with no parameter or buffer of its name is refused.
+
+Tied weights (``tie_word_embeddings``): a checkpoint may store ``lm_head.weight``
+beside ``model.embed_tokens.weight`` (transformers' ``save_pretrained`` leaves it out,
+other writers keep it). It is accepted when its bits, in the parameter's dtype, equal
+the embedding's (the one tensor stored twice) and refused when they differ, naming
+both: a tied model cannot hold two different matrices.
 """
 
 from __future__ import annotations
@@ -14,29 +29,49 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .._progress import track, wants_progress
-from ..io.safetensors import SafetensorsError, load_nvfp4_weights
+from ..io.safetensors import SafetensorsCheckpoint, SafetensorsError
 from ..torch import Nvfp4Linear
 from .meta import finish_meta_model
 from .saved import record_quantization_config
 
-PLAIN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-IGNORED_SUFFIXES = ("input_scale", "input_global_scale")
+PLAIN_DTYPES = ("F32", "F16", "BF16")  # what a plain (not NVFP4) tensor may be stored as
+IGNORED_SUFFIXES = ("input_scale", "input_global_scale")  # W4A4 state of an NVFP4 layer
 
 
-def _tensors(path: Path) -> dict[str, tuple[str, object]]:
-    """name -> (file, safe_open handle) over every shard."""
-    from safetensors import safe_open
+def _tensor(ckpt: SafetensorsCheckpoint, name: str, shape: tuple[int, ...], what: str):
+    """Tensor ``name`` as a new torch tensor (its own memory), dtype and shape checked."""
+    e = ckpt.entries[name]
+    if e.dtype not in PLAIN_DTYPES:
+        raise ckpt.error(
+            name,
+            f"dtype {e.dtype} is not supported outside an NVFP4 layer "
+            f"({', '.join(PLAIN_DTYPES)} are)",
+        )
+    if tuple(e.shape) != tuple(shape):
+        raise ckpt.error(name, f"shape {list(e.shape)}, expected {list(shape)} ({what})")
+    a = np.array(ckpt.array(name))  # a copy: the model's tensor owns its memory
+    if e.dtype == "BF16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    where: dict[str, tuple[str, object]] = {}
-    for file in files:
-        handle = safe_open(str(file), framework="pt")
-        for name in handle.keys():
-            where[name] = (str(file), handle)
-    return where
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
+    a, b = a.to(dtype).contiguous(), b.to(dtype).contiguous()
+    return a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def _aliases(model: torch.nn.Module) -> dict[str, str]:
+    """Tied parameter names -> the name ``named_parameters()`` keeps for the same tensor."""
+    kept = {id(p): n for n, p in model.named_parameters()}
+    return {
+        n: kept[id(p)]
+        for n, p in model.named_parameters(remove_duplicate=False)
+        if kept[id(p)] != n
+    }
 
 
 def load_safetensors(
@@ -60,88 +95,26 @@ def load_safetensors(
             for large models, through tqdm when installed; see :func:`quantize_model`).
 
     Returns ``model`` (eval mode). Every parameter of ``model`` (tied ones once) must
-    come from the checkpoint.
+    come from the checkpoint, and every tensor of the checkpoint must go somewhere (see
+    the module docstring for the activation scales ignored and for tied weights).
 
     Raises:
-        SafetensorsError: a malformed NVFP4 layer (see :func:`q2gemv.io.load_nvfp4_weights`),
-            a tensor with no parameter or module of that name, a shape or dtype that does
-            not fit, or a model parameter the checkpoint lacks (naming the tensor).
+        SafetensorsError: a malformed file or NVFP4 layer (see
+            :func:`q2gemv.io.load_nvfp4_weights`; a non-finite global scale included),
+            a tensor with no parameter, buffer or NVFP4 layer of that name, a shape or
+            dtype that does not fit (a bias included), a bias for a Linear without one,
+            a stored tied weight that differs from the one it is tied to, or a model
+            parameter the checkpoint lacks; each naming the file and the tensor.
+        FileNotFoundError: ``path`` does not exist / holds no shards.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     wants_progress(progress, 0, False)  # TypeError naming progress
     root = Path(os.fspath(path))
-    layers = load_nvfp4_weights(root)  # FileNotFoundError / SafetensorsError first
-    where = _tensors(root)
+    with SafetensorsCheckpoint(root) as ckpt:  # FileNotFoundError / SafetensorsError first
+        new_layers, values = _plan(ckpt, model, numerics, progress)
     params = dict(model.named_parameters())
     state = {**params, **dict(model.named_buffers())}
-    new_layers: dict[str, Nvfp4Linear] = {}
-    taken: set[str] = set()
-    for prefix, weight in track(layers.items(), "load_safetensors", progress, lambda kv: kv[0]):
-        file = where[
-            f"{prefix}.weight_packed" if f"{prefix}.weight_packed" in where else f"{prefix}.weight"
-        ][0]
-        try:
-            linear = model.get_submodule(prefix)
-        except AttributeError:
-            linear = None
-        if not isinstance(linear, torch.nn.Linear):
-            raise SafetensorsError(
-                file,
-                f"NVFP4 layer {prefix!r}: the model has no torch.nn.Linear there "
-                f"({type(linear).__name__ if linear is not None else 'nothing'})",
-            )
-        if (linear.out_features, linear.in_features) != (weight.n, weight.k):
-            raise SafetensorsError(
-                file,
-                f"NVFP4 layer {prefix!r} is [{weight.n}, {weight.k}] but the model's Linear "
-                f"is [{linear.out_features}, {linear.in_features}]",
-            )
-        bias = linear.bias
-        if bias is not None and bias.is_meta and f"{prefix}.bias" not in where:
-            raise SafetensorsError(
-                file,
-                f"NVFP4 layer {prefix!r}: the model's bias is on the meta device and the "
-                "checkpoint has no bias for it",
-                tensor=f"{prefix}.bias",
-            )
-        if f"{prefix}.bias" in where:
-            bias = where[f"{prefix}.bias"][1].get_tensor(f"{prefix}.bias")
-            taken.add(f"{prefix}.bias")
-        new_layers[prefix] = Nvfp4Linear(weight, bias, numerics=numerics)
-        taken.update(
-            n for n in where if n.startswith(prefix + ".") and n.count(".") == prefix.count(".") + 1
-        )
-    values: dict[str, torch.Tensor] = {}
-    for name, (file, handle) in where.items():
-        if name in taken:
-            continue
-        if name.rpartition(".")[2] in IGNORED_SUFFIXES:
-            continue
-        if name not in state:
-            raise SafetensorsError(
-                file, "the model has no parameter or buffer of this name", tensor=name
-            )
-        value = handle.get_tensor(name)
-        if value.dtype not in PLAIN_DTYPES:
-            raise SafetensorsError(
-                file,
-                f"dtype {value.dtype} is not supported outside an NVFP4 layer (F32, F16, BF16 are)",
-                tensor=name,
-            )
-        if tuple(value.shape) != tuple(state[name].shape):
-            raise SafetensorsError(
-                file,
-                f"shape {list(value.shape)} does not match the model's {list(state[name].shape)}",
-                tensor=name,
-            )
-        values[name] = value
-    covered = set(values) | {f"{p}.weight" for p in new_layers} | {f"{p}.bias" for p in new_layers}
-    missing = [n for n in params if n not in covered]
-    if missing:
-        raise SafetensorsError(
-            str(root), f"no tensor for {len(missing)} model parameter(s): {missing[:8]}"
-        )
     with torch.no_grad():
         for name, value in values.items():
             old = state[name]
@@ -161,3 +134,104 @@ def load_safetensors(
     finish_meta_model(model, str(root))
     record_quantization_config(model)  # so save_pretrained writes a loadable model
     return model.eval()
+
+
+def _plan(ckpt: SafetensorsCheckpoint, model: torch.nn.Module, numerics: str | None, progress):
+    """Every layer and value the load will set, all checked: (new layers, plain values)."""
+    params = dict(model.named_parameters())
+    state = {**params, **dict(model.named_buffers())}
+    aliases = _aliases(model)
+    layers = ckpt.nvfp4_layers()
+    weights = ckpt.nvfp4_weights()
+    new_layers: dict[str, Nvfp4Linear] = {}
+    claimed: set[str] = set()
+    for prefix, weight in track(weights.items(), "load_safetensors", progress, lambda kv: kv[0]):
+        _, names = layers[prefix]
+        claimed.update(names)
+        claimed.update(f"{prefix}.{s}" for s in IGNORED_SUFFIXES if f"{prefix}.{s}" in ckpt)
+        new_layers[prefix] = _layer(ckpt, model, prefix, names[0], weight, aliases, numerics)
+        if f"{prefix}.bias" in ckpt:
+            claimed.add(f"{prefix}.bias")
+    values: dict[str, torch.Tensor] = {}
+    tied: dict[str, tuple[str, torch.Tensor]] = {}
+    for name in ckpt.entries:
+        if name in claimed:
+            continue
+        target = aliases.get(name, name)
+        if target not in state:
+            owner = name.rpartition(".")[0]
+            if owner in layers:
+                why = (
+                    f"not a tensor of the NVFP4 layer {owner!r} (its tensors: "
+                    f"{', '.join(repr(n.rpartition('.')[2]) for n in layers[owner][1])}, "
+                    f"'bias', {', '.join(map(repr, IGNORED_SUFFIXES))})"
+                )
+            else:
+                why = "the model has no parameter or buffer of this name"
+            raise ckpt.error(name, why)
+        value = _tensor(ckpt, name, tuple(state[target].shape), f"the model's {target}")
+        if target != name:
+            tied[name] = (target, value)
+        else:
+            values[name] = value
+    for name, (target, value) in tied.items():
+        if target not in values:  # only the tied name is stored: it fills the parameter
+            values[target] = value
+        elif not _same_bits(value, values[target], state[target].dtype):
+            raise ckpt.error(
+                name,
+                f"the model ties it to {target!r} (tie_word_embeddings=True), but the "
+                f"checkpoint's {name!r} differs from its {target!r}; build the model with "
+                "tie_word_embeddings=False to load both",
+            )
+    covered = set(values) | {f"{p}.weight" for p in new_layers} | {f"{p}.bias" for p in new_layers}
+    missing = [n for n in params if n not in covered]
+    if missing:
+        raise SafetensorsError(
+            ckpt.path, f"no tensor for {len(missing)} model parameter(s): {missing[:8]}"
+        )
+    return new_layers, values
+
+
+def _layer(ckpt, model, prefix, first, weight, aliases, numerics) -> Nvfp4Linear:
+    """The Nvfp4Linear of one NVFP4 layer, checked against the model's Linear there."""
+    file = ckpt.file(first)
+    try:
+        linear = model.get_submodule(prefix)
+    except AttributeError:
+        linear = None
+    if not isinstance(linear, torch.nn.Linear):
+        raise SafetensorsError(
+            file,
+            f"NVFP4 layer {prefix!r}: the model has no torch.nn.Linear there "
+            f"({type(linear).__name__ if linear is not None else 'nothing'})",
+        )
+    if (linear.out_features, linear.in_features) != (weight.n, weight.k):
+        raise SafetensorsError(
+            file,
+            f"NVFP4 layer {prefix!r} is [{weight.n}, {weight.k}] but the model's Linear "
+            f"is [{linear.out_features}, {linear.in_features}]",
+        )
+    if f"{prefix}.weight" in aliases:
+        raise ckpt.error(
+            first,
+            f"NVFP4 layer {prefix!r}: the model ties its weight to "
+            f"{aliases[prefix + '.weight']!r}, which an Nvfp4Linear cannot share",
+        )
+    bias_name = f"{prefix}.bias"
+    bias = linear.bias
+    if bias_name in ckpt:
+        if bias is None:
+            raise ckpt.error(bias_name, f"the model's Linear {prefix!r} has no bias (bias=False)")
+        bias = _tensor(ckpt, bias_name, (weight.n,), f"the Linear's out_features {weight.n}")
+    elif bias is not None and bias.is_meta:
+        raise SafetensorsError(
+            file,
+            f"NVFP4 layer {prefix!r}: the model's bias is on the meta device and the "
+            "checkpoint has no bias for it",
+            tensor=bias_name,
+        )
+    try:
+        return Nvfp4Linear(weight, bias, numerics=numerics)
+    except (TypeError, ValueError) as err:
+        raise ckpt.error(first, f"NVFP4 layer {prefix!r}: {err}") from err
