@@ -20,7 +20,7 @@ from q2gemv.io.gguf import (
     save_q2_weights,
 )
 from q2gemv.io.safetensors import SafetensorsError, load_nvfp4_weights
-from tests.io.test_gguf import ARR, F32, STR, U32, spec_gguf, write
+from tests.io.test_gguf import ARR, F32, STR, U8, U32, spec_gguf, write
 
 
 def _q2(n: int, k: int, group: int, seed: int = 0):
@@ -89,6 +89,44 @@ def test_a_big_metadata_array_is_read_without_python_objects(tmp_path):
     np.testing.assert_array_equal(got, vals)
     assert peak < 2 * vals.nbytes, f"peak {peak} bytes for {vals.nbytes} bytes of data"
     assert "array[float32] x 1048576  [0.0, 1.0, 2.0, 3.0, ...]" in format_inspect(p)
+
+
+def test_string_and_nested_metadata_arrays_cost_about_their_file_size(tmp_path):
+    """Issue 33 item 16: a Python object per element made nested arrays cost ~14x their bytes
+    in the file (a NumPy array per 13-byte inner array) and short strings ~6x."""
+    n = 40_000
+    kvs = [
+        ("nested", ARR, (ARR, [(U8, [i % 251]) for i in range(n)])),
+        ("strs", ARR, (STR, [f"t{i % 10}" for i in range(n)])),
+        ("deep", ARR, (ARR, [(ARR, [(STR, ["x", "yz"])]), (ARR, [])])),
+    ]
+    p = write(tmp_path, spec_gguf(kvs))
+    size = p.stat().st_size
+    tracemalloc.start()
+    try:
+        gf = read_gguf(p)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * size, f"peak {peak} bytes for a file of {size} bytes"
+    nested, strs, deep = (gf.metadata[k] for k in ("nested", "strs", "deep"))
+    assert len(nested) == n and nested[7].tolist() == [7] and nested[-1].tolist() == [(n - 1) % 251]
+    assert isinstance(nested[3], np.ndarray) and not nested[3].flags.writeable
+    assert len(strs) == n and strs[12] == "t2" and strs[-1] == f"t{(n - 1) % 10}"
+    assert strs[:3] == ["t0", "t1", "t2"] and list(strs)[:2] == ["t0", "t1"]
+    assert deep == [[["x", "yz"]], []] and deep.tolist() == [[["x", "yz"]], []]
+    text = format_inspect(p)
+    assert "array[array] x 40000" in text and "[[0], [1], [2], [3], ...]" in text
+    q = tmp_path / "again.gguf"
+    save_q2_weights(q, {}, {k: gf.metadata[k] for k in ("nested", "strs", "deep")})
+    again = read_gguf(q).metadata
+    assert again["strs"] == strs and again["nested"] == nested and again["deep"] == deep
+
+
+def test_metadata_array_counts_beyond_the_file_are_refused_before_reading(tmp_path):
+    raw_kv = b"".join([struct.pack("<Q", 1), b"a", struct.pack("<IIQ", ARR, ARR, 2**60)])
+    with pytest.raises(GgufError, match="truncated"):
+        read_gguf(write(tmp_path, spec_gguf((), raw_kv=raw_kv)))
 
 
 def test_a_directory_is_a_clear_error(tmp_path, capsys):

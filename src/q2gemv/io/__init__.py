@@ -11,6 +11,7 @@ Importing this package reads no file.
 from __future__ import annotations
 
 from .gguf import (
+    GgufArray,
     GgufError,
     GgufFile,
     GgufTensorInfo,
@@ -22,6 +23,7 @@ from .gguf import (
 from .safetensors import SafetensorsError, find_nvfp4_layers, load_nvfp4_weights
 
 __all__ = [
+    "GgufArray",
     "GgufError",
     "GgufFile",
     "GgufTensorInfo",

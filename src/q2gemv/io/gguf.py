@@ -35,6 +35,7 @@ import mmap
 import operator
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -270,7 +271,9 @@ class GgufFile:
         metadata: key -> Python value (int, float, bool, str; floats carry the
             stored float32/float64 value). Arrays of numbers or bools are
             read-only 1-D NumPy arrays of the stored dtype (no Python object
-            per element); arrays of strings or arrays are lists.
+            per element); arrays of strings or arrays are :class:`GgufArray`
+            sequences (their bytes as stored, elements decoded on access), so
+            the metadata costs about the bytes it takes in the file.
         metadata_types: key -> ``(value_type,)`` or, for arrays,
             ``(GGUF_ARRAY, element_type)``.
         tensors: tensor infos in file order.
@@ -293,6 +296,81 @@ class GgufFile:
             if t.name == name:
                 return t
         raise KeyError(f"{self.path}: no tensor named {name!r}")
+
+
+class GgufArray(Sequence):
+    """A metadata array of strings or of arrays, kept compact: its bytes as stored.
+
+    A Python object per element cost up to ~14 times the element's bytes in the
+    file (a NumPy array per 13-byte inner array, a str per short token), so a
+    hostile file could exhaust memory with a few hundred MB of metadata. This
+    keeps one copy of the array's encoded elements and each element's offset
+    (4 bytes, 8 beyond 4 GiB): at most about 1.5 times the array's bytes in the
+    file. The file's encoding was checked when it was read (UTF-8, bool bytes,
+    nesting depth, lengths), so decoding an element cannot fail.
+
+    Elements are decoded on access: a ``str`` for an array of strings; for an
+    array of arrays, a read-only NumPy array (numbers, bools) or another
+    ``GgufArray``. A slice gives a list. ``tolist()`` gives nested Python lists;
+    a ``GgufArray`` equals a list, tuple or ``GgufArray`` of the same values.
+
+    Attributes:
+        elem_type: the GGUF value type of the elements (8 string, 9 array).
+    """
+
+    __slots__ = ("elem_type", "_data", "_starts")
+
+    def __init__(self, elem_type: int, data: bytes, starts: np.ndarray) -> None:
+        self.elem_type = elem_type
+        self._data = data  # the encoded elements, as in the file
+        self._starts = starts  # element i is _data[starts[i]:starts[i + 1]]
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._decode(j) for j in range(*i.indices(len(self)))]
+        i = operator.index(i)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"GgufArray index {i} out of range for {n} elements")
+        return self._decode(i)
+
+    def _decode(self, i: int):
+        cur = _Cursor(self._data, int(self._starts[i + 1]), "<metadata array>")
+        cur.pos = int(self._starts[i])
+        return _read_value(cur, self.elem_type, "<element>", depth=1)
+
+    def tolist(self) -> list:
+        """The elements as nested Python lists (str, int, float, bool inside)."""
+        return [_plain(v) for v in self]
+
+    def __eq__(self, other):
+        if isinstance(other, (GgufArray, list, tuple)):
+            return len(self) == len(other) and self.tolist() == _plain(other)
+        return NotImplemented
+
+    __hash__ = None  # a sequence compared by value, like list
+
+    def __repr__(self) -> str:
+        return f"GgufArray({value_type_name(self.elem_type)} x {len(self)}: {_short(self)})"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the encoded elements plus their offsets."""
+        return len(self._data) + self._starts.nbytes
+
+
+def _plain(value):
+    """Metadata values as plain Python: NumPy arrays and GgufArrays as (nested) lists."""
+    if isinstance(value, (np.ndarray, GgufArray)):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 # -- parsing -------------------------------------------------------------------
@@ -345,7 +423,7 @@ class _Cursor:
 
 def _read_value(cur: _Cursor, value_type: int, key: str, depth: int = 0):
     """One metadata value of ``value_type``; numeric arrays become read-only NumPy arrays,
-    string/nested arrays lists."""
+    string/nested arrays :class:`GgufArray` (checked element by element, not decoded)."""
     what = f"metadata {key!r}"
     if value_type == GGUF_STRING:
         return cur.string(what)
@@ -377,14 +455,55 @@ def _read_value(cur: _Cursor, value_type: int, key: str, depth: int = 0):
             arr.flags.writeable = False
             return arr
         if elem in (GGUF_STRING, GGUF_ARRAY):
-            # each element takes at least 8 bytes: refuse absurd counts before looping
-            if count * 8 > cur.size - cur.pos:
-                cur.need(count * 8, f"{what} array of {count} {value_type_name(elem)}")
-            return [_read_value(cur, elem, key, depth + 1) for _ in range(count)]
+            # each element takes at least 8 bytes (a string's length) or 12 (an array's
+            # type and count): refuse absurd counts before looping
+            least = 8 if elem == GGUF_STRING else 12
+            if count * least > cur.size - cur.pos:
+                cur.need(count * least, f"{what} array of {count} {value_type_name(elem)}")
+            begin = cur.pos
+            dtype = np.uint32 if cur.size - begin < 2**32 else np.int64
+            starts = np.empty(count + 1, dtype=dtype)
+            for j in range(count):
+                starts[j] = cur.pos - begin
+                _check_value(cur, elem, key, depth + 1)
+            starts[count] = cur.pos - begin
+            starts.flags.writeable = False
+            return GgufArray(elem, bytes(cur.buf[begin : cur.pos]), starts)
         raise GgufError(
             cur.path, f"{what}: unknown array element type {elem} at offset {cur.pos - 12}"
         )
     raise GgufError(cur.path, f"{what}: unknown metadata value type {value_type}")
+
+
+def _check_value(cur: _Cursor, value_type: int, key: str, depth: int) -> None:
+    """Step over one metadata value, checking it as :func:`_read_value` would, keeping nothing."""
+    if value_type == GGUF_STRING:
+        cur.string(f"metadata {key!r}")  # checks the UTF-8; the str is dropped at once
+    elif value_type == GGUF_ARRAY:
+        what = f"metadata {key!r}"
+        if depth > 8:
+            raise GgufError(cur.path, f"{what}: arrays nested more than 8 deep")
+        elem = cur.u32(f"{what} array element type")
+        count = cur.u64(f"{what} array length")
+        if elem in _SCALARS:
+            size = _SCALARS[elem][1]
+            pos = cur.need(count * size, f"{what} array of {count} {value_type_name(elem)}")
+            if elem == GGUF_BOOL and count:
+                arr = np.frombuffer(cur.buf, dtype=np.uint8, count=count, offset=pos)
+                if int(arr.max()) > 1:
+                    raise GgufError(cur.path, f"{what}: bool array holds a byte other than 0/1")
+        elif elem in (GGUF_STRING, GGUF_ARRAY):
+            least = 8 if elem == GGUF_STRING else 12
+            if count * least > cur.size - cur.pos:
+                cur.need(count * least, f"{what} array of {count} {value_type_name(elem)}")
+            for _ in range(count):
+                _check_value(cur, elem, key, depth + 1)
+        else:
+            raise GgufError(
+                cur.path, f"{what}: unknown array element type {elem} at offset {cur.pos - 12}"
+            )
+    else:
+        _read_value(cur, value_type, key, depth)  # a scalar: nothing to keep
 
 
 def _parse(buf, size: int, path: str) -> GgufFile:
@@ -820,7 +939,7 @@ def _infer_type(value, where: str) -> int:
         return GGUF_FLOAT32
     if isinstance(value, str):
         return GGUF_STRING
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, GgufArray)):
         return GGUF_ARRAY
     raise TypeError(
         f"{where}: expected str, int, float, bool, a numpy scalar or a list of them, "
@@ -834,6 +953,8 @@ def _pack_value(value, vtype: int, where: str) -> bytes:
             raise TypeError(f"{where}: expected a str, got {type(value).__name__}")
         return _pack_string(value)
     if vtype == GGUF_ARRAY:
+        if isinstance(value, GgufArray):  # read from a file: its bytes as they were
+            return struct.pack("<IQ", value.elem_type, len(value)) + value._data
         if isinstance(value, np.ndarray):
             if value.ndim != 1:
                 raise ValueError(f"{where}: expected a 1-D array, got shape {value.shape}")
@@ -915,7 +1036,8 @@ def save_q2_weights(
     it does not fit, as gguf-py chooses); ``float`` (float32, as gguf-py
     chooses: pass ``np.float64`` to keep 64 bits); any numpy scalar of a
     GGUF type (its dtype decides); lists of one of these kinds (nested lists
-    allowed) or 1-D numpy arrays.
+    allowed), 1-D numpy arrays, or a :class:`GgufArray` read from a file
+    (written back byte for byte).
 
     Raises:
         TypeError/ValueError naming the argument (a weight not a Q2Weight, a
@@ -1017,7 +1139,7 @@ def escape_text(text: str) -> str:
 
 
 def _short(value, limit: int = 60) -> str:
-    if isinstance(value, (list, np.ndarray)):
+    if isinstance(value, (list, np.ndarray, GgufArray)):
         head = ", ".join(_short(v, 20) for v in list(value[:4]))
         return f"[{head}{', ...' if len(value) > 4 else ''}]"
     if isinstance(value, np.generic):
