@@ -109,7 +109,7 @@ _BLOCK_NAMES = {
 # A layer index in canonical spelling only: ASCII decimal, no leading zero, no sign. With
 # \d and int() alone, "blk.00.", "blk.0000." and non-ASCII digits ("blk.\u0660.") were all
 # layer 0, and the last tensor of a slot silently replaced the others.
-_BLOCK = re.compile(r"blk\.(0|[1-9][0-9]*)\.(.+)", re.ASCII)
+_BLOCK = re.compile(r"blk\.(0|[1-9][0-9]*)\.(.+)", re.ASCII | re.DOTALL)
 _ANY_BLOCK = re.compile(r"blk\.([^.]*)\.(.+)", re.DOTALL)
 
 MAX_SIZE = 2**31 - 1  # the largest count or size a metadata key may give (a C int)
