@@ -348,3 +348,15 @@ def test_safetensors_tied_model_refuses_a_different_lm_head(tmp_path):
         load_safetensors(path, target)
     assert info.value.tensor == "lm_head.weight"
     assert "model.embed_tokens.weight" in str(info.value)
+
+
+def test_safetensors_tied_weight_cannot_be_an_nvfp4_layer(tmp_path):
+    source = tiny_llama(layers=1, tie=True)
+    t = modelopt_tensors(source, lambda p: p == "lm_head" or p.endswith("_proj"))
+    del t["model.embed_tokens.weight"]
+    path = write_raw(tmp_path / "tied.safetensors", t)
+    target = tiny_llama(layers=1, seed=1, tie=True)
+    with pytest.raises(SafetensorsError, match="ties its weight") as info:
+        load_safetensors(path, target)
+    assert info.value.tensor == "lm_head.weight"
+    assert isinstance(target.lm_head, torch.nn.Linear)

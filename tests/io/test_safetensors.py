@@ -330,3 +330,22 @@ def test_missing_paths(tmp_path):
     (tmp_path / "zero.safetensors").write_bytes(b"")
     with pytest.raises(SafetensorsError, match="truncated"):
         load_nvfp4_weights(tmp_path / "zero.safetensors")
+
+
+@pytest.mark.parametrize(
+    "layout, value",
+    [("modelopt", np.nan), ("modelopt", np.inf), ("modelopt", -np.inf)]
+    + [("compressed", np.nan), ("compressed", np.inf), ("compressed", 0.0)],
+)
+def test_non_finite_global_scales_are_refused(tmp_path, layout, value):
+    """Issue 33 item 14: a NaN/Inf global scale (or a divisor of 0: an infinite multiplier)
+    made every weight of the layer NaN or Inf; refused naming file and tensor."""
+    w = make_weight(2, 32)
+    if layout == "modelopt":
+        t, g_name = modelopt("p", w, g=value), "p.weight_scale_2"
+    else:
+        t, g_name = compressed("p", w, value), "p.weight_global_scale"
+    path = save(tmp_path, t)
+    with pytest.raises(SafetensorsError, match="global scale") as info:
+        load_nvfp4_weights(path)
+    assert (info.value.path, info.value.tensor) == (str(path), g_name)
