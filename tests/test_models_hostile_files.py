@@ -360,3 +360,14 @@ def test_safetensors_tied_weight_cannot_be_an_nvfp4_layer(tmp_path):
         load_safetensors(path, target)
     assert info.value.tensor == "lm_head.weight"
     assert isinstance(target.lm_head, torch.nn.Linear)
+
+
+def test_safetensors_kv_cache_scales_are_ignored_with_a_warning(tmp_path):
+    model = small_model()
+    t = modelopt_tensors(model, _first_linear)
+    t["0.k_scale"] = np.ones(1, np.float32)  # ModelOpt: under k_proj / v_proj
+    t["attn.v_scale"] = np.ones(1, np.float32)  # compressed-tensors: under self_attn
+    path = write_raw(tmp_path / "m.safetensors", t)
+    with pytest.warns(UserWarning, match=r"2 FP8 KV-cache scale.*'0.k_scale', 'attn.v_scale'"):
+        load_safetensors(path, model)
+    assert isinstance(model[0], Nvfp4Linear)

@@ -13,9 +13,13 @@ Nothing is dropped silently. The tensors of an NVFP4 layer ``<p>`` are its three
 layout tensors, ``<p>.bias``, and the activation-side ``<p>.input_scale`` /
 ``<p>.input_global_scale`` (W4A4 state, which ModelOpt and compressed-tensors write
 for every NVFP4 layer; W4A16 keeps activations in bf16, so they are ignored: the one
-allow-list, :data:`IGNORED_SUFFIXES`). Any other ``<p>.*`` tensor
-(``<p>.weight_zero_point``, a misspelt companion), an activation scale of a layer that
-is not NVFP4, and any tensor with no parameter or buffer of its name is refused.
+allow-list, :data:`IGNORED_SUFFIXES`). FP8 KV-cache scales (``*.k_scale``,
+``*.v_scale``: ModelOpt writes them under ``k_proj`` / ``v_proj``, compressed-tensors
+under ``self_attn``) that no parameter or buffer takes are ignored with one
+``UserWarning`` naming them: the model's KV cache stays in its own dtype. Any other
+``<p>.*`` tensor (``<p>.weight_zero_point``, a misspelt companion), an activation scale
+of a layer that is not NVFP4, and any tensor with no parameter or buffer of its name is
+refused.
 
 Tied weights (``tie_word_embeddings``): a checkpoint may store ``lm_head.weight``
 beside ``model.embed_tokens.weight`` (transformers' ``save_pretrained`` leaves it out,
@@ -27,6 +31,7 @@ both: a tied model cannot hold two different matrices.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +45,7 @@ from .saved import record_quantization_config
 
 PLAIN_DTYPES = ("F32", "F16", "BF16")  # what a plain (not NVFP4) tensor may be stored as
 IGNORED_SUFFIXES = ("input_scale", "input_global_scale")  # W4A4 state of an NVFP4 layer
+KV_CACHE_SUFFIXES = ("k_scale", "v_scale")  # FP8 KV-cache state: ignored with a warning
 
 
 def _tensor(ckpt: SafetensorsCheckpoint, name: str, shape: tuple[int, ...], what: str):
@@ -154,10 +160,14 @@ def _plan(ckpt: SafetensorsCheckpoint, model: torch.nn.Module, numerics: str | N
             claimed.add(f"{prefix}.bias")
     values: dict[str, torch.Tensor] = {}
     tied: dict[str, tuple[str, torch.Tensor]] = {}
+    kv_cache: list[str] = []
     for name in ckpt.entries:
         if name in claimed:
             continue
         target = aliases.get(name, name)
+        if target not in state and name.rpartition(".")[2] in KV_CACHE_SUFFIXES:
+            kv_cache.append(name)
+            continue
         if target not in state:
             owner = name.rpartition(".")[0]
             if owner in layers:
@@ -189,6 +199,13 @@ def _plan(ckpt: SafetensorsCheckpoint, model: torch.nn.Module, numerics: str | N
     if missing:
         raise SafetensorsError(
             ckpt.path, f"no tensor for {len(missing)} model parameter(s): {missing[:8]}"
+        )
+    if kv_cache:
+        warnings.warn(
+            f"{ckpt.path}: {len(kv_cache)} FP8 KV-cache scale(s) ignored (the KV cache stays "
+            f"in the model's dtype): {kv_cache[:8]}",
+            UserWarning,
+            stacklevel=3,
         )
     return new_layers, values
 
