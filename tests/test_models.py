@@ -571,3 +571,43 @@ def test_quantize_model_refuses_a_model_that_is_not_bf16(dtype, fmt):
     with pytest.raises(ValueError, match=rf"^model: layer '0' is {dtype}.*torch.bfloat16"):
         quantize_model(model, fmt, group=64)
     assert isinstance(model[0], torch.nn.Linear)
+
+
+def _tiny_mistral(window: int):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        sliding_window=window,
+    )
+    torch.manual_seed(0)
+    return MistralForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def test_captured_decoder_refuses_max_len_beyond_a_sliding_window():
+    """transformers' static cache keeps only the window: the step crashed inside transformers
+    ("The size of tensor a (4) must match the size of tensor b (16)") (item 18)."""
+    model = _tiny_mistral(window=4)
+    with pytest.raises(ValueError, match=r"^max_len: .*sliding-window.* <= 4, got 16"):
+        CapturedDecoder(model, max_len=16)
+    ids = prompts(1, length=2, seed=3) % 64
+    want = model.generate(
+        ids, max_new_tokens=2, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
+    assert torch.equal(CapturedDecoder(model, max_len=4).generate(ids, 2), want)  # within it
+
+
+def test_captured_decoder_refuses_an_empty_batch():
+    """A [0, P] prompt crashed inside transformers (a reshape of 0 elements) (item 18)."""
+    decoder = CapturedDecoder(tiny_llama(layers=1), max_len=8)
+    empty = torch.zeros((0, 3), dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^input_ids: expected a batch of >= 1 prompts"):
+        decoder.generate(empty, 2)
+    with pytest.raises(ValueError, match=r"^input_ids: expected a batch of >= 1 prompts"):
+        decoder.prefill(empty)
