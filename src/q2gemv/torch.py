@@ -38,7 +38,13 @@ call per layer in the graph) and can be captured in a CUDA graph:
 CUDA graphs: run each layer once on the capturing stream before the capture
 (that compiles the kernels and, for the exact contract, allocates its
 per-stream workspace: nothing may be allocated with ``cudaMalloc`` while
-capturing). The op has no autograd formula: the modules are for inference.
+capturing).
+
+Autograd (both devices alike): ``y`` requires a gradient when ``x`` does, and
+``backward`` gives ``x`` the transposed GEMV on the dequantized weight,
+``fp32(dy) @ dequantize(W)`` rounded to bf16 (torch's matmul: not part of the
+bit-exact contract); the uint8 weight buffers get none. Registered with
+``torch.library.register_autograd``, so ``torch.compile`` traces it.
 
 Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
 :func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors` and
@@ -60,8 +66,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .api import resolve_numerics
 from .formats.bf16 import BF16
-from .formats.nvfp4 import Nvfp4Weight, check_global_scale
-from .formats.q2_0 import Q2Weight, quantize_q2_0, row_bytes
+from .formats.nvfp4 import BLOCK, E2M1_VALUES, E4M3_VALUES, Nvfp4Weight, check_global_scale
+from .formats.q2_0 import SCALE_BYTES, Q2Weight, quantize_q2_0, row_bytes
 from .models.swap import find_linears, swap_linears
 
 __all__ = [
@@ -357,16 +363,93 @@ def _nvfp4_linear_fake(x, packed, scales, global_scale, numerics=None):
     return x.new_empty((*x.shape[:-1], packed.shape[0]))
 
 
+# -- autograd: the gradient with respect to x ----------------------------------------------
+# The ops are opaque to autograd; their formula, registered with torch.library (so
+# torch.compile traces it), is the transposed GEMV on the dequantized weight:
+# dx = fp32(dy) @ dequantize(W) in fp32 (torch's matmul: a float result, not q2gemv's
+# bit-exact contract), rounded to x's dtype. The weight buffers are uint8: no gradient.
+
+
+def _q2_dequantize(raw: torch.Tensor, n: int, k: int, group: int) -> torch.Tensor:
+    """float32 [n, k] of GGUF ``block_q2_0`` bytes, on raw's device: :meth:`Q2Weight.dequantize`.
+
+    ``(code - 1) * fp32(d)`` per the layout of :mod:`q2gemv.formats.q2_0` (d: the block's
+    first two bytes, little-endian fp16; code j: bits ``2 * (j % 4)`` of ``qs[j // 4]``).
+    """
+    blocks = raw.reshape(n, k // group, -1)
+    d = blocks[..., :SCALE_BYTES].contiguous().view(torch.float16).to(torch.float32)
+    shifts = torch.arange(0, 8, 2, dtype=torch.uint8, device=raw.device)
+    codes = (blocks[..., SCALE_BYTES:].unsqueeze(-1) >> shifts) & 3  # [n, nb, group/4, 4]
+    values = codes.reshape(n, k // group, group).to(torch.float32) - 1
+    return (values * d).reshape(n, k)
+
+
+def _nvfp4_dequantize(
+    packed: torch.Tensor, scales: torch.Tensor, global_scale: float
+) -> torch.Tensor:
+    """float32 [n, k] of an NVFP4 weight, on its device: :meth:`Nvfp4Weight.dequantize`.
+
+    ``fp32(fp32(e2m1 * e4m3) * g)``, the tables of :mod:`q2gemv.formats.nvfp4` (even k in
+    a byte's low nibble).
+    """
+    n, k = packed.shape[0], 2 * packed.shape[1]
+    e2m1 = torch.tensor(E2M1_VALUES.tolist(), dtype=torch.float32, device=packed.device)
+    e4m3 = torch.tensor(E4M3_VALUES.tolist(), dtype=torch.float32, device=packed.device)
+    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(n, k // BLOCK, BLOCK)
+    ws = e2m1[codes.long()] * e4m3[scales.long()].unsqueeze(-1)
+    return (ws * global_scale).reshape(n, k)
+
+
+def _grad_x(grad: torch.Tensor, w: torch.Tensor, x_dtype: torch.dtype) -> torch.Tensor:
+    return (grad.to(torch.float32) @ w).to(x_dtype)
+
+
+def _q2_linear_setup(ctx, inputs, output) -> None:
+    x, raw, n, k, group, _ = inputs
+    ctx.save_for_backward(raw)
+    ctx.shape, ctx.x_dtype = (n, k, group), x.dtype
+
+
+def _q2_linear_backward(ctx, grad):
+    (raw,) = ctx.saved_tensors
+    dx = _grad_x(grad, _q2_dequantize(raw, *ctx.shape), ctx.x_dtype)
+    return dx, None, None, None, None, None
+
+
+q2_linear.register_autograd(_q2_linear_backward, setup_context=_q2_linear_setup)
+
+
+def _nvfp4_linear_setup(ctx, inputs, output) -> None:
+    x, packed, scales, global_scale, _ = inputs
+    ctx.save_for_backward(packed, scales)
+    ctx.global_scale, ctx.x_dtype = global_scale, x.dtype
+
+
+def _nvfp4_linear_backward(ctx, grad):
+    packed, scales = ctx.saved_tensors
+    w = _nvfp4_dequantize(packed, scales, ctx.global_scale)
+    return _grad_x(grad, w, ctx.x_dtype), None, None, None, None
+
+
+nvfp4_linear.register_autograd(_nvfp4_linear_backward, setup_context=_nvfp4_linear_setup)
+
+
 def _eager_direct(x: torch.Tensor) -> bool:
     """Call an op's implementation directly, without torch's dispatcher: eager CUDA calls only.
 
     A ``torch.library`` op defined in Python pays tens of microseconds of dispatch
     per call, as much as a decode GEMV takes on the GPU. The modules skip it for
     CUDA tensors when nothing traces or intercepts the call (not compiling, no
-    ``TorchDispatchMode`` active); ``torch.compile``, fake tensors, CPU tensors and
-    every other case go through the registered op. Both run the same function.
+    ``TorchDispatchMode`` active) and no gradient is asked for (autograd needs the op's
+    registered formula); ``torch.compile``, fake tensors, CPU tensors, ``x`` requiring a
+    gradient and every other case go through the registered op. Both run the same function.
     """
-    return x.is_cuda and not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
+    return (
+        x.is_cuda
+        and not (x.requires_grad and torch.is_grad_enabled())
+        and not torch.compiler.is_compiling()
+        and _get_current_dispatch_mode() is None
+    )
 
 
 # -- modules -----------------------------------------------------------------------------
@@ -407,6 +490,20 @@ add_bias = torch.library.custom_op(
 @add_bias.register_fake
 def _add_bias_fake(y, bias):
     return torch.empty_like(y)
+
+
+def _add_bias_setup(ctx, inputs, output) -> None:
+    ctx.bias_dtype = inputs[1].dtype
+
+
+def _add_bias_backward(ctx, grad):
+    dbias = None
+    if ctx.needs_input_grad[1]:
+        dbias = grad.reshape(-1, grad.shape[-1]).sum(0).to(ctx.bias_dtype)
+    return grad, dbias
+
+
+add_bias.register_autograd(_add_bias_backward, setup_context=_add_bias_setup)
 
 
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -450,7 +547,7 @@ class _QuantizedLinear(torch.nn.Module):
 
 
 class Q2Linear(_QuantizedLinear):
-    """A ``torch.nn.Linear`` replacement over a GGUF ``block_q2_0`` weight (inference only).
+    """A ``torch.nn.Linear`` replacement over a GGUF ``block_q2_0`` weight (frozen weight).
 
     Args:
         weight: the :class:`~q2gemv.Q2Weight` [n, k]; its bytes are copied into
@@ -566,7 +663,7 @@ class Q2Linear(_QuantizedLinear):
 
 
 class Nvfp4Linear(_QuantizedLinear):
-    """A ``torch.nn.Linear`` replacement over an NVFP4 W4A16 weight (inference only).
+    """A ``torch.nn.Linear`` replacement over an NVFP4 W4A16 weight (frozen weight).
 
     Args:
         weight: the :class:`~q2gemv.Nvfp4Weight` [n, k]; ``packed`` and ``scales``
