@@ -83,3 +83,67 @@ def test_nvfp4_layout_follows_both_of_its_buffers(built):
     del packed
     gc.collect()
     assert len(qt._DEVICE_WEIGHTS) == 0
+
+
+# -- issue 33 item 9: a write torch does not count -----------------------------------------------
+
+
+def _q2_layer():
+    import numpy as np
+
+    from q2gemv import quantize_q2_0
+
+    w = np.random.default_rng(9).standard_normal((4, 128)).astype(np.float32)
+    return qt.Q2Linear(quantize_q2_0(w, group=128))
+
+
+def test_a_data_write_through_the_layer_attribute_rebuilds_the_layout(built):
+    """``layer.raw.data.copy_(new)`` bumps no version (``.data`` has a counter of its own): the
+    CUDA forward kept the old layout while the CPU computed with the new bytes."""
+    layer = _q2_layer()
+    raw = layer._buffers["raw"]
+    a = qt._q2_device_weight(raw, 4, 128, 128)
+    version = raw._version
+    layer.raw.data.copy_(torch.ones_like(raw))  # what the issue did
+    assert raw._version == version  # torch did not count it
+    b = qt._q2_device_weight(raw, 4, 128, 128)
+    assert b is not a and len(built) == 2
+    # the layer's own reads keep the layout: forward, quantized_weight
+    layer.quantized_weight()
+    layer(torch.zeros(1, 128, dtype=torch.bfloat16))
+    assert qt._q2_device_weight(raw, 4, 128, 128) is b and len(built) == 2
+
+
+def test_nvfp4_buffers_read_through_the_layer_drop_the_layout(built):
+    import numpy as np
+
+    w = qt.Nvfp4Weight.from_float(np.ones((4, 32), np.float32))
+    layer = qt.Nvfp4Linear(w)
+    packed, scales = layer._buffers["packed"], layer._buffers["scales"]
+    a = qt._nvfp4_device_weight(packed, scales, layer.global_scale)
+    layer.get_buffer("scales").data.fill_(0x38)
+    b = qt._nvfp4_device_weight(packed, scales, layer.global_scale)
+    assert b is not a and len(built) == 2
+    layer.packed.data.fill_(0x11)
+    assert qt._nvfp4_device_weight(packed, scales, layer.global_scale) is not b
+    assert len(built) == 3
+
+
+@pytest.mark.gpu
+def test_cuda_forward_follows_a_data_write():
+    import numpy as np
+
+    import q2gemv
+    from q2gemv import quantize_q2_0
+
+    rng = np.random.default_rng(19)
+    w1, w2 = (quantize_q2_0(rng.standard_normal((64, 256)).astype(np.float32)) for _ in "ab")
+    layer = qt.Q2Linear(w1).cuda()
+    x = torch.randn(2, 256).to(torch.bfloat16)
+    layer(x.cuda())  # the layout of w1 is cached
+    layer.raw.data.copy_(torch.from_numpy(np.array(w2.raw)).view(64, -1))
+    got = layer(x.cuda()).cpu()
+    a = x.view(torch.int16).numpy().view(q2gemv.BF16)
+    want = q2gemv.gemv(a, w2, backend="reference").view(np.uint16)
+    assert (got.view(torch.int16).numpy().view(np.uint16) == want).all()
+    assert torch.equal(got, layer.cpu()(x))  # the CPU agrees

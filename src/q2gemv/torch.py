@@ -26,12 +26,15 @@ call per layer in the graph) and can be captured in a CUDA graph:
 
 * CPU tensors run q2gemv's NumPy reference backend (``backend="reference"``),
   bit-identical to the GPU kernels;
-* CUDA tensors run the numba kernels on torch's current stream, reading the
-  weight buffers in place (``DeviceQ2Weight.from_buffers`` /
-  ``DeviceNvfp4Weight.from_buffers``: no host copy; each repacks its buffers once
-  into the kernel's execution layout, rebuilt when a buffer is written), writing
-  into a tensor from torch's caching allocator. The device-weight wrapper is
-  built once per buffer address and cached (:func:`clear_device_weight_cache`).
+* CUDA tensors run the numba kernels on torch's current stream over a device
+  weight made from the buffers (``DeviceQ2Weight.from_buffers`` /
+  ``DeviceNvfp4Weight.from_buffers``: no host copy; a snapshot repacked into the
+  kernels' execution layout), writing into a tensor from torch's caching
+  allocator. It is cached per buffer and rebuilt after a write torch records (the
+  buffer's version counter or a new storage: in-place ops, ``copy_``,
+  ``load_state_dict``, ``.to()``, ``.data = t``) and after the buffer is read
+  through the layer's attribute (``layer.raw.data.copy_(new)``: a ``.data`` write
+  is not counted); see docs/guarantees.md (:func:`clear_device_weight_cache`).
   An eager CUDA forward calls the op's function without the dispatcher (its
   Python overhead is as long as a decode GEMV); traced and CPU calls use the op.
 
@@ -196,6 +199,14 @@ def _q2_device_weight(raw: torch.Tensor, n: int, k: int, group: int):
         return DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
 
     return _current(key, (raw,), build)
+
+
+def _forget_storage(t: torch.Tensor) -> None:
+    """Drop every cached device weight made from ``t``'s storage (rebuilt at its next use)."""
+    st = t.untyped_storage()
+    with _DEVICE_WEIGHTS_LOCK:
+        for key in [k for k, e in _DEVICE_WEIGHTS.items() if any(r() is st for r in e[0])]:
+            del _DEVICE_WEIGHTS[key]
 
 
 def _forget(key: tuple, ref: weakref.ref) -> None:
@@ -534,6 +545,17 @@ class _QuantizedLinear(torch.nn.Module):
 
     n: int
     k: int
+    _weight_buffers: tuple[str, ...] = ()  # the buffers a device layout is made from
+
+    def __getattr__(self, name: str):
+        # A weight buffer handed out through the attribute (layer.raw, get_buffer) may be
+        # written in ways torch does not count (layer.raw.data.copy_(new): .data has a
+        # version counter of its own): its device layout is dropped, rebuilt at the next
+        # CUDA forward. The layer's own code reads self._buffers and keeps it.
+        value = super().__getattr__(name)
+        if name in type(self)._weight_buffers and isinstance(value, torch.Tensor):
+            _forget_storage(value)
+        return value
 
     @property
     def in_features(self) -> int:
@@ -564,6 +586,7 @@ class Q2Linear(_QuantizedLinear):
 
     raw: torch.Tensor
     bias: torch.Tensor | None
+    _weight_buffers = ("raw",)
 
     def __init__(
         self, weight: Q2Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
@@ -634,14 +657,15 @@ class Q2Linear(_QuantizedLinear):
 
     def quantized_weight(self) -> Q2Weight:
         """The module's weight as a host :class:`~q2gemv.Q2Weight` (a copy of ``raw``)."""
-        raw = self.raw.detach().to("cpu").reshape(-1).numpy()
+        raw = self._buffers["raw"].detach().to("cpu").reshape(-1).numpy()
         return Q2Weight.from_bytes(raw, self.n, self.k, self.group)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
         _check_x(x, self.k)
         op = _q2_linear_impl if _eager_direct(x) else torch.ops.q2gemv.q2_linear
-        y = op(x, self.raw, self.n, self.k, self.group, self.numerics)
+        raw = self._buffers["raw"]  # not self.raw: see _QuantizedLinear.__getattr__
+        y = op(x, raw, self.n, self.k, self.group, self.numerics)
         return _add_bias(y, self.bias)
 
     def get_extra_state(self) -> dict:
@@ -681,6 +705,7 @@ class Nvfp4Linear(_QuantizedLinear):
     packed: torch.Tensor
     scales: torch.Tensor
     bias: torch.Tensor | None
+    _weight_buffers = ("packed", "scales")
 
     def __init__(
         self, weight: Nvfp4Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
@@ -742,8 +767,8 @@ class Nvfp4Linear(_QuantizedLinear):
     def quantized_weight(self) -> Nvfp4Weight:
         """The module's weight as a host :class:`~q2gemv.Nvfp4Weight` (copies of the buffers)."""
         return Nvfp4Weight.from_parts(
-            self.packed.detach().to("cpu").numpy(),
-            self.scales.detach().to("cpu").numpy(),
+            self._buffers["packed"].detach().to("cpu").numpy(),
+            self._buffers["scales"].detach().to("cpu").numpy(),
             np.float32(self.global_scale),
         )
 
@@ -751,7 +776,8 @@ class Nvfp4Linear(_QuantizedLinear):
         """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
         _check_x(x, self.k)
         op = _nvfp4_linear_impl if _eager_direct(x) else torch.ops.q2gemv.nvfp4_linear
-        y = op(x, self.packed, self.scales, self.global_scale, self.numerics)
+        b = self._buffers  # not self.packed: see _QuantizedLinear.__getattr__
+        y = op(x, b["packed"], b["scales"], self.global_scale, self.numerics)
         return _add_bias(y, self.bias)
 
     def get_extra_state(self) -> dict:
