@@ -513,11 +513,12 @@ def quantize_q2_0(
             raise ValueError(f"method: expected 'ggml' or 'absmean', got {method!r}")
     if not allow_nonfinite and not np.isfinite(d).all():
         r, b = (int(i[0]) for i in np.nonzero(~np.isfinite(d)))
+        stat = "max|x|" if method == "ggml" else "mean|x|"
+        value = float(amax[r, b] if method == "ggml" else gamma[r, b])
         raise ValueError(
             f"w: the fp16 scale of row {r}, block {b} (columns {b * group}..{(b + 1) * group - 1}) "
-            f"overflows: max|x| = {float(np.max(np.abs(x[r, b])))} (method {method!r}) gives a "
-            "scale beyond fp16's 65504; scale the weights down, or pass allow_nonfinite=True "
-            "for ggml's bytes (d = Inf)"
+            f"overflows: {stat} = {value} is beyond fp16's 65504; scale the weights down, or "
+            "pass allow_nonfinite=True for ggml's bytes (d = Inf)"
         )
     codes = np.nan_to_num(codes, nan=1).astype(np.uint8).reshape(n, k)
     return Q2Weight(pack(codes, d, group), n, k, group)

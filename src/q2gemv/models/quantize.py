@@ -122,11 +122,7 @@ def quantize_model(
     checked = skip is not None
     if skip is None:
         skip = ("lm_head",)
-    if (
-        isinstance(skip, str)
-        or not isinstance(skip, (tuple, list))
-        or not all(isinstance(s, str) for s in skip)
-    ):
+    if isinstance(skip, str) or not all(isinstance(s, str) for s in skip):
         raise TypeError(f"skip: expected a tuple of layer names, got {skip!r}")
     skip = tuple(skip)
     multiple = group if grouped else BLOCK
