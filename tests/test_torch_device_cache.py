@@ -129,6 +129,24 @@ def test_nvfp4_buffers_read_through_the_layer_drop_the_layout(built):
     assert len(built) == 3
 
 
+def test_buffers_handed_out_in_bulk_drop_the_layout(built):
+    """A loader's ``for name, b in model.named_buffers(): b.data.copy_(...)`` (or through
+    ``state_dict(keep_vars=True)``) is a write torch does not count either."""
+    model = torch.nn.Sequential(_q2_layer())
+    raw = model[0]._buffers["raw"]
+    a = qt._q2_device_weight(raw, 4, 128, 128)
+    for name, b in model.named_buffers():
+        if name.endswith("raw"):
+            b.data.copy_(torch.ones_like(b))
+    b = qt._q2_device_weight(raw, 4, 128, 128)
+    assert b is not a
+    model.state_dict(keep_vars=True)["0.raw"].data.fill_(7)
+    c = qt._q2_device_weight(raw, 4, 128, 128)
+    assert c is not b and len(built) == 3
+    model(torch.zeros(1, 128, dtype=torch.bfloat16))  # the layer's own reads keep it
+    assert qt._q2_device_weight(raw, 4, 128, 128) is c
+
+
 @pytest.mark.gpu
 def test_cuda_forward_follows_a_data_write():
     import numpy as np

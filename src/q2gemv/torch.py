@@ -32,9 +32,10 @@ call per layer in the graph) and can be captured in a CUDA graph:
   kernels' execution layout), writing into a tensor from torch's caching
   allocator. It is cached per buffer and rebuilt after a write torch records (the
   buffer's version counter or a new storage: in-place ops, ``copy_``,
-  ``load_state_dict``, ``.to()``, ``.data = t``) and after the buffer is read
-  through the layer's attribute (``layer.raw.data.copy_(new)``: a ``.data`` write
-  is not counted); see docs/guarantees.md (:func:`clear_device_weight_cache`).
+  ``load_state_dict``, ``.to()``, ``.data = t``) and after the layer hands the
+  buffer out (``layer.raw``, ``named_buffers()``, ``state_dict()``: a write through
+  its ``.data`` is not counted); see docs/guarantees.md
+  (:func:`clear_device_weight_cache`).
   An eager CUDA forward calls the op's function without the dispatcher (its
   Python overhead is as long as a decode GEMV); traced and CPU calls use the op.
 
@@ -540,12 +541,42 @@ def _linear_weight_f32(linear: torch.nn.Linear) -> np.ndarray:
     return linear.weight.detach().to(device="cpu", dtype=torch.float32).numpy()
 
 
+class _WeightBuffers(dict):
+    """A quantized layer's ``_buffers``: handing its tensors out in bulk drops their layout.
+
+    ``named_buffers()``, ``buffers()`` and ``state_dict()`` (of the layer or of any module
+    above it) iterate ``_buffers.items()`` / ``.values()``; a tensor handed out there may
+    be written in ways torch does not count (``b.data.copy_(new)``), so the device layout
+    made from it is dropped (rebuilt at the next CUDA forward). Item lookup
+    (``_buffers["raw"]``, the layer's own reads) keeps it.
+    """
+
+    def items(self):
+        _forget_all(self.values())
+        return super().items()
+
+    def values(self):
+        vals = super().values()
+        _forget_all(vals)
+        return vals
+
+
+def _forget_all(tensors) -> None:
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dtype == torch.uint8:
+            _forget_storage(t)
+
+
 class _QuantizedLinear(torch.nn.Module):
     """What both quantized layers share: ``torch.nn.Linear``'s feature names over ``k``, ``n``."""
 
     n: int
     k: int
     _weight_buffers: tuple[str, ...] = ()  # the buffers a device layout is made from
+
+    def __init__(self) -> None:
+        super().__init__()
+        object.__setattr__(self, "_buffers", _WeightBuffers())
 
     def __getattr__(self, name: str):
         # A weight buffer handed out through the attribute (layer.raw, get_buffer) may be
