@@ -19,13 +19,24 @@ def built(monkeypatch):
 
     calls = []
 
+    class Fake:
+        """A device weight stand-in: copies of the bytes its layout would be made from."""
+
+        def __init__(self, args):
+            self.bytes = [a.clone() for a in args if isinstance(a, torch.Tensor)]
+
     def fake(*args):
         calls.append(len(args))  # not the buffers: the cache must not be what keeps them alive
-        return object()
+        return Fake(args)
+
+    def unchanged(dw, *tensors):  # the layout's inverse compared with the buffers
+        return all(torch.equal(a, b) for a, b in zip(dw.bytes, tensors, strict=True))
 
     monkeypatch.setattr(q2_0.DeviceQ2Weight, "from_buffers", staticmethod(fake))
     monkeypatch.setattr(w4a16.DeviceNvfp4Weight, "from_buffers", staticmethod(fake))
     monkeypatch.setattr(qt, "_CudaBuffer", lambda t: t)
+    monkeypatch.setattr(qt, "_q2_unchanged", unchanged)
+    monkeypatch.setattr(qt, "_nvfp4_unchanged", unchanged)
     qt.clear_device_weight_cache()
     yield calls
     qt.clear_device_weight_cache()
@@ -147,6 +158,18 @@ def test_buffers_handed_out_in_bulk_drop_the_layout(built):
     assert qt._q2_device_weight(raw, 4, 128, 128) is c
 
 
+def test_a_handed_out_buffer_left_unchanged_keeps_the_layout(built):
+    """A hand-out that writes nothing (``state_dict()`` to save, ``layer.raw.shape``) keeps the
+    device weight: a CUDA graph captured over its layout stays valid. The check is made once."""
+    layer = _q2_layer()
+    raw = layer._buffers["raw"]
+    a = qt._q2_device_weight(raw, 4, 128, 128)
+    assert tuple(layer.raw.shape) == (4, 34)
+    layer.state_dict()
+    assert qt._q2_device_weight(raw, 4, 128, 128) is a and len(built) == 1
+    assert not qt._HANDED_OUT  # checked, not checked again at the next call
+
+
 @pytest.mark.gpu
 def test_cuda_forward_follows_a_data_write():
     import numpy as np
@@ -165,3 +188,27 @@ def test_cuda_forward_follows_a_data_write():
     want = q2gemv.gemv(a, w2, backend="reference").view(np.uint16)
     assert (got.view(torch.int16).numpy().view(np.uint16) == want).all()
     assert torch.equal(got, layer.cpu()(x))  # the CPU agrees
+
+
+def test_the_unchanged_checks_compare_every_byte_through_the_layout_inverse():
+    """The checks behind a hand-out, on real device weights (the simulator; CPU tensors)."""
+    import numpy as np
+
+    import q2gemv
+
+    rng = np.random.default_rng(21)
+    w = q2gemv.quantize_q2_0(rng.standard_normal((4, 128)).astype(np.float32), 64)
+    dw = w.to_device()
+    raw = torch.from_numpy(np.array(w.raw)).view(4, -1)
+    assert qt._q2_unchanged(dw, raw)
+    raw[3, 17] ^= 4  # one code of the last row
+    assert not qt._q2_unchanged(dw, raw)
+    f = q2gemv.Nvfp4Weight.from_float(rng.standard_normal((4, 32)).astype(np.float32))
+    dn = f.to_device()
+    packed, scales = torch.from_numpy(np.array(f.packed)), torch.from_numpy(np.array(f.scales))
+    assert qt._nvfp4_unchanged(dn, packed, scales)
+    scales[1, 1] ^= 1
+    assert not qt._nvfp4_unchanged(dn, packed, scales)
+    scales[1, 1] ^= 1
+    packed[0, 0] ^= 0x10
+    assert not qt._nvfp4_unchanged(dn, packed, scales)

@@ -32,10 +32,10 @@ call per layer in the graph) and can be captured in a CUDA graph:
   kernels' execution layout), writing into a tensor from torch's caching
   allocator. It is cached per buffer and rebuilt after a write torch records (the
   buffer's version counter or a new storage: in-place ops, ``copy_``,
-  ``load_state_dict``, ``.to()``, ``.data = t``) and after the layer hands the
-  buffer out (``layer.raw``, ``named_buffers()``, ``state_dict()``: a write through
-  its ``.data`` is not counted); see docs/guarantees.md
-  (:func:`clear_device_weight_cache`).
+  ``load_state_dict``, ``.to()``, ``.data = t``), and checked against the buffer's
+  bytes once after the layer hands the buffer out (``layer.raw``,
+  ``named_buffers()``, ``state_dict()``: a write through ``.data`` is not counted);
+  see docs/guarantees.md (:func:`clear_device_weight_cache`).
   An eager CUDA forward calls the op's function without the dispatcher (its
   Python overhead is as long as a decode GEMV); traced and CPU calls use the op.
 
@@ -153,22 +153,35 @@ class _CudaBuffer:
 _DEVICE_WEIGHTS: dict[tuple, object] = {}
 _DEVICE_WEIGHTS_LOCK = threading.RLock()  # _forget may run from a GC inside a locked region
 _DEVICE_WEIGHTS_MAX = 4096  # cleared past this many (entries of freed buffers are dropped)
+# Keys whose buffers a layer has handed out since the entry was made or checked: one of
+# them may have been written in a way torch does not count (see _QuantizedLinear).
+_HANDED_OUT: set[tuple] = set()
 
 
 def clear_device_weight_cache() -> None:
     """Forget every cached device weight (each frees its execution layout's memory)."""
     with _DEVICE_WEIGHTS_LOCK:
         _DEVICE_WEIGHTS.clear()
+        _HANDED_OUT.clear()
 
 
-def _current(key: tuple, tensors: tuple, build: Callable[[], object]) -> object:
+def _current(
+    key: tuple,
+    tensors: tuple,
+    build: Callable[[], object],
+    unchanged: Callable[[object], bool],
+) -> object:
     """The cached device weight of ``key`` while it is current, else a new one from ``build``.
 
     A device weight's execution layout is a copy of its buffers (``from_buffers``
     repacks them), so a cached one is reused only while every tensor of ``tensors``
     is the same storage (a freed buffer's address can come back holding another
     weight) at the same version (``load_state_dict`` and other in-place writes bump
-    it). An entry goes when its first tensor's storage is freed (:func:`_forget`).
+    it). After a layer handed a buffer out (:func:`_handed_out`), a write torch does not
+    count may have happened: the first use after compares the buffers' bytes with the
+    layout's (``unchanged(dw)``, once) and keeps the weight when they are equal (a
+    captured CUDA graph may read its layout), else builds a new one. An entry goes when
+    its first tensor's storage is freed (:func:`_forget`).
     """
     state = tuple((t.untyped_storage(), t._version) for t in tensors)
     entry = _DEVICE_WEIGHTS.get(key)
@@ -177,7 +190,12 @@ def _current(key: tuple, tensors: tuple, build: Callable[[], object]) -> object:
         and all(r() is st for r, (st, _) in zip(entry[0], state, strict=True))
         and entry[1] == tuple(v for _, v in state)
     ):
-        return entry[2]
+        if key not in _HANDED_OUT:
+            return entry[2]
+        if unchanged(entry[2]):
+            with _DEVICE_WEIGHTS_LOCK:
+                _HANDED_OUT.discard(key)
+            return entry[2]
     dw = build()
     refs = tuple(
         weakref.ref(st, functools.partial(_forget, key)) if i == 0 else weakref.ref(st)
@@ -186,7 +204,9 @@ def _current(key: tuple, tensors: tuple, build: Callable[[], object]) -> object:
     with _DEVICE_WEIGHTS_LOCK:
         if len(_DEVICE_WEIGHTS) >= _DEVICE_WEIGHTS_MAX:
             _DEVICE_WEIGHTS.clear()
+            _HANDED_OUT.clear()
         _DEVICE_WEIGHTS[key] = (refs, tuple(v for _, v in state), dw)
+        _HANDED_OUT.discard(key)
     return dw
 
 
@@ -199,15 +219,33 @@ def _q2_device_weight(raw: torch.Tensor, n: int, k: int, group: int):
 
         return DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
 
-    return _current(key, (raw,), build)
+    return _current(key, (raw,), build, lambda dw: _q2_unchanged(dw, raw))
 
 
-def _forget_storage(t: torch.Tensor) -> None:
-    """Drop every cached device weight made from ``t``'s storage (rebuilt at its next use)."""
+def _q2_unchanged(dw, raw: torch.Tensor) -> bool:
+    """Are ``raw``'s bytes those ``dw``'s layout was made from? (its inverse, on the device)"""
+    from .cuda.q2_0 import layout
+
+    b16 = layout.unpack(dw.codes, dw.scales, dw.n, dw.k, dw.group)
+    return torch.equal(torch.as_tensor(b16, device=raw.device).view(torch.uint8), raw.reshape(-1))
+
+
+def _nvfp4_unchanged(dw, packed: torch.Tensor, scales: torch.Tensor) -> bool:
+    """Are ``packed`` and ``scales`` what ``dw``'s layout was made from? (on the device)"""
+    from .cuda.w4a16 import layout
+
+    wp, sc = layout.unpack(dw.codes, dw.xscales, dw.n, dw.k)
+    wp = torch.as_tensor(wp, device=packed.device).view(torch.uint8)
+    return torch.equal(wp, packed) and torch.equal(
+        torch.as_tensor(sc, device=scales.device), scales
+    )
+
+
+def _handed_out(t: torch.Tensor) -> None:
+    """Mark the cached device weights made from ``t``'s storage for a check at their next use."""
     st = t.untyped_storage()
     with _DEVICE_WEIGHTS_LOCK:
-        for key in [k for k, e in _DEVICE_WEIGHTS.items() if any(r() is st for r in e[0])]:
-            del _DEVICE_WEIGHTS[key]
+        _HANDED_OUT.update(k for k, e in _DEVICE_WEIGHTS.items() if any(r() is st for r in e[0]))
 
 
 def _forget(key: tuple, ref: weakref.ref) -> None:
@@ -216,6 +254,7 @@ def _forget(key: tuple, ref: weakref.ref) -> None:
         entry = _DEVICE_WEIGHTS.get(key)
         if entry is not None and entry[0][0] is ref:
             del _DEVICE_WEIGHTS[key]
+            _HANDED_OUT.discard(key)
 
 
 def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scale: float):
@@ -235,7 +274,7 @@ def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scal
             _CudaBuffer(packed), _CudaBuffer(scales), global_scale
         )
 
-    return _current(key, (packed, scales), build)
+    return _current(key, (packed, scales), build, lambda dw: _nvfp4_unchanged(dw, packed, scales))
 
 
 def _run_cuda(x2: torch.Tensor, device_weight: Callable[[], object], numerics: str | None):
@@ -542,13 +581,13 @@ def _linear_weight_f32(linear: torch.nn.Linear) -> np.ndarray:
 
 
 class _WeightBuffers(dict):
-    """A quantized layer's ``_buffers``: handing its tensors out in bulk drops their layout.
+    """A quantized layer's ``_buffers``: handing its tensors out in bulk is noted.
 
     ``named_buffers()``, ``buffers()`` and ``state_dict()`` (of the layer or of any module
     above it) iterate ``_buffers.items()`` / ``.values()``; a tensor handed out there may
     be written in ways torch does not count (``b.data.copy_(new)``), so the device layout
-    made from it is dropped (rebuilt at the next CUDA forward). Item lookup
-    (``_buffers["raw"]``, the layer's own reads) keeps it.
+    made from it is checked against the bytes at its next use (:func:`_current`). Item
+    lookup (``_buffers["raw"]``, the layer's own reads) is not noted.
     """
 
     def items(self):
@@ -564,7 +603,7 @@ class _WeightBuffers(dict):
 def _forget_all(tensors) -> None:
     for t in tensors:
         if isinstance(t, torch.Tensor) and t.dtype == torch.uint8:
-            _forget_storage(t)
+            _handed_out(t)
 
 
 class _QuantizedLinear(torch.nn.Module):
@@ -581,11 +620,11 @@ class _QuantizedLinear(torch.nn.Module):
     def __getattr__(self, name: str):
         # A weight buffer handed out through the attribute (layer.raw, get_buffer) may be
         # written in ways torch does not count (layer.raw.data.copy_(new): .data has a
-        # version counter of its own): its device layout is dropped, rebuilt at the next
-        # CUDA forward. The layer's own code reads self._buffers and keeps it.
+        # version counter of its own): its device layout is checked against the bytes at
+        # the next CUDA forward (_current). The layer's own code reads self._buffers.
         value = super().__getattr__(name)
         if name in type(self)._weight_buffers and isinstance(value, torch.Tensor):
-            _forget_storage(value)
+            _handed_out(value)
         return value
 
     @property
