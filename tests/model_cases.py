@@ -1,4 +1,5 @@
-"""A tiny Llama made in code and a llama.cpp-style GGUF file of it (for tests/test_torch_model.py)."""
+"""Tiny Llama and Qwen2 models made in code, and a llama.cpp-style GGUF file of a Llama
+(for tests/test_models.py and tests/test_models_save_load.py)."""
 
 from __future__ import annotations
 
@@ -115,3 +116,34 @@ def write_llama_gguf(model, path, group: int = 128, type_id: int = 142) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def tiny_qwen2(seed: int = 0, layers: int = 2, tie: bool = True):
+    """A Qwen2ForCausalLM with random bf16 weights (q/k/v biases and norms random too)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=192,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=layers,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        tie_word_embeddings=tie,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    model.model.rotary_emb = Qwen2RotaryEmbedding(config=config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.25 * torch.randn_like(p, dtype=torch.float32))
+            elif name.endswith(".bias"):
+                p.copy_(0.5 * torch.randn_like(p, dtype=torch.float32))
+    return model

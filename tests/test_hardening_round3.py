@@ -12,6 +12,7 @@ import ast
 import builtins
 import copy
 import errno
+import json
 import mmap
 import os
 import pickle
@@ -282,10 +283,14 @@ def test_torch_op_refuses_what_the_host_weight_refuses(g):
     assert str(e.value) == want_msg
 
 
+@pytest.mark.parametrize("form", ["tensor", "legacy dict"])
 @pytest.mark.parametrize("g", TORCH_BAD, ids=str)
-def test_nvfp4linear_load_state_dict_refuses_what_the_host_weight_refuses(g):
-    """load_state_dict with global_scale=1e39 used to give a layer with inf/NaN outputs."""
-    pytest.importorskip("torch")
+def test_nvfp4linear_load_state_dict_refuses_what_the_host_weight_refuses(g, form):
+    """load_state_dict with global_scale=1e39 used to give a layer with inf/NaN outputs.
+
+    Both forms of the extra state: the JSON tensor layers write, the dict of older checkpoints.
+    """
+    torch = pytest.importorskip("torch")
     from q2gemv.formats.nvfp4 import Nvfp4Weight
     from q2gemv.torch import Nvfp4Linear
 
@@ -293,7 +298,12 @@ def test_nvfp4linear_load_state_dict_refuses_what_the_host_weight_refuses(g):
     layer = Nvfp4Linear(Nvfp4Weight(packed, scales, 0.5))
     state = layer.state_dict()
     key = next(k for k in state if k.endswith("_extra_state"))
-    state[key] = {**state[key], "global_scale": g}
+    settings = json.loads(bytes(state[key].numpy()))
+    if form == "tensor":
+        text = json.dumps({**settings, "global_scale": g}).encode()
+        state[key] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+    else:
+        state[key] = {"format": "nvfp4", "n": 2, "k": 32, "global_scale": g}
     want_type, want_msg = _host_error(g)
     other = Nvfp4Linear(Nvfp4Weight(np.zeros_like(packed), np.full_like(scales, 0x38), 2.0))
     before = {k: v.clone() for k, v in other.state_dict().items() if k != key}

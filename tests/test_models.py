@@ -291,8 +291,8 @@ def test_load_gguf_refusals_name_the_tensor(tmp_path):
         load_gguf(missing, model)
     for name, value in model.state_dict().items():
         assert torch.equal(value, before[name]), f"{name} changed by a refused load"
-    with pytest.raises(GgufError, match="general.architecture is 'qwen2'"):
-        config_from_gguf(_gguf_with(tmp_path, {}, arch="qwen2"))
+    with pytest.raises(GgufError, match="general.architecture is 'gpt2'"):
+        config_from_gguf(_gguf_with(tmp_path, {}, arch="gpt2"))
 
 
 # -- NVFP4 safetensors ------------------------------------------------------------------------
@@ -473,17 +473,15 @@ def test_example_model_decode(capsys):
     assert "bit-equal to quantize_model's: True" in out and out.rstrip().endswith("OK")
 
 
-def test_readme_models_section_runs():
+def test_docs_models_page_runs():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = re.search(r"^## Models \(transformers\)\n(.*?)(?=^## )", text, re.S | re.M)
-    assert section, "README.md has no '## Models (transformers)' section"
-    blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
-    assert blocks, "the README's models section has no python block"
+    text = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, "docs/models.md has no python block"
     scope: dict = {}
-    exec(compile(blocks[0], "README.md#models", "exec"), scope)
+    exec(compile(blocks[0], "docs/models.md", "exec"), scope)
     assert tuple(scope["tokens"].shape) == (2, 24)
 
 

@@ -1,7 +1,8 @@
 """The ``q2gemv`` command: ``verify`` (the main job), ``inspect``, ``golden``, ``bench``.
 
 Every subcommand reports a usage or data problem as one line on stderr
-(control characters escaped: :func:`one_line`), never a traceback; an
+(control characters escaped: :func:`one_line`), never a traceback; text that
+stdout's encoding cannot hold is printed escaped (``\\xe9``); an
 output that cannot be written (stdout on a full disk) is one such line
 and status 1. A closed stdout (``q2gemv verify --list | head``) ends
 the command quietly with status 141 (128 + SIGPIPE, what a shell reports).
@@ -17,7 +18,8 @@ from ._command import one_line
 
 DESCRIPTION = (
     "Bit-exact low-bit decode GEMV kernels (GGUF Q2_0, NVFP4 W4A16). "
-    "Start with 'q2gemv verify'; 'q2gemv COMMAND --help' describes each command."
+    "Start with 'q2gemv verify' (minutes on a CPU-only machine; 'q2gemv verify --backend "
+    "reference' takes seconds); 'q2gemv COMMAND --help' describes each command."
 )
 EXIT_BROKEN_PIPE = 141
 
@@ -46,8 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
             "verify",
             help="prove every available backend bit-exact against the golden vectors",
             description="Check the golden data's integrity, then run every golden check on "
-            "each backend. Exit status: 0 every check that ran is bit-exact, 1 a check failed "
-            "or errored or none ran, 2 the golden data is unusable.",
+            "each backend. Without a GPU the cuda backend runs on numba's CUDA simulator: "
+            "minutes of CPU work (the command prints its estimate first); the quick form, "
+            "'q2gemv verify --backend reference', checks the NumPy references in seconds. "
+            "Exit status: 0 every check that ran is bit-exact, 1 a check failed or errored "
+            "or none ran, 2 the golden data is unusable.",
         )
     )
     golden_regen.add_arguments(
@@ -60,9 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_arguments(
         sub.add_parser(
             "bench",
-            help="time kernels on the GPU (writes CSVs and a summary)",
-            description="Time every kernel on a CUDA GPU: cold weights, CUDA-graph replay, "
-            "against the read ceiling, the FMA floor and torch bf16.",
+            help="time kernels on the GPU (writes CSVs, a summary and, with --plot, figures)",
+            description="Time every registered kernel (the exact contract's defaults and the "
+            "seed kernels) on a CUDA GPU: cold weights, CUDA-graph replay, against the read "
+            "ceiling, the FMA floor and torch bf16; --plot draws what it measured.",
         )
     )
     pi = sub.add_parser(
@@ -77,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _escape_unencodable()
     args = build_parser().parse_args(argv)
     try:
         rc = int(args.func(args) or 0)
@@ -95,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return rc
+
+
+def _escape_unencodable() -> None:
+    """Print what stdout's encoding cannot hold (``PYTHONIOENCODING=ascii``, a C locale)
+    escaped (``\\xe9``), as stderr already does, rather than end in a UnicodeEncodeError."""
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
 
 
 def _drop_stdout() -> None:

@@ -16,8 +16,12 @@ module has a bias (the bias is stored in bf16).
 The packed weight lives in registered buffers (``raw`` for Q2_0, ``packed``
 and ``scales`` for NVFP4; uint8), so ``.to("cuda")`` / ``.cuda()`` moves it
 and ``state_dict()`` / ``load_state_dict()`` round-trip it; ``n``, ``k``,
-``group`` and ``global_scale`` are plain attributes, saved as the module's
-extra state.
+``group``, ``global_scale`` and ``numerics`` are plain attributes, saved as the
+module's extra state: a uint8 tensor of JSON, so a state dict is tensors only
+(``safetensors``, ``save_pretrained``; docs/models_save_load.md). ``load_state_dict``
+checks the buffers and the settings together before it writes a byte.
+``Q2Linear.empty`` / ``Nvfp4Linear.empty`` make a layer from its shape alone (on the
+meta device under ``with torch.device("meta"):``), to be filled by loading.
 
 The GEMV is a ``torch.library`` custom op (``torch.ops.q2gemv.q2_linear``,
 ``torch.ops.q2gemv.nvfp4_linear``) with a fake (meta) implementation, so
@@ -51,13 +55,15 @@ bit-exact contract); the uint8 weight buffers get none. Registered with
 ``torch.library.register_autograd``, so ``torch.compile`` traces it.
 
 Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
-:func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors` and
+:func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors`,
+:func:`save_gguf` / :func:`save_safetensors` (:mod:`q2gemv.models.export`) and
 :class:`CapturedDecoder` (the loaders and the decoder need transformers).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 import warnings
@@ -70,8 +76,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .api import resolve_numerics
 from .formats.bf16 import BF16
-from .formats.nvfp4 import BLOCK, E2M1_VALUES, E4M3_VALUES, Nvfp4Weight, check_global_scale
-from .formats.q2_0 import SCALE_BYTES, Q2Weight, quantize_q2_0, row_bytes
+from .formats.nvfp4 import BLOCK as NVFP4_BLOCK
+from .formats.nvfp4 import E2M1_VALUES, E4M3_VALUES, Nvfp4Weight, check_global_scale
+from .formats.q2_0 import SCALE_BYTES, Q2Weight, as_size, check_group, quantize_q2_0, row_bytes
 from .models.swap import find_linears, swap_linears
 
 __all__ = [
@@ -86,6 +93,8 @@ __all__ = [
     "load_gguf",
     "config_from_gguf",
     "load_safetensors",
+    "save_gguf",
+    "save_safetensors",
     "CapturedDecoder",
 ]
 
@@ -446,7 +455,9 @@ def _nvfp4_dequantize(
     n, k = packed.shape[0], 2 * packed.shape[1]
     e2m1 = torch.tensor(E2M1_VALUES.tolist(), dtype=torch.float32, device=packed.device)
     e4m3 = torch.tensor(E4M3_VALUES.tolist(), dtype=torch.float32, device=packed.device)
-    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(n, k // BLOCK, BLOCK)
+    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(
+        n, k // NVFP4_BLOCK, NVFP4_BLOCK
+    )
     ws = e2m1[codes.long()] * e4m3[scales.long()].unsqueeze(-1)
     return (ws * global_scale).reshape(n, k)
 
@@ -580,6 +591,84 @@ def _linear_weight_f32(linear: torch.nn.Linear) -> np.ndarray:
     return linear.weight.detach().to(device="cpu", dtype=torch.float32).numpy()
 
 
+# -- layer state: tensors only -------------------------------------------------------------
+# A layer's settings (format, n, k, group or global scale, numerics) are saved as its
+# ``_extra_state``: a 1-D torch.uint8 tensor holding UTF-8 JSON (bitsandbytes keeps its
+# quant state the same way), so state_dict(), safetensors and save_pretrained see tensors only.
+
+STATE_VERSION = 1  # the "version" of the JSON a layer writes; 1 adds numerics to the settings
+
+
+def _state_tensor(state: dict) -> torch.Tensor:
+    """``state`` as a layer's ``_extra_state``: a 1-D ``torch.uint8`` tensor of its UTF-8 JSON."""
+    return torch.frombuffer(
+        bytearray(json.dumps(state, sort_keys=True).encode()), dtype=torch.uint8
+    )
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
+    return f"a {type(value).__name__}"
+
+
+def _state_from(extra) -> tuple[dict, bool]:
+    """A loaded ``_extra_state`` as ``(settings, legacy)``.
+
+    The tensor form (:func:`_state_tensor`), or ``legacy``: the dict that layers saved
+    before their state was tensors only (``{"format", "n", "k", "group"}`` for Q2_0,
+    ``{"format", "n", "k", "global_scale"}`` for NVFP4; no numerics).
+    """
+    if isinstance(extra, dict):
+        return dict(extra), True
+    if (
+        isinstance(extra, torch.Tensor)
+        and extra.dtype == torch.uint8
+        and extra.dim() == 1
+        and not extra.is_meta
+    ):
+        try:
+            state = json.loads(bytes(extra.detach().cpu().numpy()).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            state = None
+        if isinstance(state, dict):
+            return state, False
+    raise ValueError(
+        "state: expected a q2gemv layer state (a 1-D torch.uint8 tensor of UTF-8 JSON, or the "
+        f"dict of older checkpoints), got {_describe(extra)}"
+    )
+
+
+def _check_version(state: dict, keys: set[str]) -> None:
+    """A tensor-form state must be this version with exactly ``keys`` (+ "version")."""
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(
+            f"state: version {state.get('version')!r} is not one this q2gemv reads "
+            f"({STATE_VERSION}); it was written by another q2gemv"
+        )
+    got = set(state) - {"version"}
+    if got != keys:
+        raise ValueError(
+            f"state: expected the keys {sorted(keys)}, got {sorted(got)} (missing "
+            f"{sorted(keys - got)}, unknown {sorted(got - keys)})"
+        )
+
+
+def _check_sizes(n, k, multiple: int, what: str) -> tuple[int, int]:
+    n, k = as_size(n, "n"), as_size(k, "k")
+    if n < 1:
+        raise ValueError(f"n: expected >= 1, got {n}")
+    if k < 1 or k % multiple:
+        raise ValueError(f"k: expected a positive multiple of {what}={multiple}, got {k}")
+    return n, k
+
+
+def _empty_bias(n: int, bias: bool, device) -> torch.Tensor | None:
+    if not isinstance(bias, bool):
+        raise TypeError(f"bias: expected a bool, got {type(bias).__name__}")
+    return torch.empty(n, dtype=torch.bfloat16, device=device) if bias else None
+
+
 class _WeightBuffers(dict):
     """A quantized layer's ``_buffers``: handing its tensors out in bulk is noted.
 
@@ -607,11 +696,23 @@ def _forget_all(tensors) -> None:
 
 
 class _QuantizedLinear(torch.nn.Module):
-    """What both quantized layers share: ``torch.nn.Linear``'s feature names over ``k``, ``n``."""
+    """What both quantized layers share: ``torch.nn.Linear``'s feature names over ``k``, ``n``,
+    and a state of tensors only.
+
+    ``state_dict()`` holds the weight buffers (``_WEIGHT_BUFFERS``), ``bias`` when there is
+    one, and ``_extra_state``: the layer's settings as a 1-D ``torch.uint8`` tensor of UTF-8
+    JSON (:meth:`get_extra_state`). ``load_state_dict()`` checks the weight buffers and the
+    settings together before any byte is written: they come together or not at all, the
+    settings must describe this layer (format, n, k, group), the buffers must be
+    ``torch.uint8`` of this layer's shapes (a bias: floating point, [n]); anything else is
+    a ``ValueError`` and the layer is unchanged. Then the buffers are copied and the settings taken (numerics, and the
+    NVFP4 global scale).
+    """
 
     n: int
     k: int
-    _weight_buffers: tuple[str, ...] = ()  # the buffers a device layout is made from
+    _WEIGHT_BUFFERS: tuple[str, ...] = ()
+    _unloaded = False  # True for an ``empty()`` layer until a state is loaded into it
 
     def __init__(self) -> None:
         super().__init__()
@@ -623,7 +724,7 @@ class _QuantizedLinear(torch.nn.Module):
         # version counter of its own): its device layout is checked against the bytes at
         # the next CUDA forward (_current). The layer's own code reads self._buffers.
         value = super().__getattr__(name)
-        if name in type(self)._weight_buffers and isinstance(value, torch.Tensor):
+        if name in type(self)._WEIGHT_BUFFERS and isinstance(value, torch.Tensor):
             _handed_out(value)
         return value
 
@@ -636,6 +737,70 @@ class _QuantizedLinear(torch.nn.Module):
     def out_features(self) -> int:
         """Output features ``n`` (``torch.nn.Linear``'s name)."""
         return self.n
+
+    def _state(self) -> dict:
+        raise NotImplementedError
+
+    def _checked_state(self, extra) -> dict:
+        """The attributes a loaded ``extra`` state sets, after every check (ValueError)."""
+        raise NotImplementedError
+
+    def get_extra_state(self) -> torch.Tensor:
+        """The layer's settings as a 1-D ``torch.uint8`` tensor of UTF-8 JSON (on the CPU).
+
+        ``{"format", "version": 1, "n", "k", "numerics", ...}`` plus ``"group"`` (Q2_0) or
+        ``"global_scale"`` (NVFP4); ``json.loads(bytes(t.numpy()))`` reads it back.
+        """
+        return _state_tensor(self._state())
+
+    def set_extra_state(self, state) -> None:
+        """Take a loaded ``state`` (the tensor of :meth:`get_extra_state`, or the dict older
+        checkpoints hold); ValueError if it does not describe this layer."""
+        for name, value in self._checked_state(state).items():
+            setattr(self, name, value)
+        self._unloaded = False
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # torch copies the buffers before it calls set_extra_state: check everything
+        # first, so a refused state leaves the layer as it was.
+        self._check_loaded(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _check_loaded(self, state_dict, prefix: str) -> None:
+        names = (*self._WEIGHT_BUFFERS, "_extra_state")
+        present = [name for name in names if prefix + name in state_dict]
+        if not present:
+            return  # nothing of the weight (strict loading reports the missing keys)
+        if len(present) != len(names):
+            missing = [prefix + name for name in names if name not in present]
+            raise ValueError(
+                f"state_dict: {missing} missing beside {[prefix + name for name in present]} "
+                f"(a {type(self).__name__}'s bytes and the state saying how to read them load "
+                "together)"
+            )
+        self._checked_state(state_dict[prefix + "_extra_state"])
+        for name in self._WEIGHT_BUFFERS:
+            value, have = state_dict[prefix + name], getattr(self, name)
+            if (
+                not isinstance(value, torch.Tensor)
+                or value.dtype != torch.uint8
+                or value.shape != have.shape
+            ):
+                raise ValueError(
+                    f"state_dict: {prefix}{name}: expected a torch.uint8 tensor of shape "
+                    f"{tuple(have.shape)}, got {_describe(value)}"
+                )
+        bias = state_dict.get(prefix + "bias")
+        if self.bias is not None and bias is not None:
+            if (
+                not isinstance(bias, torch.Tensor)
+                or not bias.is_floating_point()
+                or bias.shape != self.bias.shape
+            ):
+                raise ValueError(
+                    f"state_dict: {prefix}bias: expected a floating-point tensor of shape "
+                    f"{tuple(self.bias.shape)}, got {_describe(bias)}"
+                )
 
 
 class Q2Linear(_QuantizedLinear):
@@ -656,7 +821,7 @@ class Q2Linear(_QuantizedLinear):
 
     raw: torch.Tensor
     bias: torch.Tensor | None
-    _weight_buffers = ("raw",)
+    _WEIGHT_BUFFERS = ("raw",)
 
     def __init__(
         self, weight: Q2Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
@@ -669,6 +834,43 @@ class Q2Linear(_QuantizedLinear):
         raw = np.array(weight.raw).reshape(weight.n, row_bytes(weight.k, weight.group))
         self.register_buffer("raw", torch.from_numpy(raw))
         self.register_buffer("bias", _bias_buffer(bias, self.n, "cpu"))
+
+    @classmethod
+    def empty(
+        cls,
+        n: int,
+        k: int,
+        group: int = 128,
+        *,
+        bias: bool = False,
+        numerics: str | None = None,
+        device: torch.device | str | None = None,
+    ) -> Q2Linear:
+        """A layer [n, k] whose bytes are not set yet: filled by ``load_state_dict``.
+
+        Args:
+            n: output features. k: input features, a multiple of ``group``.
+            group: codes per block, 64 or 128.
+            bias: whether the layer has a ``bias`` buffer ([n], bf16).
+            numerics: as for the constructor (a loaded state sets it).
+            device: where the buffers are made (None: torch's default device, so
+                ``with torch.device("meta"):`` makes them on the meta device, no memory).
+
+        The ``raw`` buffer is ``torch.empty`` [n, row_bytes(k, group)] uint8: its bytes
+        are undefined until a state dict is loaded (``load_state_dict(..., assign=True)``
+        for a meta layer) or the model is loaded by ``from_pretrained``.
+        """
+        group = check_group(group)
+        n, k = _check_sizes(n, k, group, "group")
+        layer = cls.__new__(cls)
+        _QuantizedLinear.__init__(layer)
+        layer.n, layer.k, layer.group = n, k, group
+        layer._unloaded = True
+        layer.numerics = _check_numerics("q2_0", numerics)
+        raw = torch.empty((n, row_bytes(k, group)), dtype=torch.uint8, device=device)
+        layer.register_buffer("raw", raw)
+        layer.register_buffer("bias", _empty_bias(n, bias, device))
+        return layer
 
     @classmethod
     def from_linear(
@@ -738,16 +940,26 @@ class Q2Linear(_QuantizedLinear):
         y = op(x, raw, self.n, self.k, self.group, self.numerics)
         return _add_bias(y, self.bias)
 
-    def get_extra_state(self) -> dict:
-        """``{"format": "q2_0", "n", "k", "group"}``: saved with ``state_dict()``."""
-        return {"format": "q2_0", "n": self.n, "k": self.k, "group": self.group}
+    def _state(self) -> dict:
+        return {
+            "format": "q2_0",
+            "version": STATE_VERSION,
+            "n": self.n,
+            "k": self.k,
+            "group": self.group,
+            "numerics": self.numerics,
+        }
 
-    def set_extra_state(self, state: dict) -> None:
-        """Check a loaded ``state`` describes this layer's shape and group (ValueError if not)."""
-        want = self.get_extra_state()
+    def _checked_state(self, extra) -> dict:
+        state, legacy = _state_from(extra)
+        want = {"format": "q2_0", "n": self.n, "k": self.k, "group": self.group}
         got = {key: state.get(key) for key in want}
         if got != want:
             raise ValueError(f"state: expected a Q2Linear state with {want}, got {got}")
+        if legacy:
+            return {}
+        _check_version(state, {*want, "numerics"})
+        return {"numerics": _check_numerics("q2_0", state["numerics"])}
 
     def extra_repr(self) -> str:
         return (
@@ -775,7 +987,7 @@ class Nvfp4Linear(_QuantizedLinear):
     packed: torch.Tensor
     scales: torch.Tensor
     bias: torch.Tensor | None
-    _weight_buffers = ("packed", "scales")
+    _WEIGHT_BUFFERS = ("packed", "scales")
 
     def __init__(
         self, weight: Nvfp4Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
@@ -789,6 +1001,42 @@ class Nvfp4Linear(_QuantizedLinear):
         self.register_buffer("packed", torch.from_numpy(np.array(weight.packed)))
         self.register_buffer("scales", torch.from_numpy(np.array(weight.scales)))
         self.register_buffer("bias", _bias_buffer(bias, self.n, "cpu"))
+
+    @classmethod
+    def empty(
+        cls,
+        n: int,
+        k: int,
+        *,
+        bias: bool = False,
+        numerics: str | None = None,
+        device: torch.device | str | None = None,
+    ) -> Nvfp4Linear:
+        """A layer [n, k] whose codes, scales and global scale are not set yet: filled by loading.
+
+        Args:
+            n: output features. k: input features, a multiple of 16.
+            bias: whether the layer has a ``bias`` buffer ([n], bf16).
+            numerics: as for the constructor (a loaded state sets it).
+            device: where the buffers are made (None: torch's default device, so
+                ``with torch.device("meta"):`` makes them on the meta device, no memory).
+
+        ``packed`` [n, k/2] and ``scales`` [n, k/16] are ``torch.empty`` uint8 and the
+        global scale is 1.0 until a state dict is loaded (``load_state_dict(...,
+        assign=True)`` for a meta layer) or the model is loaded by ``from_pretrained``.
+        """
+        n, k = _check_sizes(n, k, NVFP4_BLOCK, "the NVFP4 block")
+        layer = cls.__new__(cls)
+        _QuantizedLinear.__init__(layer)
+        layer.n, layer.k = n, k
+        layer.global_scale = 1.0
+        layer._unloaded = True
+        layer.numerics = _check_numerics("w4a16", numerics)
+        layer.register_buffer("packed", torch.empty((n, k // 2), dtype=torch.uint8, device=device))
+        scales = torch.empty((n, k // NVFP4_BLOCK), dtype=torch.uint8, device=device)
+        layer.register_buffer("scales", scales)
+        layer.register_buffer("bias", _empty_bias(n, bias, device))
+        return layer
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, numerics: str | None = None) -> Nvfp4Linear:
@@ -850,16 +1098,18 @@ class Nvfp4Linear(_QuantizedLinear):
         y = op(x, b["packed"], b["scales"], self.global_scale, self.numerics)
         return _add_bias(y, self.bias)
 
-    def get_extra_state(self) -> dict:
-        """``{"format": "nvfp4", "n", "k", "global_scale"}``: saved with ``state_dict()``."""
-        return {"format": "nvfp4", "n": self.n, "k": self.k, "global_scale": self.global_scale}
+    def _state(self) -> dict:
+        return {
+            "format": "nvfp4",
+            "version": STATE_VERSION,
+            "n": self.n,
+            "k": self.k,
+            "global_scale": self.global_scale,
+            "numerics": self.numerics,
+        }
 
-    def set_extra_state(self, state: dict) -> None:
-        """Take the loaded ``state``'s global scale; its n and k must be this layer's."""
-        self.global_scale = self._loaded_global_scale(state)
-
-    def _loaded_global_scale(self, state: dict) -> float:
-        """The global scale of a loaded extra ``state``, checked as :class:`Nvfp4Weight` checks it."""
+    def _checked_state(self, extra) -> dict:
+        state, legacy = _state_from(extra)
         shape = {"format": "nvfp4", "n": self.n, "k": self.k}
         got = {key: state.get(key) for key in shape}
         if got != shape or not isinstance(state.get("global_scale"), float):
@@ -867,16 +1117,14 @@ class Nvfp4Linear(_QuantizedLinear):
                 f"state: expected an Nvfp4Linear state with {shape} and a float global_scale, "
                 f"got {state!r}"
             )
-        return check_global_scale(state["global_scale"])
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        # torch copies the buffers before it calls set_extra_state: check the extra state
-        # first, so a refused global scale leaves the layer as it was (not new packed/scales
-        # beside the old scale).
-        extra = state_dict.get(prefix + "_extra_state")
-        if isinstance(extra, dict):
-            self._loaded_global_scale(extra)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        global_scale = check_global_scale(state["global_scale"])
+        if legacy:
+            return {"global_scale": global_scale}
+        _check_version(state, {*shape, "global_scale", "numerics"})
+        return {
+            "global_scale": global_scale,
+            "numerics": _check_numerics("w4a16", state["numerics"]),
+        }
 
     def extra_repr(self) -> str:
         return (
@@ -929,6 +1177,12 @@ def replace_linears(
 # -- model level (q2gemv.models), re-exported here ------------------------------------------
 # Imported last: those modules build on the layers above (they import this module).
 from .models.decode import CapturedDecoder  # noqa: E402
+from .models.export import save_gguf, save_safetensors  # noqa: E402
 from .models.gguf import config_from_gguf, load_gguf  # noqa: E402
+from .models.hf_hook import register_when_transformers_loads  # noqa: E402
 from .models.quantize import QuantizeReport, quantize_model  # noqa: E402
 from .models.safetensors import load_safetensors  # noqa: E402
+
+# from_pretrained of a saved q2gemv model: register the "q2gemv" quantizer with
+# transformers when transformers loads its quantizers (this import stays free of it).
+register_when_transformers_loads()

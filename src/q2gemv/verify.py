@@ -17,6 +17,11 @@ What it runs (see :mod:`q2gemv.golden`):
    numba is imported), which runs only the checks of size class ``small``
    and reports the rest as skipped, with the reason.
 
+Without a GPU the cuda half takes minutes (about 4 on a 2-core CPU for the whole
+suite); the command says so, with its estimate, before it starts, and prints a line
+on stderr as each kernel's checks are done. ``q2gemv verify --backend reference``
+is the quick form (seconds: the references and the host format checks only).
+
 Progress goes to stderr; the report (or ``--json``) to stdout. Exit status:
 0 every check that ran is bit-exact (and at least one ran); 1 a check failed
 (bits differ) or errored, or nothing was checked; 2 the golden data is
@@ -87,8 +92,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"{'small':6} {'host':24} {h.id}")
         return 2 if s.problems else 0  # files that failed integrity are not listed
 
+    backends = list(dict.fromkeys(args.backend))
+    if "cuda" in backends and not args.quiet and harness.cuda_runs_on() == "simulator":
+        # said before the reference half runs: minutes of CPU work must not come unannounced
+        todo = harness.simulator_checks(sel.gemv_checks(s))
+        if todo:
+            jobs = args.jobs or harness.default_jobs()
+            print(f"q2gemv verify: {harness.sim_notice(todo, jobs)}", file=sys.stderr, flush=True)
     runs = []
-    for backend in dict.fromkeys(args.backend):
+    for backend in backends:
         runs.append(harness.run_backend(s, sel, backend, jobs=args.jobs, quiet=args.quiet))
     code = report.exit_code(runs, s.problems)
     if args.json:
@@ -145,7 +157,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         nargs="+",
         default=["reference", "cuda"],
         choices=list(harness.BACKEND_NAMES),
-        help="backends to run (default: both; cuda = the GPU if present, else the simulator)",
+        help="backends to run (default: both; cuda = the GPU if present, else numba's CUDA "
+        "simulator: minutes on a CPU; '--backend reference' alone takes seconds)",
     )
     p.add_argument(
         "--kernel",

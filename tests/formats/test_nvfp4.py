@@ -320,6 +320,33 @@ def test_global_scale_from_divisor():
         fmt.global_scale_from_divisor(np.array([1.0, 2.0]))
 
 
+def _f32_neighbours(x: np.float32, steps: int) -> list[np.float32]:
+    out, lo, hi = [x], x, x
+    for _ in range(steps):
+        lo, hi = np.nextafter(lo, np.float32(0)), np.nextafter(hi, np.float32(np.inf))
+        out += [lo, hi]
+    return out
+
+
+def test_divisor_from_global_scale_inverts_global_scale_from_divisor():
+    assert fmt.divisor_from_global_scale(0.25) == 4.0  # powers of two both ways
+    assert fmt.divisor_from_global_scale(2.0**-100) == 2.0**100
+    for bad in (0.0, np.inf, -np.inf, np.nan, 2.0**-140):  # reciprocal overflows: no divisor
+        assert fmt.divisor_from_global_scale(bad) is None
+    rng = np.random.default_rng(7)
+    gs = (rng.uniform(1e-6, 10, 4000) * rng.choice([1, -1], 4000)).astype(np.float32)
+    none = 0
+    for g in gs:
+        d = fmt.divisor_from_global_scale(g)
+        if d is not None:
+            assert np.float32(d) == d and fmt.global_scale_from_divisor(d) == float(g)
+            continue
+        none += 1  # none: no fp32 within 8 steps of 1/g loads back as g either
+        near = np.float32(1) / g
+        assert all(np.float32(1) / d != g for d in _f32_neighbours(near, 8)), g
+    assert 0 < none < len(gs) // 4  # the reciprocal is not onto: some multipliers have none
+
+
 def test_from_compressed_tensors_matches_divisor_dequant():
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 16, (4, 64), dtype=np.uint8)

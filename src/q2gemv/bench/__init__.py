@@ -45,7 +45,13 @@ under the simulator; existing files are kept unless ``--overwrite``): ``PREFIX_g
 (host us per launch: numba dispatcher vs ``launch_raw`` vs pre-bound),
 ``PREFIX_graph_check.csv`` (pre-bound launch captured in a torch CUDA graph
 on its stream, replayed, compared with an eager launch), ``PREFIX_summary.md``
-and ``PREFIX_run.json``. The plot is ``benchmarks/plot.py``'s.
+and ``PREFIX_run.json``; with ``--plot``, ``PREFIX_gemv.png`` (and
+``PREFIX_w4a16_tiers.png``), drawn by :mod:`q2gemv.bench.plot`.
+
+Every registered kernel can be timed (``--kernels NAME``): the seed kernels
+one pre-bound launch per chunk, the exact contract's (``q2_0_gemv_exact``,
+``w4a16_gemv_exact``, the defaults) as the public call runs them: the
+family's prepare over all M rows, then the GEMV per chunk (role ``exact``).
 
 The modules, each importing only those above it (no cycle; nothing in the
 package core imports this subpackage; ``tests/bench/test_formulas.py`` checks both):
@@ -54,6 +60,7 @@ package core imports this subpackage; ``tests/bench/test_formulas.py`` checks bo
 ``formulas``    byte formulas, FMA floor, rotation (pure)
 ``matrix``      shapes, M values, :class:`Case`, :func:`build_cases`, :class:`Settings` (pure)
 ``results``     derived columns, CSV, tables, summary, output files (pure)
+``plot``        the figures of a CSV (matplotlib, imported when drawing)
 ``timing``      CUDA-graph / spin-kernel / eager timers, read kernels (numba; no
                 other bench module)
 ``runner``      the GPU half: rotated buffers, timed cases, ceiling, host overhead
@@ -81,6 +88,7 @@ from .formulas import (
     weight_bytes,
 )
 from .matrix import (
+    MAX_M,
     MS,
     Q2_BATCHM,
     Q2_M1_REFERENCE,
@@ -97,6 +105,8 @@ from .matrix import (
     Settings,
     build_cases,
     chunks,
+    exact_kernel_table,
+    kernel_names,
     parse_ints,
     parse_shapes,
     parse_tokens,
@@ -145,6 +155,7 @@ __all__ = [
     "GRAPH_FIELDS",
     "H200_FALLBACK",
     "L2_ROTATE_FACTOR",
+    "MAX_M",
     "MS",
     "NVFP4_GROUP",
     "OUTPUT_SUFFIXES",
@@ -175,10 +186,12 @@ __all__ = [
     "chunks",
     "derive",
     "device_prefix",
+    "exact_kernel_table",
     "fma_floor_s",
     "free_prefix",
     "headline_rows",
     "headline_table",
+    "kernel_names",
     "md_table",
     "parse_ints",
     "parse_shapes",

@@ -1,19 +1,22 @@
 """``q2gemv bench`` (and ``benchmarks/run_h200.py``): its options and its entry point.
 
 The top of the subpackage: imports :mod:`~q2gemv.bench.matrix` and
-:mod:`~q2gemv.bench.results`, and :mod:`~q2gemv.bench.runner` (numba, the
-GPU) only when a run starts.
+:mod:`~q2gemv.bench.results`, :mod:`~q2gemv.bench.runner` (numba, the GPU)
+only when a run starts, and :mod:`~q2gemv.bench.plot` (matplotlib) only for
+``--plot``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from .._command import int_at_least, one_line
 from .matrix import (
+    MAX_M,
     QUICK_MS,
     QUICK_SHAPES,
     SIM_EXAMPLE_SHAPE,
@@ -55,10 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"M {','.join(map(str, QUICK_MS))} (unless --shapes/--m say otherwise)",
     )
     p.add_argument("--shapes", help="N x K list, e.g. 5120x5120,16384x16384 (default: all four)")
-    p.add_argument("--m", help="M list with ranges, e.g. 1-8,16,32 (default)")
+    p.add_argument(
+        "--m", help=f"M list with ranges, e.g. 1-8,16,32 (default); each at most {MAX_M}"
+    )
     p.add_argument(
         "--kernels",
-        help="keep only these families (q2_0, w4a16, bf16) or kernel names, comma-separated",
+        help="keep only these families (q2_0, w4a16, bf16) or kernel names, comma-separated: "
+        "any registered kernel, the exact contract's (q2_0_gemv_exact, w4a16_gemv_exact) too",
     )
     p.add_argument("--group", default="128", help="Q2_0 group(s): 128 (default), 64 or 64,128")
     p.add_argument("--repeats", type=int, default=9, help="timed replays per case (>= 5; median)")
@@ -75,6 +81,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="graph",
         help="graph: CUDA-graph replay between events (default); sleep: launches queued "
         "behind a spin kernel",
+    )
+    p.add_argument(
+        "--plot",
+        action="store_true",
+        help="also draw what the run measured: PREFIX_gemv.png (time, %% of the read ceiling, "
+        "speed-up vs bf16 per M) and PREFIX_w4a16_tiers.png when W4A16 tiers were timed; "
+        "needs matplotlib (pip install -e '.[plot]')",
     )
     p.add_argument("--no-torch", action="store_true", help="skip torch bf16 (and graph checks)")
     p.add_argument("--no-overhead", action="store_true", help="skip host overhead + graph check")
@@ -104,8 +117,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check_outputs(out: Path, prefix: str | None) -> None:
     """Before any case runs: ``--prefix`` is a plain file name (``../x`` would write outside
-    ``--out``), and ``--out`` is a folder this process can write (found after the run, the
-    results were lost). Creates ``out``; raises ValueError saying which."""
+    ``--out``), and ``--out`` is a folder this process can write or create (found after the
+    run, the results were lost). Creates nothing: the folder is made when the results are
+    written, so a refused run leaves none behind. Raises ValueError saying which."""
     if prefix is not None and (
         prefix in ("", ".", "..")
         or "/" in prefix
@@ -114,12 +128,27 @@ def _check_outputs(out: Path, prefix: str | None) -> None:
         or not prefix.isprintable()
     ):
         raise ValueError(f"--prefix: expected a file name prefix (no folders), got {prefix!r}")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--out: cannot create the folder {str(out)!r}: {e.strerror}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ValueError(f"--out: the folder {str(out)!r} is not writable")
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(
+            f"--out: cannot create the folder {str(out)!r}: {str(existing)!r} is a file"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "folder" if existing == out.absolute() else "folder above it"
+        raise ValueError(f"--out: the {what} {str(existing)!r} is not writable")
+
+
+def draw(csv_path: Path, out: Path, prefix: str) -> dict[str, Path]:
+    """``--plot``: the figures of :mod:`q2gemv.bench.plot` from the run's CSV, beside it."""
+    from . import plot
+
+    paths = {"plot": plot.plot(csv_path, out / f"{prefix}_gemv.png", f"q2gemv bench ({prefix})")}
+    tiers = plot.plot_tiers(csv_path, out / f"{prefix}_w4a16_tiers.png")
+    if tiers is not None:
+        paths["tiers_plot"] = tiers
+    return paths
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         st = Settings.from_args(args)
         cases = build_cases(st.shapes, st.ms, kernels=st.kernels, groups=st.groups, torch=st.torch)
         _check_outputs(st.out, st.prefix)
+        if st.plot and importlib.util.find_spec("matplotlib") is None:
+            raise ValueError("--plot needs matplotlib: pip install -e '.[plot]' (or leave --plot)")
     except ValueError as e:
         print(f"q2gemv bench: {one_line(e)}", file=sys.stderr)
         return 2
@@ -166,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"q2gemv bench: cannot write {where}: {e.strerror}", file=sys.stderr)
         return 2
     args.prefix = st.prefix  # the prefix used (benchmarks/run_h200.py plots its CSV)
+    if st.plot:
+        paths.update(draw(paths["gemv"], st.out, st.prefix))
     print(text_summary(report.rows))
     for line in report.summary_lines():
         print(line)

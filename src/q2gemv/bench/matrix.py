@@ -51,6 +51,10 @@ GROUPED_FAMILIES = frozenset(f.name for f in kernels.families() if f.grouped)
 SIM_EXAMPLE_SHAPE = "16x512"
 SIM_MAX_NK = 32768  # e.g. 64x512: one q2_0_gemv_vec case took 47 s (same command, --m 1)
 SIM_MAX_M = 9  # one row past the batched kernels' 8-row chunk
+# The largest M a run takes. A decode GEMV serves a batch of tokens; far beyond this it is a
+# GEMM, and each case holds [M, K] activations per rotated copy and one launch per 8 rows
+# (M = 10**9 used to build 125 million launch entries, gigabytes, before any refusal).
+MAX_M = 4096
 
 
 # -- cases (pure) -------------------------------------------------------------------
@@ -66,7 +70,8 @@ class Case:
     k: int
     m: int
     group: int
-    role: str  # m1 | batchm | tier | dispatch | tier+dispatch | bf16
+    role: str  # m1 | batchm | tier | dispatch | tier+dispatch | exact | bf16
+    # one call's plan; an exact case's call is its prepare over all M rows, then these chunks
     launches: tuple[tuple[int, int, str], ...]
     selected: bool = False  # W4A16: what plan_w4a16 dispatches for this M
 
@@ -83,6 +88,20 @@ class Case:
 def q2_kernel_table() -> dict[str, int]:
     """Every Q2_0 seed kernel of the registry (:mod:`q2gemv.kernels`) and its rows per launch."""
     return dict(kernels.table("q2_0", "seed"))
+
+
+def exact_kernel_table() -> dict[str, int]:
+    """Every exact-contract kernel of the registry (both families) and its rows per launch."""
+    return {s.name: s.max_m for s in kernels.specs(contract="exact")}
+
+
+def _family_of(name: str) -> str:
+    return kernels.get(name).family
+
+
+def kernel_names() -> tuple[str, ...]:
+    """Every kernel ``--kernels`` takes: each registered kernel (:mod:`q2gemv.kernels`)."""
+    return tuple(s.name for s in kernels.specs())
 
 
 def chunks(m: int, max_m: int, kernel: str) -> tuple[tuple[int, int, str], ...]:
@@ -109,6 +128,7 @@ def build_cases(
     exact_m: bool | None = None,
     torch: bool = True,
     q2_kernels: dict[str, int] | None = None,
+    exact_kernels: dict[str, int] | None = None,
 ) -> list[Case]:
     """The benchmark matrix, in run order (shape by shape; bf16 first in each shape).
 
@@ -120,6 +140,14 @@ def build_cases(
     * W4A16 on ``sweep_shapes``: every table tier (batch4..8, rt2) at every M
       of ``ms`` it serves (the seed's table); on every shape: the launches
       :func:`~q2gemv.tiers.plan_w4a16` dispatches for each M (``selected``).
+    * a W4A16 seed kernel named in ``kernels`` (a tier off the sweep shapes,
+      ``w4a16_gemv_batch16`` at M <= 8, a run-time candidate): at every M of
+      ``ms`` it serves, on every shape.
+    * the exact contract (the default of both formats), every kernel of
+      ``exact_kernels`` (name -> rows per launch; default
+      :func:`exact_kernel_table`) at every M and every shape (Q2_0 per group),
+      chunked by its row limit; its call, the public call's launches, is the
+      family's prepare over all M rows, then the chunks (role ``exact``).
     * bf16 ``F.linear`` at every (shape, M) that a kept kernel case has, so
       each has its bf16 time (``torch=False`` drops them).
 
@@ -130,9 +158,11 @@ def build_cases(
         tiers = W4a16BatchmTiers.resolve(W4A16_MAX_M)
     if q2_kernels is None:
         q2_kernels = q2_kernel_table()
+    if exact_kernels is None:
+        exact_kernels = exact_kernel_table()
     ms = sorted(set(int(m) for m in ms))
-    if not ms or ms[0] < 1:
-        raise ValueError(f"ms: expected M values >= 1, got {ms}")
+    if not ms or ms[0] < 1 or ms[-1] > MAX_M:
+        raise ValueError(f"ms: expected M values in 1..{MAX_M}, got {ms}")
     out: dict[tuple, Case] = {}
     sweep = {tuple(s) for s in sweep_shapes}
     for n, k in shapes:
@@ -147,8 +177,21 @@ def build_cases(
                     role = "batchm" if max_m > 1 else "m1"
                     c = Case("q2_0", name, n, k, m, g, role, chunks(m, max_m, name))
                     out[c.key] = c
+        for name, max_m in exact_kernels.items():
+            fam = _family_of(name)
+            if not _kept(kernels, fam, name):
+                continue
+            for g in groups if fam in GROUPED_FAMILIES else (NVFP4_GROUP,):
+                for m in ms:
+                    c = Case(fam, name, n, k, m, g, "exact", chunks(m, max_m, name))
+                    out[c.key] = c
         if k % NVFP4_BLOCK:
             raise ValueError(f"shape {n}x{k}: K is not a multiple of the NVFP4 block {NVFP4_BLOCK}")
+        named = [t for t in kernels or () if t in W4A16_MAX_M]
+        for name in named:  # asked for by name: every M it serves, on every shape
+            for m in (m for m in ms if m <= W4A16_MAX_M[name]):
+                c = Case("w4a16", name, n, k, m, NVFP4_GROUP, "tier", chunks(m, m, name))
+                out[c.key] = c
         if (n, k) in sweep:
             for name in W4A16_TABLE_TIERS:
                 for m in ms:
@@ -203,22 +246,24 @@ def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(shapes)
 
 
-def parse_ints(text: str, what: str = "m") -> tuple[int, ...]:
-    """``"1-8,16,32"`` -> (1, 2, ..., 8, 16, 32), sorted, unique, each >= 1."""
+def parse_ints(text: str, what: str = "m", most: int | None = None) -> tuple[int, ...]:
+    """``"1-8,16,32"`` -> (1, 2, ..., 8, 16, 32), sorted, unique, each >= 1 (and <= ``most``).
+
+    A value or range end above ``most`` is refused before any range is expanded.
+    """
     vals: set[int] = set()
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
         try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-"))
-                vals.update(range(lo, hi + 1))
-            else:
-                vals.add(int(part))
+            lo, hi = (int(x) for x in part.split("-")) if "-" in part else (int(part),) * 2
         except ValueError:
             raise ValueError(
                 f"{what}: expected integers or ranges like 1-8, got {part!r}"
             ) from None
+        if most is not None and max(lo, hi) > most:
+            raise ValueError(f"{what}: expected values of at most {most}, got {part!r}")
+        vals.update(range(lo, hi + 1))
     if not vals or min(vals) < 1:
         raise ValueError(f"{what}: expected values >= 1, got {text!r}")
     return tuple(sorted(vals))
@@ -275,12 +320,13 @@ class Settings:
     command: str
     quick: bool = False
     overwrite: bool = False
+    plot: bool = False
     notes: list[str] = field(default_factory=list)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
         shapes = parse_shapes(args.shapes) if args.shapes else None
-        ms = parse_ints(args.m) if args.m else None
+        ms = parse_ints(args.m, "--m", most=MAX_M) if args.m else None
         if args.quick:
             shapes = shapes or QUICK_SHAPES
             ms = ms or QUICK_MS
@@ -288,7 +334,7 @@ class Settings:
             raise ValueError(f"--repeats: expected >= 5 (median of >= 5), got {args.repeats}")
         tokens = parse_tokens(args.kernels)
         if tokens:
-            known = set(FAMILIES) | set(q2_kernel_table()) | set(W4A16_MAX_M)
+            known = set(FAMILIES) | set(kernel_names())
             bad = [t for t in tokens if t not in known]
             if bad:
                 raise ValueError(f"--kernels: unknown {bad}; expected among {sorted(known)}")
@@ -315,4 +361,5 @@ class Settings:
             command=getattr(args, "command", None) or "q2gemv bench " + shlex.join(sys.argv[2:]),
             quick=args.quick,
             overwrite=getattr(args, "overwrite", False),
+            plot=getattr(args, "plot", False),
         )

@@ -198,13 +198,20 @@ class _KernelPool(_Pool):
         """The same launch through numba's dispatcher (the family's ``launch_raw``)."""
         kernels.family(kernels.get(name).family).seed().launch_raw(name, a, dw, out, rows, stream)
 
+    @staticmethod
+    def _plan_launches(family, plan, a, dw, out, stream=0) -> list[tuple]:
+        """The launcher's validated launches of ``plan`` ((row0, rows, kernel), ...) on
+        ``a`` [M, K] into ``out`` [M, N]: the public call's. An exact-contract plan starts
+        with its family's prepare over all M rows (its workspace allocated here, once)."""
+        contract = kernels.get(plan[0][2]).contract
+        return launcher.launches(family, contract, plan, dw, a, out, stream)
+
     def call(self, case: Case, j: int):
-        pbs = [
-            self._launcher(
-                name, self.a[j][r0 : r0 + rows], self.dw[j], self.out[j][r0 : r0 + rows], rows
-            )
-            for r0, rows, name in case.launches
-        ]
+        m = case.m
+        launches = self._plan_launches(
+            self.family, case.launches, self.a[j][:m], self.dw[j], self.out[j][:m]
+        )
+        pbs = self._launcher(launches)
         if len(pbs) == 1:
             return pbs[0]
 
@@ -214,34 +221,33 @@ class _KernelPool(_Pool):
 
         return call
 
-    def _launcher(self, name, a, dw, out, rows):
-        """The pre-bound launch; if it cannot be built, the dispatcher path, said once in notes.
+    def _launcher(self, launches: list[tuple]) -> list:
+        """The pre-bound launches; if they cannot be built, the dispatcher path, said once in notes.
 
         GPU times do not depend on the host path (graph replays, or calls queued
         behind a spin kernel); only the host-cost table does, and it says so.
         """
         global _PREBIND_FAILED
         try:
-            return self._prebind(name, a, dw, out, rows)
+            return launcher.prebind(launches)
         except Exception as e:  # noqa: BLE001 - bad rows/shapes would fail launch_raw too
             if _PREBIND_FAILED is None:
-                _PREBIND_FAILED = f"{name}: {_short(e)}"
+                _PREBIND_FAILED = f"{launches[-1][4]}: {_short(e)}"
                 _log(f"pre-bound launch unavailable ({_PREBIND_FAILED}): dispatcher launches")
 
-        def call(h, name=name, a=a, dw=dw, out=out, rows=rows):
-            self._launch_raw(name, a, dw, out, rows, cuda.external_stream(h) if h else 0)
+        def call(h, launches=launches):
+            launcher.launch_all(launches, cuda.external_stream(h) if h else 0)
 
-        return call
+        return [call]
 
     def check(self, case: Case, reference: bool) -> str:
-        """Copy 0's output (left by the timed calls) vs an eager ``launch_raw`` of the same chunks."""
+        """Copy 0's output (left by the timed calls) vs an eager launch of the same plan."""
         m = case.m
         got = self.out[0][:m].copy_to_host()
         d_chk = cuda.device_array((m, self.n), dtype=np.uint16)
-        for r0, rows, name in case.launches:
-            self._launch_raw(
-                name, self.a[0][r0 : r0 + rows], self.dw[0], d_chk[r0 : r0 + rows], rows
-            )
+        launcher.launch_all(
+            self._plan_launches(self.family, case.launches, self.a[0][:m], self.dw[0], d_chk)
+        )
         want = d_chk.copy_to_host()
         bad = int(np.count_nonzero(got != want))
         if bad:
@@ -252,6 +258,11 @@ class _KernelPool(_Pool):
             if bad:
                 return f"MISMATCH vs reference: {bad}/{ref.size}"
         return "ok"
+
+    def _reference(self, case: Case) -> np.ndarray:
+        """The NumPy reference of the case's kernel (every kernel of a plan gives its bits)."""
+        fn = kernels.family(self.family).reference(case.launches[0][2])
+        return fn(self.host_a[: case.m].view(BF16), self.host_weight)
 
 
 class _Q2Pool(_KernelPool):
@@ -269,13 +280,6 @@ class _Q2Pool(_KernelPool):
     @staticmethod
     def _upload(w):
         return q2cuda.DeviceQ2Weight.upload(w)
-
-    def _reference(self, case: Case) -> np.ndarray:
-        from .. import reference
-
-        kernels = {r[2] for r in case.launches}
-        fn = reference.q2_0_gemv if kernels == {"q2_0_gemv"} else reference.q2_0_gemv_vec
-        return fn(self.host_a[: case.m].view(BF16), self.host_weight)
 
 
 class _W4Pool(_KernelPool):
@@ -295,11 +299,6 @@ class _W4Pool(_KernelPool):
         from ..cuda.w4a16 import seed as w4a16
 
         return w4a16.DeviceNvfp4Weight.upload(w)
-
-    def _reference(self, case: Case) -> np.ndarray:
-        from ..reference.w4a16 import w4a16_gemv
-
-        return w4a16_gemv(self.host_a[: case.m].view(BF16), self.host_weight)
 
 
 # The pool of each weight family's cases (a case of another family, "bf16", is torch's).
@@ -502,20 +501,20 @@ def _group(st: Settings, family: str) -> int:
 
 
 def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
-    """Each kernel of the run: a pre-bound launch enqueued on ``cuda.external_stream`` of the
-    torch stream while torch captures it, replayed once, compared bit for bit with an eager
-    ``launch_raw`` into another buffer."""
+    """Each kernel of the run: its pre-bound launches (an exact kernel's prepare first)
+    enqueued on ``cuda.external_stream`` of the torch stream while torch captures them,
+    replayed once, compared bit for bit with an eager launch into another buffer."""
     if env.dry or env.graph_timer is None:
         return []
     torch = env.torch
     gt = env.graph_timer
     n, k = st.shapes[0]
-    kernels = list(
+    names = list(
         dict.fromkeys((c.family, r[2]) for c in cases if c.family in _POOLS for r in c.launches)
     )
     pools: dict[str, _KernelPool] = {}
     rows = []
-    for family, name in kernels:
+    for family, name in names:
         max_m = kernels.get(name).max_m
         m = min(max_m, max(st.ms))
         row = dict(kernel=name, n=n, k=k, m=m, ok=False, mismatches=None, elements=m * n, detail="")
@@ -525,14 +524,16 @@ def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
             pool = pools[family]
             a, dw = pool.a[0][:m], pool.dw[0]
             out_g, out_e = pool.out[0][:m], pool.out[1][:m]
-            pool._launch_raw(name, a, dw, out_e, m)
+            plan = ((0, m, name),)
+            launcher.launch_all(pool._plan_launches(family, plan, a, dw, out_e))
             out_g.copy_to_device(np.full((m, n), GRAPH_CHECK_FILL, dtype=np.uint16))
             cuda.synchronize()
-            pb = pool._prebind(name, a, dw, out_g, m)
+            pbs = launcher.prebind(pool._plan_launches(family, plan, a, dw, out_g))
             ext = cuda.external_stream(gt.handle)  # numba's wrapper of torch's stream
 
-            def launch(h, pb=pb, ext=ext):
-                pb(stream=ext)
+            def launch(h, pbs=pbs, ext=ext):
+                for pb in pbs:
+                    pb(stream=ext)
 
             g = gt.capture([launch])
             with torch.cuda.stream(gt.stream):

@@ -39,6 +39,8 @@ for f in kernels.families():
 for _m in dict.fromkeys(kernels.module_of(s.name) for s in kernels.specs()):
     if _m not in MODULES.values():
         MODULES[_m.removeprefix("q2gemv.cuda.").replace(".", "_")] = _m
+# exact-kernel variants that are not registered by default (compiled here all the same)
+MODULES["q2_0_exact_batched"] = "q2gemv.cuda.q2_0.exact_batched"
 FAMILIES = tuple(MODULES)
 
 

@@ -274,6 +274,37 @@ def global_scale_from_divisor(weight_global_scale) -> float:
     return float(g)
 
 
+def divisor_from_global_scale(global_scale) -> float | None:
+    """The compressed-tensors divisor ``g_ct`` that loads back as ``global_scale``, or None.
+
+    The inverse of :func:`global_scale_from_divisor`: an fp32 ``g_ct`` with
+    ``fp32(1 / g_ct) == global_scale`` bit for bit (the nearest such one to
+    ``1 / global_scale``). The fp32 reciprocal is not onto: where consecutive
+    divisors' reciprocals step by more than one fp32 ulp (multipliers in the upper
+    part of a binade, about one in nine of ModelOpt's ``amax / 2688``) some
+    multipliers are the reciprocal of no fp32, and None is returned; such a weight
+    can be written bit-exactly only in the ModelOpt layout (``weight_scale_2``, the
+    multiplier itself). Non-finite or zero multipliers return None.
+    """
+    g = np.float32(check_global_scale(global_scale))
+    if not np.isfinite(g) or g == 0:
+        return None
+    with np.errstate(all="ignore"):
+        first = np.float32(1.0) / g
+        if not np.isfinite(first):
+            return None
+        below = above = first
+        candidates = [first]
+        for _ in range(2):  # the reciprocal is monotone: +-2 steps cover every hit
+            below = np.nextafter(below, np.float32(0))
+            above = np.nextafter(above, np.float32(np.inf) * np.sign(first))
+            candidates += [below, above]
+        for d in candidates:
+            if d != 0 and np.isfinite(d) and np.float32(np.float32(1.0) / d) == g:
+                return float(d)
+    return None
+
+
 # -- the weight --------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -45,6 +46,11 @@ def sim_skip_reason(size: str) -> str:
         f"size class '{size}' is not run on the CUDA simulator (one OS thread per CUDA "
         f"thread: far too slow); it runs on the reference and on a real GPU"
     )
+
+
+def simulator_checks(gemv: Iterable[tuple[GemvCase, str]]) -> list[tuple[GemvCase, str]]:
+    """The checks of ``gemv`` the simulator runs (size classes :data:`SIM_SIZES`)."""
+    return [(c, k) for c, k in gemv if c.size_of(k) in SIM_SIZES]
 
 
 def cuda_runs_on() -> str:
@@ -130,14 +136,21 @@ def run_check(
 
 
 class Progress:
-    """Progress lines on stderr: at most one per ``interval`` s, plus every failure at once."""
+    """Progress lines on stderr: at most one per ``interval`` s, one as each kernel's checks are
+    all done (a kernel set), plus every failure at once."""
 
-    def __init__(self, label: str, total: int, stream, interval: float = 2.0):
-        """``stream``: where lines go (None: nowhere)."""
+    def __init__(
+        self, label: str, total: int, stream, interval: float = 2.0, kernels: Iterable[str] = ()
+    ):
+        """``stream``: where lines go (None: nowhere); ``kernels``: the kernel of each check to
+        run (a line when the last check of a kernel is in; none without them)."""
         self.label, self.total, self.interval = label, total, interval
         self.stream = stream
         self.done = self.bad = 0
         self.t0 = self.last = time.perf_counter()
+        self.kernel_total = Counter(kernels)
+        self.kernel_done: Counter = Counter()
+        self.kernel_bad: Counter = Counter()
 
     def start(self, note: str = "") -> None:
         extra = f" ({note})" if note else ""
@@ -149,6 +162,16 @@ class Progress:
         now = time.perf_counter()
         if r.status in ("fail", "error"):
             self._print(r.details())
+        self.kernel_done[r.kernel] += 1
+        self.kernel_bad[r.kernel] += r.status in ("fail", "error")
+        if self.kernel_done[r.kernel] == self.kernel_total.get(r.kernel):
+            self._print(
+                f"[{self.label}] {r.kernel}: all {self.kernel_total[r.kernel]} checks done, "
+                f"{self.kernel_bad[r.kernel]} failed ({self.done}/{self.total} in all, "
+                f"{now - self.t0:.0f} s)"
+            )
+            self.last = now
+            return
         if (
             r.status in ("fail", "error")
             or now - self.last >= self.interval
@@ -199,6 +222,35 @@ def run_host_cases(cases: Iterable[HostCase]) -> list[CheckResult]:
 
 
 # -- the simulator in subprocesses ------------------------------------------------------------
+
+
+# A simulator worker's start (Python, numba, the first kernel builds), measured on a 2-core
+# CPU machine: 19 small checks of sim_cost 25 took 33 s with 2 workers.
+SIM_START_S = 15.0
+
+
+def sim_estimate_s(checks: list[tuple[GemvCase, str]], jobs: int) -> float:
+    """Rough wall seconds of ``checks`` on the simulator with ``jobs`` workers on this CPU.
+
+    :func:`sim_cost` in seconds per worker (the whole small set, sim_cost 455, took about
+    3-4 min with 2 workers on a 2-core machine), plus one worker start.
+    """
+    if not checks:
+        return 0.0
+    workers = max(1, min(jobs, os.cpu_count() or 1, len(checks)))
+    return sum(sim_cost(c, k) for c, k in checks) / workers + SIM_START_S
+
+
+def sim_notice(checks: list[tuple[GemvCase, str]], jobs: int) -> str:
+    """What the simulator run of ``checks`` costs, and the quick form, in one line."""
+    s = sim_estimate_s(checks, jobs)
+    took = f"about {s / 60:.0f} min" if s >= 90 else f"about {s:.0f} s"
+    return (
+        f"no GPU here: the cuda backend runs {len(checks)} checks on numba's CUDA simulator "
+        f"(one OS thread per CUDA thread), {took} with {jobs} worker process(es) on "
+        f"{os.cpu_count() or 1} CPU(s). The NumPy reference alone takes seconds: "
+        f"q2gemv verify --backend reference"
+    )
 
 
 def sim_cost(case: GemvCase, kernel: str) -> float:
@@ -323,7 +375,7 @@ def run_backend(
         run = BackendRun("reference", "NumPy (this process)")
         hosts = run_host_cases(selection.host_cases(suite))
         bad = sum(not r.ok for r in hosts)
-        prog = Progress("reference", len(gemv), stream)
+        prog = Progress("reference", len(gemv), stream, kernels=(k for _, k in gemv))
         prog.start(f"after {len(hosts)} host format checks, {bad} failed")
         for r in hosts:
             if not r.ok:
@@ -333,13 +385,13 @@ def run_backend(
         where = cuda_runs_on()
         if where == "gpu":
             run = BackendRun("cuda", "GPU (this process)")
-            prog = Progress("cuda/gpu", len(gemv), stream)
+            prog = Progress("cuda/gpu", len(gemv), stream, kernels=(k for _, k in gemv))
             prog.start()
             run.results = run_gemv_checks(gemv, "cuda", progress=prog)
             run.runs_on = f"GPU: {_device_name()}"
         else:
             jobs = jobs or default_jobs()
-            todo = [(c, k) for c, k in gemv if c.size_of(k) in SIM_SIZES]
+            todo = simulator_checks(gemv)
             skipped = [
                 CheckResult(
                     c.id,
@@ -353,8 +405,11 @@ def run_backend(
                 if c.size_of(k) not in SIM_SIZES
             ]
             run = BackendRun("cuda", f"CUDA simulator ({jobs} processes)")
-            prog = Progress("cuda/simulator", len(todo), stream)
-            prog.start(f"{len(skipped)} larger checks skipped on the simulator")
+            prog = Progress("cuda/simulator", len(todo), stream, kernels=(k for _, k in todo))
+            prog.start(
+                f"{len(skipped)} larger checks skipped on the simulator; "
+                f"about {sim_estimate_s(todo, jobs) / 60:.1f} min"
+            )
             ran = run_simulator_subprocesses(todo, suite.data_dir, jobs, prog) if todo else []
             run.results = ran + skipped
     run.seconds = time.perf_counter() - t0

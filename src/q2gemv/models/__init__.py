@@ -5,7 +5,10 @@
 * :mod:`.quantize`: :func:`quantize_model`;
 * :mod:`.gguf`: :func:`load_gguf`, :func:`config_from_gguf` (llama.cpp GGUF files);
 * :mod:`.safetensors`: :func:`load_safetensors` (NVFP4 ModelOpt / compressed-tensors);
-* :mod:`.decode`: :class:`CapturedDecoder` (static KV cache, one CUDA graph per batch size).
+* :mod:`.decode`: :class:`CapturedDecoder` (static KV cache, one CUDA graph per batch size);
+* :mod:`.saved`: the ``quantization_config`` a quantized model carries, empty layers to load into;
+* :mod:`.hf`: the ``"q2gemv"`` transformers quantizer (``from_pretrained`` of a saved model),
+  registered by :mod:`.hf_hook` when transformers loads its quantizers.
 
 The public names are re-exported by :mod:`q2gemv.torch`.
 """

@@ -1,8 +1,9 @@
 """A transformers Llama decoder from a llama.cpp GGUF file with Q2_0 / PQ2_0 linear layers.
 
 ``config_from_gguf(path)`` reads the ``llama.*`` metadata into a
-``transformers.LlamaConfig``; ``load_gguf(path, model=None)`` fills a
-``LlamaForCausalLM`` (built from that config when ``model`` is None):
+``transformers.LlamaConfig`` (``qwen2.*``: a ``Qwen2Config``); ``load_gguf(path,
+model=None)`` fills a ``LlamaForCausalLM`` (``Qwen2ForCausalLM``; built from that
+config when ``model`` is None):
 
 * Q2_0 (type 42) and PQ2_0 (type 142) tensors become :class:`~q2gemv.torch.Q2Linear`
   layers over the file's bytes (no dequantization; the bytes are copied once into
@@ -35,8 +36,11 @@ tensor by a row gather (:func:`hf_rows_from_gguf`): the bytes of a row (its Q2_0
 blocks) move together, for quantized and float tensors alike.
 
 Supported: ``general.architecture == "llama"`` (which llama.cpp also uses for
-Mistral). ``rope_freqs.weight`` (Llama 3.1 rope scaling, not described by the
-metadata) is refused.
+Mistral) and ``"qwen2"`` (a ``Qwen2ForCausalLM``: ``blk.{i}.attn_{q,k,v}.bias`` are
+its projections' biases, and its Q/K rows are stored in transformers' order, since
+llama.cpp's converter does not permute them for the "neox" rope it runs Qwen2 with).
+``rope_freqs.weight`` (Llama 3.1 rope scaling, not described by the metadata) is
+refused.
 """
 
 from __future__ import annotations
@@ -48,12 +52,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._progress import track, wants_progress
 from ..formats.q2_0 import Q2Weight
 from ..io.gguf import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
 from ..torch import Q2Linear
 from .meta import finish_meta_model
+from .saved import record_quantization_config
 
-ARCHITECTURES = ("llama",)
+ARCHITECTURES = ("llama", "qwen2")
+# general.architecture -> (transformers config class, model class, Q/K rows permuted)
+_ARCH_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", True),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", False),
+}
 
 # GGUF float tensor type id -> (little-endian numpy dtype, torch dtype it is viewed as)
 FLOAT_TYPES: dict[int, tuple[str, torch.dtype]] = {
@@ -73,6 +84,9 @@ _BLOCK_NAMES = {
     "attn_q.weight": "self_attn.q_proj.weight",
     "attn_k.weight": "self_attn.k_proj.weight",
     "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",  # qwen2
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
     "attn_output.weight": "self_attn.o_proj.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
@@ -121,7 +135,7 @@ def _architecture(gf: GgufFile) -> str:
 
 
 def _config(gf: GgufFile):
-    from transformers import LlamaConfig
+    import transformers
 
     arch = _architecture(gf)
     names = {t.name: t for t in gf.tensors}
@@ -149,7 +163,7 @@ def _config(gf: GgufFile):
     ):
         if key in gf.metadata:
             kwargs[arg] = int(gf.metadata[key])
-    return LlamaConfig(**kwargs)
+    return getattr(transformers, _ARCH_CLASSES[arch][0])(**kwargs)
 
 
 def config_from_gguf(path: str | os.PathLike):
@@ -184,14 +198,16 @@ def _permute_heads(config, hf: str) -> int | None:
     return None
 
 
-def _plan(gf: GgufFile, q2: dict[str, Q2Weight], model, numerics: str | None):
+def _plan(gf: GgufFile, q2: dict[str, Q2Weight], model, numerics: str | None, progress=None):
     """Everything load_gguf will set, checked against ``model``: (params, q2 layers)."""
     config = model.config
     params = dict(model.named_parameters())  # tied lm_head.weight is left out (a duplicate)
     tied = getattr(config, "tie_word_embeddings", False)
+    permuted = _ARCH_CLASSES[_architecture(gf)][2]
+    by_name = {t.name: t for t in gf.tensors}
     new_params: dict[str, torch.Tensor] = {}
     new_layers: dict[str, Q2Linear] = {}
-    for t in gf.tensors:
+    for t in track(gf.tensors, "load_gguf", progress, name=lambda t: t.name):
         hf = hf_name(t.name)
         if hf is None:
             raise GgufError(
@@ -214,7 +230,7 @@ def _plan(gf: GgufFile, q2: dict[str, Q2Weight], model, numerics: str | None):
             raise GgufError(
                 gf.path, f"shape {list(got)} does not match {hf} {list(want)}", tensor=t.name
             )
-        heads = _permute_heads(config, hf)
+        heads = _permute_heads(config, hf) if permuted else None
         if t.is_q2:
             module = hf.removesuffix(".weight")
             linear = model.get_submodule(module)
@@ -229,7 +245,10 @@ def _plan(gf: GgufFile, q2: dict[str, Q2Weight], model, numerics: str | None):
                 rows = np.asarray(w.raw).reshape(w.n, -1)[hf_rows_from_gguf(w.n, heads)]
                 w = Q2Weight.from_bytes(rows.reshape(-1), w.n, w.k, w.group)
             bias = getattr(linear, "bias", None)
-            if bias is not None and bias.is_meta:
+            file_bias = by_name.get(t.name.removesuffix(".weight") + ".bias")  # qwen2
+            if file_bias is not None and file_bias.type_id in FLOAT_TYPES:
+                bias = _float_tensor(gf, file_bias)
+            elif bias is not None and bias.is_meta:
                 raise GgufError(
                     gf.path,
                     f"{module} has a bias, which a llama.cpp Llama file does not hold",
@@ -263,18 +282,21 @@ def load_gguf(
     numerics: str | None = None,
     dtype: torch.dtype = torch.bfloat16,
     ambiguous_group: int | None = None,
+    progress: bool | None = None,
 ) -> torch.nn.Module:
     """A transformers Llama model with the GGUF file's weights; Q2_0 linears as ``Q2Linear``.
 
     Args:
-        path: the ``.gguf`` file (``general.architecture`` ``"llama"``).
-        model: a ``LlamaForCausalLM`` to fill in place (its shapes must match the
-            file); None builds one from :func:`config_from_gguf` (without random
-            initialization) in ``dtype``.
+        path: the ``.gguf`` file (``general.architecture`` ``"llama"`` or ``"qwen2"``).
+        model: a ``LlamaForCausalLM`` (``Qwen2ForCausalLM``) to fill in place (its
+            shapes must match the file); None builds one from :func:`config_from_gguf`
+            (without random initialization) in ``dtype``.
         numerics: the ``Q2Linear`` layers' numerics contract (None: library default).
         dtype: parameter dtype of a model built here (float tensors are converted to
             each parameter's dtype either way).
         ambiguous_group: as for :func:`q2gemv.io.load_q2_weights`.
+        progress: one progress step per tensor, on stderr (None: shown on a terminal for
+            large models, through tqdm when installed; see :func:`quantize_model`).
 
     Everything is read and checked before ``model`` is changed (see the module
     docstring for the names, the Q/K rows and what is refused). The model is
@@ -284,21 +306,23 @@ def load_gguf(
         GgufError: an unsupported type or architecture, a tensor without a module, a
             shape mismatch, or a parameter the file lacks (naming the tensor).
     """
+    wants_progress(progress, 0, False)  # TypeError naming progress
     path = os.fspath(path)
     gf = read_gguf(path)
     _architecture(gf)
     q2 = load_q2_weights(path, ambiguous_group=ambiguous_group)
     built = model is None
     if built:
-        from transformers import LlamaForCausalLM
+        import transformers
 
         config = _config(gf)
         config.dtype = dtype
+        model_class = getattr(transformers, _ARCH_CLASSES[_architecture(gf)][1])
         with torch.device("meta"):
-            model = LlamaForCausalLM(config).to(dtype)
+            model = model_class(config).to(dtype)
     elif not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model: expected a transformers model or None, got {type(model).__name__}")
-    new_params, new_layers = _plan(gf, q2, model, numerics)
+    new_params, new_layers = _plan(gf, q2, model, numerics, progress)
     for name, value in new_params.items():
         module_name, _, attr = name.rpartition(".")
         module = model.get_submodule(module_name)
@@ -314,6 +338,7 @@ def load_gguf(
         setattr(model.get_submodule(parent_name), attr, layer.to(_device_of(model)))
     if built:
         finish_meta_model(model, path)
+    record_quantization_config(model)  # so save_pretrained writes a loadable model
     return model.eval()
 
 

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import kernels
+from .._progress import Progress, wants_progress
 from ..api import resolve_numerics
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
 from ..torch import Nvfp4Linear, Q2Linear
+from .saved import record_quantization_config
 from .swap import LinearTarget, find_linears, swap_linears
 
 # fmt= -> (its weight family in the registry, the layer it makes)
@@ -53,11 +55,12 @@ def check_model_dtype(targets: list[LinearTarget]) -> None:
 
     A model's activations have its weights' dtype; a q2gemv layer takes only
     :data:`ACTIVATION_DTYPES`, so an fp32/fp16 model would quantize and then fail at
-    its first forward. ValueError naming the dtype and the first such layer.
+    its first forward. ValueError naming the dtype and the first such layer. A meta
+    weight has no values yet (the dtype of what is loaded into the model decides).
     """
     for t in targets:
         dtype = t.linear.weight.dtype
-        if dtype not in ACTIVATION_DTYPES:
+        if not t.linear.weight.is_meta and dtype not in ACTIVATION_DTYPES:
             accepted = ", ".join(str(d) for d in ACTIVATION_DTYPES)
             raise ValueError(
                 f"model: layer {t.name!r} is {dtype}, but q2gemv layers take {accepted} "
@@ -84,6 +87,7 @@ def quantize_model(
     group: int = 128,
     skip: tuple[str, ...] | list[str] | None = None,
     numerics: str | None = None,
+    progress: bool | None = None,
 ) -> QuantizeReport:
     """Quantize ``model``'s ``torch.nn.Linear`` layers in place to q2gemv layers.
 
@@ -99,17 +103,28 @@ def quantize_model(
             otherwise: a typo would quantize everything silently). None (default):
             ``("lm_head",)``, applied only where the model has one.
         numerics: the layers' numerics contract (None: the library default).
+        progress: one progress step per layer quantized, on stderr (None: shown on a
+            terminal for large models, through tqdm when installed; True: always, a
+            plain line per layer without tqdm; False: never).
 
     Skipped, with the reason in the report: names in ``skip``; ``in_features`` not a
-    multiple of the group (Q2_0) or of 16 (NVFP4); a weight on the ``meta`` device;
-    Linears whose parent reads their ``.weight`` directly (``nn.MultiheadAttention``,
-    ``nn.TransformerEncoderLayer``). Every other Linear is quantized before any is
-    swapped: a failure (a non-finite weight, a Q2_0 scale beyond fp16) raises naming the
-    layer and leaves ``model`` unchanged. The Linears to quantize must be bfloat16 (the
-    q2gemv layers take bf16 activations): an fp32/fp16 model is refused up front
-    (:func:`check_model_dtype`). A Linear shared by several parents becomes one
+    multiple of the group (Q2_0) or of 16 (NVFP4); Linears whose parent reads their
+    ``.weight`` directly (``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``).
+    A Linear whose weight is on the ``meta`` device (an empty model) becomes an empty
+    layer on the meta device (``Q2Linear.empty`` / ``Nvfp4Linear.empty``: the right
+    buffer shapes, no bytes), to be filled by ``load_state_dict(..., assign=True)``.
+    Every other Linear is quantized before any is swapped: a failure (a non-finite
+    weight, a Q2_0 scale beyond fp16) raises naming the layer and leaves ``model``
+    unchanged. Those Linears must be bfloat16 (the q2gemv layers take bf16
+    activations): an fp32/fp16 model is refused up front (:func:`check_model_dtype`).
+    A Linear shared by several parents becomes one
     q2gemv layer in all of them. The new layers are on each Linear's device; their
     bias (if any) is kept in bf16.
+
+    On a transformers model, ``model.config.quantization_config`` is then set to the
+    dict describing the q2gemv layers (:func:`q2gemv.models.saved.quantization_config`),
+    which ``save_pretrained`` writes into ``config.json`` and ``from_pretrained`` reads
+    back (docs/models_save_load.md).
 
     Returns a :class:`QuantizeReport` (``print(report)`` lists the skipped layers).
     """
@@ -127,35 +142,52 @@ def quantize_model(
     skip = tuple(skip)
     multiple = group if grouped else BLOCK
     resolve_numerics(family, numerics)  # ValueError naming numerics
+    wants_progress(progress, 0, False)  # TypeError naming progress
     group_arg = {"group": group} if grouped else {}
 
     def reason(name: str, linear: torch.nn.Linear) -> str | None:
         hit = _matches(name, skip)
         if hit is not None:
             return f"in skip ({hit!r})"
-        if linear.weight.is_meta:
-            return "its weight is on the meta device (nothing to quantize)"
         if linear.in_features % multiple:
             return f"in_features={linear.in_features} is not a multiple of {multiple}"
         return None
 
     def make(lin: torch.nn.Linear) -> torch.nn.Module:
+        if lin.weight.is_meta:  # an empty model: an empty layer, filled by loading
+            return layer.empty(
+                lin.out_features,
+                lin.in_features,
+                **group_arg,
+                bias=lin.bias is not None,
+                numerics=numerics,
+                device=lin.weight.device,
+            )
         return layer.from_linear(lin, **group_arg, numerics=numerics)
 
     targets, skipped = find_linears(model, reason)
     if checked:
-        names = [
+        linear_names = [
             name
             for name, mod in model.named_modules(remove_duplicate=False)
             if name and isinstance(mod, torch.nn.Linear)
         ]
         for pattern in skip:
-            if _matches_any(pattern, names) is None:
+            if _matches_any(pattern, linear_names) is None:
                 raise ValueError(
                     f"skip: {pattern!r} matches no torch.nn.Linear of the model (an entry is "
                     "a Linear's qualified name or its last dotted parts, e.g. 'lm_head' or "
                     "'mlp.down_proj')"
                 )
     check_model_dtype(targets)
-    replaced = swap_linears(targets, make)
+    names = {id(t.linear): t.name for t in targets}
+    with Progress("quantize_model", len(targets), progress) as bar:
+
+        def make_one(lin: torch.nn.Linear) -> torch.nn.Module:
+            new = make(lin)
+            bar.step(names[id(lin)])
+            return new
+
+        replaced = swap_linears(targets, make_one)
+    record_quantization_config(model)
     return QuantizeReport(fmt, group if grouped else None, replaced, skipped)

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import torch
 
+from .._progress import track, wants_progress
 from ..io.safetensors import SafetensorsError, load_nvfp4_weights
 from ..torch import Nvfp4Linear
 from .meta import finish_meta_model
+from .saved import record_quantization_config
 
 PLAIN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 IGNORED_SUFFIXES = ("input_scale", "input_global_scale")
@@ -38,7 +40,11 @@ def _tensors(path: Path) -> dict[str, tuple[str, object]]:
 
 
 def load_safetensors(
-    path: str | os.PathLike, model: torch.nn.Module, *, numerics: str | None = None
+    path: str | os.PathLike,
+    model: torch.nn.Module,
+    *,
+    numerics: str | None = None,
+    progress: bool | None = None,
 ) -> torch.nn.Module:
     """Load an NVFP4 checkpoint into ``model`` in place: NVFP4 linears as ``Nvfp4Linear``.
 
@@ -50,6 +56,8 @@ def load_safetensors(
             torch.device("meta"):``, no random initialization): its tensors are then
             taken from the checkpoint and the layers land on the CPU.
         numerics: the ``Nvfp4Linear`` layers' numerics contract (None: library default).
+        progress: one progress step per NVFP4 layer, on stderr (None: shown on a terminal
+            for large models, through tqdm when installed; see :func:`quantize_model`).
 
     Returns ``model`` (eval mode). Every parameter of ``model`` (tied ones once) must
     come from the checkpoint.
@@ -61,6 +69,7 @@ def load_safetensors(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    wants_progress(progress, 0, False)  # TypeError naming progress
     root = Path(os.fspath(path))
     layers = load_nvfp4_weights(root)  # FileNotFoundError / SafetensorsError first
     where = _tensors(root)
@@ -68,7 +77,7 @@ def load_safetensors(
     state = {**params, **dict(model.named_buffers())}
     new_layers: dict[str, Nvfp4Linear] = {}
     taken: set[str] = set()
-    for prefix, weight in layers.items():
+    for prefix, weight in track(layers.items(), "load_safetensors", progress, lambda kv: kv[0]):
         file = where[
             f"{prefix}.weight_packed" if f"{prefix}.weight_packed" in where else f"{prefix}.weight"
         ][0]
@@ -150,4 +159,5 @@ def load_safetensors(
         device = params[f"{prefix}.weight"].device
         setattr(parent, attr, layer.to("cpu" if device.type == "meta" else device))
     finish_meta_model(model, str(root))
+    record_quantization_config(model)  # so save_pretrained writes a loadable model
     return model.eval()

@@ -51,7 +51,7 @@ Up to :data:`MAX_M` activation rows per launch (built for 1, 2 or 4 tiles of
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import cuda, int32, int64, types, uint16, uint32, uint64
@@ -519,6 +519,21 @@ class ExactOperands:
     exponents: object
     m: int
     k: int
+    _split: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def split_workspace(self, words: int, counters: int) -> tuple:
+        """``(WS, CNT)``: zeroed int64 [``words``] and int32 [``counters``] device arrays for a
+        launch whose CTAs sum exact partials across a K split (each launch leaves them zero
+        again). Made at the first call of each size and kept: later calls allocate nothing
+        (graph capture)."""
+        key = (words, counters)
+        ws = self._split.get(key)
+        if ws is None:
+            ws = self._split[key] = (
+                cuda.to_device(np.zeros(words, np.int64)),
+                cuda.to_device(np.zeros(counters, np.int32)),
+            )
+        return ws
 
     @classmethod
     def allocate(cls, m: int, k: int, stream=0) -> ExactOperands:

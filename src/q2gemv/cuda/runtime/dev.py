@@ -23,8 +23,17 @@ ld_bf16x8          one ld.global.nc.v4.u32 (16 bytes)   eight uint16 reads
 ld_f32x4           one 16-byte vector load              four float32 reads
 ld_u32x4           one ld.global.nc.v4.u32 (16 bytes)   four uint32 reads
 ld_stream_u32x4    the same, .L1::no_allocate            four uint32 reads
+ld_vec_u32x4       one 16-byte vector load (any space:  four uint32 reads
+                   a shared array gives ld.shared.v4)
 mma_u8             one mma.sync m16n8k32 u8 x u8 ->    the warp's 16x32 @ 32x8
                    s32 (IMMA), warp-collective          product in NumPy
+mma_u8s8           the same, u8 x s8 (B signed)         the product in NumPy
+cp_async16         cp.async.cg 16 bytes, global ->      a copy of the 16 bytes now (the
+                   shared, asynchronous                 wait below is then trivially
+cp_async4          cp.async.ca 4 bytes                  met; the same for 4 bytes)
+cp_async_commit    cp.async.commit_group                nothing
+cp_async_wait[n]   cp.async.wait_group n (this thread's nothing
+                   groups but the n newest are done)
 mma_k16_s8u8       one mma.sync m16n8k16 s8 x u8 ->    the warp's 16x16 @ 16x8
                    s32 (half the k of the above)       product in NumPy
 prmt               prmt.b32 (byte permute, default     the PTX byte-select rule
@@ -45,7 +54,8 @@ start early. Without the attribute (numba's own launches, other GPUs' code paths
 the wait returns at once: the stream order already holds. So a kernel reads what an
 earlier launch wrote only after ``grid_dep_wait``, and that is all the twins need.
 
-One fix to the simulator itself: its ``cuda.shared.array`` (``FakeCUDAShared.array``)
+Two fixes to the simulator itself. Its simulated threads run with NumPy's overflow warnings
+off (device arithmetic wraps where NumPy scalars warn). And its ``cuda.shared.array`` (``FakeCUDAShared.array``)
 creates a launch's shared array with an unlocked check-then-set, so two threads that
 interleave there each get an array of their own, and one thread's shared-memory writes
 are never seen by the others (it reads ``np.empty`` garbage). Below it is replaced, in
@@ -135,6 +145,20 @@ if SIMULATED:
 
     _kernelapi.FakeCUDAShared.array = _shared_array
 
+    # Device integer arithmetic wraps modulo 2**32 (or 2**64) by definition, and a float
+    # overflow gives Inf; the kernels rely on both. The simulator runs kernel code on NumPy
+    # scalars, which warn ("overflow encountered in scalar add") where the device wraps:
+    # each simulated thread runs with overflow warnings off (np.errstate is per thread).
+    from numba.cuda.simulator import kernel as _simkernel
+
+    _numba_thread_run = _simkernel.BlockThread.run
+
+    def _thread_run(self):
+        with np.errstate(over="ignore"):
+            _numba_thread_run(self)
+
+    _simkernel.BlockThread.run = _thread_run
+
     def _warp_exchange():
         t = threading.current_thread()
         mgr = t._manager  # the simulator's per-launch BlockManager
@@ -191,6 +215,7 @@ if SIMULATED:
         )
 
     ld_stream_u32x4 = ld_u32x4
+    ld_vec_u32x4 = ld_u32x4
 
     @_device
     def shfl_xor(v, offset):
@@ -241,6 +266,11 @@ if SIMULATED:
         bm[4 * t : 4 * t + 4, g] = _bytes4(f[4])
         bm[16 + 4 * t : 20 + 4 * t, g] = _bytes4(f[5])
 
+    def _place_k32_u8s8(am, bm, f, g, t):
+        _place_k32(am, bm, f, g, t)
+        bm[4 * t : 4 * t + 4, g] = _sbytes4(f[4])
+        bm[16 + 4 * t : 20 + 4 * t, g] = _sbytes4(f[5])
+
     def _place_k16_s8u8(am, bm, f, g, t):
         # mma.m16n8k16, s8 x u8: A regs (g, k 4t..4t+3), (g+8, k 4t..); B reg (col g, k 4t..)
         am[g, 4 * t : 4 * t + 4] = _sbytes4(f[0])
@@ -257,6 +287,30 @@ if SIMULATED:
     @_device
     def mma_u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         return _warp_mma((a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), 32, _place_k32)
+
+    @_device
+    def mma_u8s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return _warp_mma((a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), 32, _place_k32_u8s8)
+
+    @_device
+    def cp_async16(dst, di, src, si):
+        for j in range(16 // dst.dtype.itemsize):  # 16 bytes of elements of one dtype
+            dst[di + j] = src[si + j]
+
+    @_device
+    def cp_async4(dst, di, src, si):
+        for j in range(4 // dst.dtype.itemsize):
+            dst[di + j] = src[si + j]
+
+    @_device
+    def cp_async_commit():
+        return None
+
+    @_device
+    def _cp_async_wait_sim():
+        return None
+
+    cp_async_wait = tuple(_cp_async_wait_sim for _ in range(8))
 
     @_device
     def prmt(a, b, c):
@@ -413,6 +467,83 @@ else:
 
     ld_stream_u32x4 = intrinsic(_ld_stream_u32x4)
 
+    def _ld_vec_u32x4(typingctx, arr, i):
+        """``arr[i .. i+3]`` (uint32, 1-D, contiguous) by one plain 16-byte vector load.
+
+        As :func:`ld_f32x4`: NVVM infers the address space, so a shared-memory
+        array gives one ``ld.shared.v4.u32``. The caller guarantees ``i % 4 == 0``
+        and a 16-byte aligned array.
+        """
+        sig = types.UniTuple(types.uint32, 4)(arr, i)
+
+        def codegen(context, builder, sig, args):
+            from llvmlite import ir
+
+            ptr = _element_pointer(context, builder, sig, args)
+            vty = ir.VectorType(ir.IntType(32), 4)
+            vptr = builder.bitcast(ptr, vty.as_pointer(ptr.type.addrspace))
+            v = builder.load(vptr, align=16)
+            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), j)) for j in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    ld_vec_u32x4 = intrinsic(_ld_vec_u32x4)
+
+    def _cp_async(size: int, cache: str):
+        """``cp.async.<cache>.shared.global`` of ``size`` bytes: ``dst[di ..]`` <- ``src[si ..]``
+        (``dst`` a shared array, ``src`` a global one; both addresses ``size``-aligned)."""
+
+        def typer(typingctx, dst, di, src, si):
+            def codegen(context, builder, sig, args):
+                from types import SimpleNamespace
+
+                from llvmlite import ir
+
+                pd = _element_pointer(
+                    context, builder, SimpleNamespace(args=sig.args[:2]), args[:2]
+                )
+                ps = _element_pointer(
+                    context, builder, SimpleNamespace(args=sig.args[2:]), args[2:]
+                )
+                i64 = ir.IntType(64)
+                pd = builder.ptrtoint(pd, i64)
+                ps = builder.ptrtoint(ps, i64)
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), [i64, i64]),
+                    "{.reg .u64 q2d, q2s; cvta.to.shared.u64 q2d, $0; cvta.to.global.u64 q2s, $1;"
+                    f" cp.async.{cache}.shared.global [q2d], [q2s], {size};}}",
+                    "l,l,~{memory}",
+                    side_effect=True,
+                )
+                builder.call(asm, [pd, ps])
+                return context.get_dummy_value()
+
+            return types.none(dst, di, src, si), codegen
+
+        return intrinsic(typer)
+
+    cp_async16 = _cp_async(16, "cg")
+    cp_async4 = _cp_async(4, "ca")
+
+    def _asm_void(text: str):
+        def typer(typingctx):
+            def codegen(context, builder, sig, llargs):
+                from llvmlite import ir
+
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True
+                )
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.none(), codegen
+
+        return intrinsic(typer)
+
+    cp_async_commit = _asm_void("cp.async.commit_group;")
+    cp_async_wait = tuple(_asm_void(f"cp.async.wait_group {n};") for n in range(8))
+
     def _asm_intrinsic(asm_text: str, n_in: int, n_out: int, doc: str):
         """A numba intrinsic: ``n_in`` 32-bit register inputs -> ``n_out`` int32 by inline PTX."""
 
@@ -469,6 +600,13 @@ else:
         the PTX fragment layout (see the simulator twin), ``c*`` the s32
         accumulators; returns the 4 s32 of D.
         """,
+    )
+    mma_u8s8 = _asm_intrinsic(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+        10,
+        4,
+        """As :func:`mma_u8` with a signed B: ``mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32``.""",
     )
     mma_k16_s8u8 = _asm_intrinsic(
         "mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 "

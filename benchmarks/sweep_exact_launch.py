@@ -1,0 +1,170 @@
+"""The exact Q2_0 GEMVs' launch shapes, measured: the default and the batched variant per (shape, M).
+
+    python3 benchmarks/sweep_exact_launch.py --out DIR                  # 8 shapes x M 1..32
+    python3 benchmarks/sweep_exact_launch.py --out DIR --shapes 4096x4096 --ms 8,32
+
+Per (shape, M) the GEMV alone (activations prepared once; the launches pre-bound; a CUDA
+graph rotating through weight copies larger than 2x L2, median of ``--repeats``) for each
+candidate: ``q2_0_gemv_exact`` (chunks of 8 rows) at 8 and 16 warps a CTA, and the batched
+variant ``q2_0_gemv_exact_batched`` (:mod:`q2gemv.cuda.q2_0.exact_batched`, one launch for up
+to 32 rows) at 4 and 8 warps with K split in 1, 2, 4, 8 or 16 parts (each part keeping at
+least 2 steps). The shape each one's rule picks is marked ``chosen``; every
+candidate's bits are compared with the first candidate's (they must be equal: the exact
+contract), and the first candidate's with the exact reference where ``M * N * K`` is small.
+torch bf16 ``matmul`` in the same run. Writes ``DIR/h200_exact_launch_sweep.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SHAPES = (
+    (16384, 16384),
+    (4096, 4096),
+    (1024, 4096),
+    (14336, 4096),
+    (4096, 14336),
+    (5120, 5120),
+    (17408, 5120),
+    (5120, 17408),
+)
+MS = (1, 2, 4, 8, 16, 32)
+L2_BYTES = 60 * 2**20
+REF_MAX = 2**31  # M * N * K up to which the reference is computed on the host
+
+
+def candidates(n: int, k: int, m: int):
+    """``(batched, warps, parts)`` of each candidate launch shape."""
+    steps = -(-k // 128)
+    out = [(False, w, 1) for w in (8, 16)]
+    if m >= 2:
+        for warps in (4, 8):
+            for parts in (1, 2, 4, 8, 16):
+                if parts == 1 or steps // parts >= 2:
+                    out.append((True, warps, parts))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
+    p.add_argument("--ms", default=",".join(map(str, MS)))
+    p.add_argument("--group", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    ms = [int(m) for m in args.ms.split(",")]
+
+    import ml_dtypes
+    import torch
+    from numba import cuda
+
+    from q2gemv import bench
+    from q2gemv.bench import timing
+    from q2gemv.bench.results import write_csv
+    from q2gemv.cuda.q2_0 import exact as ex
+    from q2gemv.cuda.q2_0 import exact_batched as xb
+    from q2gemv.cuda.runtime import launcher
+    from q2gemv.launch import ChunkPlan
+    from q2gemv.reference import exact as rex
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_exact import random_weight
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    xb.register()
+    warps_for, batch_rule = ex.warps_for, xb.launch_rule
+    timer = timing.GraphTimer()
+    rng = np.random.default_rng(0)
+    rows, bad = [], 0
+    for n, k in shapes:
+        w = random_weight(rng, n, k, args.group)
+        copies = bench.rotation_copies(w.nbytes, L2_BYTES)
+        dws = [w.to_device() for _ in range(copies)]
+        dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        for m in ms:
+            a16 = rng.standard_normal((m, k)).astype(np.float32).astype(ml_dtypes.bfloat16)
+            d_a = cuda.to_device(a16.view(np.uint16))
+            ta = torch.from_numpy(a16.view(np.int16)).view(torch.bfloat16).to("cuda")
+            touts = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in dws]
+            bf16 = [
+                lambda h, W=W, o=o, ta=ta: torch.matmul(ta, W.t(), out=o)
+                for W, o in zip(dense, touts, strict=True)
+            ]
+            bf16_us = float(np.median(timer.time_sequence(bf16, args.repeats).per_call_s)) * 1e6
+            picks = {(False, warps_for(n, k, min(m, 8)), 1)}
+            br = batch_rule(n, k, min(m, xb.MAX_M))
+            picks.add((True, br.warps, br.parts))
+            first = None
+            for batched, warps, parts in candidates(n, k, m):
+                name = xb.NAME if batched else "q2_0_gemv_exact"
+                plan = ChunkPlan(m, xb.MAX_M if batched else 8, lambda rows, nm=name: nm)
+                ex.warps_for = lambda n_, k_, m_, w=warps: w
+                xb.launch_rule = lambda n_, k_, m_, w=warps, p=parts: xb.LaunchRule(w, p)
+                try:
+                    outs = [cuda.device_array((m, n), np.uint16) for _ in dws]
+                    seqs = [
+                        launcher.prebind(launcher.launches("q2_0", "exact", plan, d, d_a, o))
+                        for d, o in zip(dws, outs, strict=True)
+                    ]
+                    for lk in seqs[0]:
+                        lk(0)
+                    cuda.synchronize()
+                    got = outs[0].copy_to_host()
+                    alone = [lk for seq in seqs for lk in seq[1:]]
+                    t = timer.time_sequence(alone, args.repeats).per_call_s
+                    us = float(np.median(t)) * 1e6 * len(alone) / len(seqs)
+                finally:
+                    ex.warps_for, xb.launch_rule = warps_for, batch_rule
+                if first is None:
+                    first = got
+                    if m * n * k <= REF_MAX:
+                        want = rex.q2_0_gemv_exact(a16, w).view(np.uint16)
+                        bad += int((got != want).sum())
+                mism = int((got != first).sum())
+                bad += mism
+                row = {
+                    "n": n,
+                    "k": k,
+                    "m": m,
+                    "batched": int(batched),
+                    "warps": warps,
+                    "parts": parts,
+                    "gemv_us": round(us, 2),
+                    "bf16_us": round(bf16_us, 2),
+                    "chosen": int((batched, warps, parts) in picks),
+                    "mismatch": mism,
+                }
+                rows.append(row)
+                print(
+                    f"{n}x{k} M={m:2d} {'B' if batched else 'U'} w{warps:2d} "
+                    f"p{parts:2d} {us:8.2f} us  bf16 {bf16_us:7.2f}"
+                    f"{'  <- rule' if row['chosen'] else ''}{'  MISMATCH' if mism else ''}",
+                    flush=True,
+                )
+            timing.flush_deferred_frees()
+        del dws, dense
+        timing.flush_deferred_frees()
+        write_csv(rows, args.out / "h200_exact_launch_sweep.csv", list(rows[0]))
+    best = {}
+    for r in rows:
+        key = (r["n"], r["k"], r["m"])
+        if key not in best or r["gemv_us"] < best[key]["gemv_us"]:
+            best[key] = r
+    print("\nshape        M   best (build warps parts)   bf16")
+    for (n, k, m), r in best.items():
+        print(
+            f"{n}x{k} {m:3d} {r['gemv_us']:8.2f} ({'B' if r['batched'] else 'U'} {r['warps']} "
+            f"{r['parts']})  {r['bf16_us']:7.2f}"
+        )
+    print("BITS:", "all candidates bit-equal" if bad == 0 else f"{bad} mismatching elements")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

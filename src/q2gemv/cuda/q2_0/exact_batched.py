@@ -1,0 +1,455 @@
+"""``q2_0_gemv_exact_batched``: the exact Q2_0 GEMV for up to 32 activation rows in one pass.
+
+An exact-kernel variant (``docs/architecture.md``, "Where to add things"), not registered by
+default: :func:`register` adds its :class:`~q2gemv.kernels.KernelSpec` (``golden=False``), after
+which ``q2gemv.gemv(a, w, kernel="q2_0_gemv_exact_batched")`` runs it. It computes the exact
+contract's value (:mod:`q2gemv.reference.exact`), so its bits equal ``q2_0_gemv_exact``'s for
+every M, shape and launch shape. It is not the default because it is not yet faster:
+``benchmarks/sweep_exact_launch.py`` measures it beside the default's chunks of 8 rows
+(``benchmarks/NOTES.md``). It reads the same prepared operands (``exact_prepare``) and the
+same execution layout as ``q2_0_gemv_exact`` (:mod:`q2gemv.cuda.q2_0.exact`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda, int32, int64, uint16, uint32, uint64
+
+from ... import kernels, launch
+from ...formats import q2_0_layout as lay
+from ..exact_contract import BF16_NAN, FRAC_BITS, SPECIAL_ROW, round_fixed_bf16
+from ..runtime.dev import (
+    cp_async4,
+    cp_async16,
+    cp_async_commit,
+    cp_async_wait,
+    grid_dep_wait,
+    ld_vec_u32x4,
+    mma_u8,
+    mma_u8s8,
+    mul_wide,
+)
+from . import exact
+from .exact import (
+    CODE_MASK,
+    LIMBS,
+    MAX_LIMB_WORDS,
+    ROWS_PER_CTA,
+    SCALE_LSB,
+    UNIT,
+    acc_add,
+    scale_parts,
+)
+
+NAME = "q2_0_gemv_exact_batched"
+MAX_M = 32  # activation rows per launch (4 column groups of 8)
+GROUP_ROWS = 8  # activation rows a column group holds (the n8 of one limb's B tile)
+MAX_GROUPS = MAX_M // GROUP_ROWS
+
+# The exact-family interface (q2gemv.cuda.runtime.launcher.ExactFamily): the default's prepare.
+PREPARE = exact.PREPARE
+Operands = exact.ExactOperands
+check_k = exact.check_k
+prepare_launch = exact.prepare_launch
+
+
+def spec() -> kernels.KernelSpec:
+    """This variant's registry entry (``golden=False``: the shipped goldens do not list it)."""
+    return kernels.KernelSpec(
+        NAME, "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact", "q2_0_exact_batched",
+        ROWS_PER_CTA, MAX_M, per_m=True, a_align=16, grid_wait=True, golden=False,
+        module=__name__,
+    )  # fmt: skip
+
+
+def register() -> kernels.KernelSpec:
+    """Register :func:`spec` (again: a no-op) and return it."""
+    if any(s.name == NAME for s in kernels.specs("q2_0", "exact")):
+        return kernels.get(NAME)
+    return kernels.register(spec())
+
+
+GROUP_ROWS = 8  # activation rows a column group holds (the n8 of one limb's B tile)
+MAX_GROUPS = 4  # column groups of one launch: up to 32 rows
+
+
+def groups_for(m: int) -> int:
+    """Column groups (8 activation rows each) a batched launch of ``m`` rows is built with."""
+    if not 1 <= m <= GROUP_ROWS * MAX_GROUPS:
+        raise ValueError(f"m: the batched build serves 1..{GROUP_ROWS * MAX_GROUPS} rows, got {m}")
+    return -(-m // GROUP_ROWS)
+
+
+STAGES = {1: 6, 2: 4, 3: 3, 4: 2}  # pipeline depth per column-group count (shared memory < 48 KB)
+
+
+def _make_batch_body(ng: int, group: int, warps: int):
+    """``q2_0_gemv_exact`` for up to ``8 * ng`` activation rows in one pass over the weights.
+
+    A CTA of ``warps`` warps holds ``warps`` row tiles of 16 weight rows (warp w: tile
+    ``blockIdx.x * warps + w``), all walking the same steps of 128 codes: the steps
+    ``blockIdx.y * spl ..`` of a K split in ``gridDim.y`` parts. Every operand of a step (the
+    warp's codes and scales, the CTA's activation limbs and unit sums) is copied into shared
+    memory by ``cp.async``, :data:`STAGES` steps ahead, so a CTA keeps many steps of loads in
+    flight with one barrier a step. B tile (limb l, group q) holds limb l of activation rows
+    ``8q .. 8q + 7`` (``mma.m16n8k32``: u8 x u8 for limbs 0 and 1; for limb 2 the prepare's
+    top byte of ``A + 2**23`` becomes the signed top byte of ``A`` by ``^ 0x80``, u8 x s8), so
+    lane (g, t) ends a block with, for weight rows g and g + 8 and activation rows
+    ``8q + 2t``, ``8q + 2t + 1``, the three limb sums of its own outputs::
+
+        S = C0 + 2**8 C1 + 2**16 C2 - sum(A)     # sum_k (code - 1) A_k, |S| < 2**31
+
+    no exchange between lanes. ``S * mantissa(d_b)`` goes into the split accumulator of the
+    output as in the unbatched build. With one part (``gridDim.y == 1``) each lane rounds its
+    outputs; with more, the parts' accumulators are summed by integer atomics in ``WS`` (3
+    words an output: high, low, a non-finite-scale count) and the last part of a row tile
+    group (``CNT``) rounds them and leaves ``WS`` and ``CNT`` zero again.
+
+    A staged limb row is a step's 32 words, its 16-byte chunk c stored at ``c ^ 4`` in odd
+    rows: a quarter warp's reads (rows r and r + 1, the same chunks) fall in distinct banks.
+    """
+    S = STAGES[ng]  # noqa: N806
+    M8 = GROUP_ROWS * ng  # noqa: N806 - activation rows of the staged operand
+    SROWS = LIMBS * M8  # noqa: N806
+    SW = SROWS * 32  # noqa: N806 - words of one B stage
+    THREADS = 32 * warps  # noqa: N806
+    VPT = -(-SROWS * 8 // THREADS)  # noqa: N806 - 16-byte copies a thread issues per step
+    APT = -(-2 * M8 // THREADS)  # noqa: N806 - unit sums a thread copies per step
+    BPS = (lay.UNIT * lay.STEP_UNITS) // group  # noqa: N806 - blocks per step
+    UPB = group // UNIT  # noqa: N806 - units per block
+    NCF = LIMBS * ng * 4  # noqa: N806 - C registers: (group, limb, 4)
+    NOUT = ng * 4  # noqa: N806 - outputs a lane holds: (group, row g / g + 8, column)
+    STEP_WORDS = lay.LANES * lay.WORDS_PER_LANE  # noqa: N806
+    SB = S * SW  # noqa: N806 - (array sizes must be plain names)
+    SWW = S * warps * STEP_WORDS  # noqa: N806 - the warps' codes, S steps
+    SSH = S * warps * ROWS_PER_CTA * BPS  # noqa: N806 - the warps' scales (uint16), S steps
+    SA = S * 2 * M8  # noqa: N806 - unit sums, S steps
+    WAIT = cp_async_wait[S - 2] if S >= 2 else cp_async_wait[0]  # noqa: N806
+
+    @cuda.jit(device=True, inline="always")
+    def issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p, slot, kw, nu, nb, ns, M, M0,  # noqa: N803
+              tid, warp, lane, tile, active):  # fmt: skip
+        """Step ``p``'s operands into stage ``slot`` (copies this thread's share; no commit)."""
+        real = M * LIMBS * 8
+        for i in range(VPT):
+            f = tid + int32(i * THREADS)
+            c = f & int32(7)
+            w0 = p * int32(32) + c * int32(4)
+            if f < real and w0 < kw:  # (a half last step's second unit is never read)
+                r = f >> int32(3)  # the prepare's limb row: m * LIMBS + limb
+                m = r // int32(LIMBS)
+                srow = (r - m * int32(LIMBS)) * int32(M8) + m
+                pos = c ^ ((srow & int32(1)) << int32(2))
+                d = slot * int32(SW) + srow * int32(32) + pos * int32(4)
+                cp_async16(sb, d, P32, (M0 * int32(LIMBS) + r) * kw + w0)
+        for i in range(APT):
+            f = tid + int32(i * THREADS)
+            if f < 2 * M:
+                u = 2 * p + (f & int32(1))
+                d = slot * int32(2 * M8) + f
+                if u < nu:
+                    cp_async4(sa, d, ASUM, (M0 + (f >> int32(1))) * nu + u)
+                else:
+                    sa[d] = int32(0)
+        if active:
+            d = (slot * int32(warps) + warp) * int32(STEP_WORDS) + lane * int32(4)
+            cp_async16(sw, d, CODES, (tile * ns + p) * int32(STEP_WORDS) + lane * int32(4))
+            if lane < 2 * BPS:
+                b = p * int32(BPS) + (lane >> int32(1))
+                if b < nb:
+                    d = (slot * int32(warps) + warp) * int32(ROWS_PER_CTA * BPS) + lane * int32(8)
+                    src = (tile * nb + b) * int32(ROWS_PER_CTA) + (lane & int32(1)) * int32(8)
+                    cp_async16(ss, d, SCALES, src)
+
+    @cuda.jit(device=True, inline="always")
+    def mac_step(sb, sw, ss, sa, slot, warp, lane, nbv, g, t, cf, acc_hi, acc_lo, bad):
+        """One step (stage ``slot``) into the accumulators; returns ``bad`` with the
+        non-finite-scale flags of rows g (bit 0) and g + 8 (bit 1) or-ed in."""
+        wv0, wv1, wv2, wv3 = ld_vec_u32x4(
+            sw, (slot * int32(warps) + warp) * int32(STEP_WORDS) + lane * int32(4)
+        )
+        sbase = (slot * int32(warps) + warp) * int32(ROWS_PER_CTA * BPS) + g
+        swz = (g & int32(1)) << int32(2)
+        for i in range(BPS):
+            for x in range(NCF):
+                cf[x] = int32(0)
+            for v in range(i * UPB, (i + 1) * UPB):
+                wa = wv0 if v == 0 else wv2
+                wb = wv1 if v == 0 else wv3
+                a00 = wa & uint32(CODE_MASK)
+                a02 = (wa >> uint32(2)) & uint32(CODE_MASK)
+                a01 = wb & uint32(CODE_MASK)
+                a03 = (wb >> uint32(2)) & uint32(CODE_MASK)
+                a10 = (wa >> uint32(4)) & uint32(CODE_MASK)
+                a12 = (wa >> uint32(6)) & uint32(CODE_MASK)
+                a11 = (wb >> uint32(4)) & uint32(CODE_MASK)
+                a13 = (wb >> uint32(6)) & uint32(CODE_MASK)
+                pos = (int32(4 * v) + t) ^ swz
+                for q in range(ng):
+                    for limb in range(LIMBS):
+                        row = limb * M8 + 8 * q + g
+                        base = slot * int32(SW) + row * int32(32) + pos * int32(4)
+                        b0, b1, b2, b3 = ld_vec_u32x4(sb, base)
+                        o = 4 * (q * LIMBS + limb)
+                        if limb == LIMBS - 1:
+                            fl = uint32(0x80808080)  # A + 2**23's top byte -> A's, signed
+                            cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8s8(
+                                a00, a01, a02, a03, b0 ^ fl, b1 ^ fl,
+                                cf[o], cf[o + 1], cf[o + 2], cf[o + 3],
+                            )  # fmt: skip
+                            cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8s8(
+                                a10, a11, a12, a13, b2 ^ fl, b3 ^ fl,
+                                cf[o], cf[o + 1], cf[o + 2], cf[o + 3],
+                            )  # fmt: skip
+                        else:
+                            cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8(
+                                a00, a01, a02, a03, b0, b1, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
+                            )
+                            cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8(
+                                a10, a11, a12, a13, b2, b3, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
+                            )
+            s_g = uint32(ss[sbase + int32(ROWS_PER_CTA * i)]) if i < nbv else uint32(0)
+            s_h = uint32(ss[sbase + int32(ROWS_PER_CTA * i + 8)]) if i < nbv else uint32(0)
+            if (s_g & uint32(0x7C00)) == uint32(0x7C00):
+                bad |= 1
+            if (s_h & uint32(0x7C00)) == uint32(0x7C00):
+                bad |= 2
+            mg, shg, ng_ = scale_parts(s_g)
+            mh, shh, nh_ = scale_parts(s_h)
+            mg = int32(-mg) if ng_ else mg
+            mh = int32(-mh) if nh_ else mh
+            for q in range(ng):
+                for c in range(2):
+                    m = 8 * q + 2 * t + c
+                    asum = int32(0)
+                    for v in range(i * UPB, (i + 1) * UPB):
+                        asum += sa[slot * int32(2 * M8) + 2 * m + v]
+                    for h in range(2):
+                        x = 2 * h + c
+                        o = 4 * q * LIMBS + x
+                        s_ = uint32(cf[o]) + (uint32(cf[o + 4]) << uint32(8))
+                        s_ = s_ + (uint32(cf[o + 8]) << uint32(16)) - uint32(asum)
+                        if h == 0:
+                            acc_add(acc_hi, acc_lo, 4 * q + x, mul_wide(int32(s_), mg), shg)
+                        else:
+                            acc_add(acc_hi, acc_lo, 4 * q + x, mul_wide(int32(s_), mh), shh)
+        return bad
+
+    @cuda.jit(device=True, inline="always")
+    def finish(C, EROW, hi, lo, flag, row, m, N, M, M0):  # noqa: N803
+        if m < M and row < N:
+            e = EROW[M0 + m]
+            if flag != 0 or e == SPECIAL_ROW:
+                C[m, row] = uint16(BF16_NAN)
+            else:
+                pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
+                C[m, row] = uint16(round_fixed_bf16(hi, lo, pe))
+
+    def body(P32, ASUM, EROW, CODES, SCALES, C, WS, CNT, N, K, M, M0):  # noqa: N803
+        sb = cuda.shared.array(SB, uint32)
+        sw = cuda.shared.array(SWW, uint32)
+        ss = cuda.shared.array(SSH, uint16)
+        sa = cuda.shared.array(SA, int32)
+        s_last = cuda.shared.array(1, int32)
+        acc_hi = cuda.local.array(NOUT, int64)
+        acc_lo = cuda.local.array(NOUT, uint64)
+        cf = cuda.local.array(NCF, int32)
+        tid = int32(cuda.threadIdx.x)
+        warp = tid >> int32(5)
+        lane = tid & int32(31)
+        g = lane >> int32(2)
+        t = lane & int32(3)
+        tile = int32(cuda.blockIdx.x) * int32(warps) + warp
+        active = tile < (N + int32(ROWS_PER_CTA - 1)) // int32(ROWS_PER_CTA)  # warp-uniform
+        nu = K // int32(UNIT)
+        nb = K // int32(group)
+        ns = (nu + int32(1)) >> int32(1)
+        kw = K >> int32(2)
+        parts = int32(cuda.gridDim.y)
+        spl = (ns + parts - int32(1)) // parts
+        p0 = int32(cuda.blockIdx.y) * spl
+        p1 = min(p0 + spl, ns)
+        for i in range(tid, SB, THREADS):  # the rows past M stay zero
+            sb[i] = uint32(0)
+        for i in range(NOUT):
+            acc_hi[i] = int64(0)
+            acc_lo[i] = uint64(0)
+        bad = int32(0)
+        grid_dep_wait()  # the prepared operands are the prepare's
+        cuda.syncthreads()  # the zeroing before any copy lands
+        for j in range(S - 1):  # the pipeline's first steps, a group each
+            if p0 + j < p1:
+                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p0 + j, int32(j), kw, nu, nb, ns,
+                      M, M0, tid, warp, lane, tile, active)  # fmt: skip
+            cp_async_commit()
+        p = p0
+        slot = int32(0)
+        while p < p1:
+            WAIT()  # this thread's copies of step p are done (the S - 2 newest groups may fly)
+            cuda.syncthreads()  # everyone's copies of step p landed; step p - 1 is done
+            pn = p + int32(S - 1)
+            if pn < p1:  # into the stage of step p - 1
+                sn = slot + int32(S - 1)
+                if sn >= S:
+                    sn -= int32(S)
+                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, pn, sn, kw, nu, nb, ns, M, M0,
+                      tid, warp, lane, tile, active)  # fmt: skip
+            cp_async_commit()
+            if active:
+                nbv = nb - p * int32(BPS)  # blocks of this step that exist (a half last step)
+                bad = mac_step(sb, sw, ss, sa, slot, warp, lane, nbv, g, t, cf, acc_hi, acc_lo,
+                               bad)  # fmt: skip
+            slot += int32(1)
+            if slot == S:
+                slot = int32(0)
+            p += int32(1)
+        if parts == 1:
+            if active:
+                for q in range(ng):
+                    for x in range(4):
+                        h = x >> 1
+                        row = tile * int32(ROWS_PER_CTA) + g + int32(8) * h
+                        m = 8 * q + 2 * t + (x & 1)
+                        flag = (bad >> h) & int32(1)
+                        finish(
+                            C, EROW, acc_hi[4 * q + x], acc_lo[4 * q + x], flag, row, m, N, M, M0
+                        )
+            return
+        if active:
+            for q in range(ng):
+                for x in range(4):
+                    h = x >> 1
+                    row = tile * int32(ROWS_PER_CTA) + g + int32(8) * h
+                    m = 8 * q + 2 * t + (x & 1)
+                    if m < M:
+                        i3 = (row * M + m) * int32(3)
+                        cuda.atomic.add(WS, i3, acc_hi[4 * q + x])
+                        cuda.atomic.add(WS, i3 + 1, int64(acc_lo[4 * q + x]))
+                        if (bad >> h) & int32(1):
+                            cuda.atomic.add(WS, i3 + 2, int64(1))
+        cuda.threadfence()
+        cuda.syncthreads()
+        if tid == 0:
+            s_last[0] = int32(cuda.atomic.add(CNT, cuda.blockIdx.x, int32(1)) == parts - 1)
+        cuda.syncthreads()
+        if s_last[0] == 0:
+            return
+        cuda.threadfence()
+        if active:
+            for q in range(ng):
+                for x in range(4):
+                    h = x >> 1
+                    row = tile * int32(ROWS_PER_CTA) + g + int32(8) * h
+                    m = 8 * q + 2 * t + (x & 1)
+                    if m < M:
+                        i3 = (row * M + m) * int32(3)
+                        hi = cuda.atomic.exch(WS, i3, int64(0))
+                        lo = uint64(cuda.atomic.exch(WS, i3 + 1, int64(0)))
+                        fl = cuda.atomic.exch(WS, i3 + 2, int64(0))
+                        finish(C, EROW, hi, lo, int32(fl != 0), row, m, N, M, M0)
+        if tid == 0:
+            cuda.atomic.exch(CNT, cuda.blockIdx.x, int32(0))
+
+    return body
+
+
+BATCH_SIGNATURE = (
+    "void(uint32[::1], int32[::1], int32[::1], uint32[::1], uint16[::1], uint16[:, ::1], "
+    "int64[::1], int32[::1], int32, int32, int32, int32)"
+)
+
+
+@functools.cache
+def _batch_kernel(ng: int, group: int, warps: int):
+    return cuda.jit(BATCH_SIGNATURE)(_make_batch_body(ng, group, warps))
+
+
+@dataclass(frozen=True)
+class LaunchRule:
+    """A batched launch's CTA shape: ``warps`` row tiles a CTA, K split in ``parts``."""
+
+    warps: int
+    parts: int = 1
+
+    def grid(self, n: int) -> tuple[int, int]:
+        return (launch.div_ceil(launch.div_ceil(n, ROWS_PER_CTA), self.warps), self.parts)
+
+
+WIDE_TILES = 512  # row tiles from which a CTA takes 8 warps, and the K is not split
+TARGET_CTAS = 256  # CTAs a K split of 4-warp CTAs aims at
+MIN_STEPS = 4  # steps of 128 codes each part of a K split keeps at least
+
+
+def launch_rule(n: int, k: int, m: int) -> LaunchRule:
+    """The CTA shape of a launch of ``m`` rows on an N x K weight, from the H200 sweep
+    (``benchmarks/results/h200_exact_launch_sweep.csv``: the fastest shape at M = 16 and 32
+    on eight shapes): 8 warps and no K split from :data:`WIDE_TILES` row tiles on (16384^2,
+    14336x4096, 17408x5120); else 4 warps, K split until the grid has about
+    :data:`TARGET_CTAS` CTAs, each part keeping at least :data:`MIN_STEPS` steps (4096^2 and
+    4096x14336: 4 parts; 1024x4096: 8). Any rule gives the same bits."""
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"m: {NAME} serves 1..{MAX_M} rows per launch, got {m}")
+    tiles = launch.div_ceil(n, ROWS_PER_CTA)
+    if tiles >= WIDE_TILES:
+        return LaunchRule(8, 1)
+    ctas = launch.div_ceil(tiles, 4)
+    steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
+    parts = max(1, min(round(TARGET_CTAS / ctas), steps // MIN_STEPS))
+    return LaunchRule(4, parts)
+
+
+def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
+    """``(kernel, grid, block, args)`` of each launch: one per chunk of up to :data:`MAX_M`
+    rows, the CTA shape :func:`launch_rule` picks. Validates before anything is launched, as
+    :func:`q2gemv.cuda.q2_0.exact.q2_launches` does."""
+    from .weight import DeviceQ2Weight
+
+    if not isinstance(dw, DeviceQ2Weight):
+        raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
+    if ops.k != dw.k:
+        raise ValueError(f"a: expected K={dw.k} columns (the weight's k), got {ops.k}")
+    if np.dtype(d_out.dtype) != np.uint16 or tuple(d_out.shape) != (ops.m, dw.n):
+        raise ValueError(
+            f"out: expected uint16 of shape {(ops.m, dw.n)}, got {d_out.dtype} {tuple(d_out.shape)}"
+        )
+    codes, scales = dw.exec_layout()
+    launch.check_weight_halves(NAME, 2 * codes.size)
+    if LIMBS * ops.m * (ops.k // 4) >= MAX_LIMB_WORDS:  # the kernel's 32-bit operand index
+        raise ValueError(
+            f"a: at most {MAX_LIMB_WORDS // LIMBS - 1} x 4 activation values (M * K) per call, "
+            f"got M={ops.m}, K={ops.k}; split M"
+        )
+    flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
+    tiles = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    launches = []
+    for r0, rows in launch.check_chunks(rows_of, ops.m, MAX_M):
+        rule = launch_rule(dw.n, dw.k, rows)
+        grid = rule.grid(dw.n)
+        if rule.parts > 1:  # 3 words an output, a counter a CTA column
+            ws, cnt = ops.split_workspace(3 * tiles * ROWS_PER_CTA * rows, grid[0])
+        else:
+            ws, cnt = ops.split_workspace(1, 1)
+        launches.append(
+            (
+                _batch_kernel(groups_for(rows), dw.group, rule.warps),
+                grid,
+                32 * rule.warps,
+                (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows], ws, cnt)
+                + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
+            )
+        )
+    return launches
+
+
+def ptx_specs() -> list[tuple[str, object, str]]:
+    """``(name, body, signature)`` of three builds for the PTX tests: both groups, both CTA
+    sizes, and the largest register set (4 groups, 4 warps); all 16 would slow CI."""
+    builds = ((1, 64, 8), (3, 64, 4), (4, 128, 4))
+    return [
+        (f"{NAME}@m{GROUP_ROWS * ng}g{group}w{warps}", _make_batch_body(ng, group, warps),
+         BATCH_SIGNATURE)
+        for ng, group, warps in builds
+    ]  # fmt: skip

@@ -1,0 +1,226 @@
+"""What a saved q2gemv model says about itself: its ``quantization_config`` and empty layers.
+
+A model quantized by :func:`~q2gemv.torch.quantize_model` carries, on a transformers
+model, ``model.config.quantization_config`` (:func:`quantization_config`), which
+``save_pretrained`` writes into ``config.json``::
+
+    {"quant_method": "q2gemv", "version": 1, "format": "q2_0", "group": 128,
+     "numerics": null, "modules_to_not_convert": ["lm_head"], "fused_projections": []}
+
+* ``format``: ``"q2_0"`` (:class:`~q2gemv.torch.Q2Linear`) or ``"nvfp4"``
+  (:class:`~q2gemv.torch.Nvfp4Linear`); ``group``: 64 or 128 for Q2_0, null for NVFP4;
+* ``numerics``: the layers' numerics contract (null: the library default);
+* ``modules_to_not_convert``: the qualified name of every ``torch.nn.Linear`` left in
+  floating point (exact names, not patterns); every other Linear is a q2gemv layer;
+* ``fused_projections``: reserved for projections fused into one layer; empty (a
+  non-empty list is refused by this version).
+
+Loading (:mod:`q2gemv.models.hf`) builds the model on the meta device, replaces its
+Linears by :func:`replace_with_empty_layers` (shapes from the model, format and group
+from the config: no float weight is made), then fills every layer from the checkpoint:
+the buffers (``raw``, or ``packed`` and ``scales``; ``bias``) and each layer's
+``_extra_state`` (a JSON tensor: format, n, k, group or global scale, numerics).
+This module does not import transformers.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .. import kernels
+from ..api import resolve_numerics
+from ..formats.nvfp4 import BLOCK
+from ..formats.q2_0 import GROUPS
+from ..torch import Nvfp4Linear, Q2Linear
+from .swap import find_linears, swap_linears
+
+QUANT_METHOD = "q2gemv"
+CONFIG_VERSION = 1
+# format -> (weight family in the registry, its layer)
+LAYERS = {"q2_0": ("q2_0", Q2Linear), "nvfp4": ("w4a16", Nvfp4Linear)}
+CONFIG_KEYS = (
+    "quant_method",
+    "version",
+    "format",
+    "group",
+    "numerics",
+    "modules_to_not_convert",
+    "fused_projections",
+)
+
+
+def _layer_kind(layer: torch.nn.Module) -> tuple[str, int | None, str | None]:
+    if isinstance(layer, Q2Linear):
+        return ("q2_0", layer.group, layer.numerics)
+    return ("nvfp4", None, layer.numerics)
+
+
+def quantization_config(model: torch.nn.Module) -> dict:
+    """The ``quantization_config`` dict describing ``model``'s q2gemv layers (module docstring).
+
+    Raises ``ValueError`` when ``model`` has no q2gemv layer, or layers of more than one
+    (format, group, numerics): one config describes one kind.
+    """
+    kinds: dict[tuple, str] = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, (Q2Linear, Nvfp4Linear)):
+            kinds.setdefault(_layer_kind(mod), name)
+    if not kinds:
+        raise ValueError("model: it has no q2gemv layer (Q2Linear, Nvfp4Linear)")
+    if len(kinds) > 1:
+        described = "; ".join(
+            f"{name}: format={f!r}, group={g}, numerics={nu!r}"
+            for (f, g, nu), name in kinds.items()
+        )
+        raise ValueError(
+            f"model: its q2gemv layers are of {len(kinds)} kinds ({described}); one "
+            "quantization_config describes one format, group and numerics"
+        )
+    fmt, group, numerics = next(iter(kinds))
+    left: dict[str, None] = {}
+    for name, mod in model.named_modules(remove_duplicate=False):
+        if name and isinstance(mod, torch.nn.Linear):
+            left[name] = None
+    return {
+        "quant_method": QUANT_METHOD,
+        "version": CONFIG_VERSION,
+        "format": fmt,
+        "group": group,
+        "numerics": numerics,
+        "modules_to_not_convert": list(left),
+        "fused_projections": [],
+    }
+
+
+def record_quantization_config(model: torch.nn.Module) -> None:
+    """Set ``model.config.quantization_config`` (a dict) on a transformers-style model.
+
+    Nothing for a model without a ``config`` or without q2gemv layers; a model whose
+    layers no single config describes gets a ``UserWarning`` and no q2gemv config (its
+    ``save_pretrained`` output then cannot be loaded by ``from_pretrained``). A quantized
+    output head of a model with tied embeddings is no longer tied: the config's
+    ``tie_word_embeddings`` is set to False.
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        return
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(head, (Q2Linear, Nvfp4Linear)) and getattr(config, "tie_word_embeddings", False):
+        # the quantized head no longer shares the embedding's weight: a reload must not tie it
+        config.tie_word_embeddings = False
+    try:
+        config.quantization_config = quantization_config(model)
+    except ValueError as err:
+        old = getattr(config, "quantization_config", None)
+        method = (
+            old.get("quant_method") if isinstance(old, dict) else getattr(old, "quant_method", None)
+        )
+        if method == QUANT_METHOD:  # a config of ours that no longer describes the model
+            del config.quantization_config
+        if "no q2gemv layer" not in str(err):
+            warnings.warn(f"quantization_config not recorded in model.config: {err}", stacklevel=3)
+
+
+def check_config(config: dict) -> dict:
+    """A ``quantization_config`` dict checked and completed (ValueError naming the key)."""
+    if not isinstance(config, dict):
+        raise TypeError(f"quantization_config: expected a dict, got {type(config).__name__}")
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(
+            f"quantization_config: unknown keys {unknown} (this q2gemv knows {list(CONFIG_KEYS)})"
+        )
+    c = dict(config)
+    if c.get("quant_method", QUANT_METHOD) != QUANT_METHOD:
+        raise ValueError(
+            f"quantization_config: quant_method {c['quant_method']!r} is not {QUANT_METHOD!r}"
+        )
+    if c.get("version", CONFIG_VERSION) != CONFIG_VERSION:
+        raise ValueError(
+            f"quantization_config: version {c['version']!r} is not one this q2gemv reads "
+            f"({CONFIG_VERSION}); it was written by another q2gemv"
+        )
+    fmt = c.get("format", "q2_0")
+    if fmt not in LAYERS:
+        raise ValueError(
+            f"quantization_config: format expected one of {tuple(LAYERS)}, got {fmt!r}"
+        )
+    family = LAYERS[fmt][0]
+    grouped = kernels.family(family).grouped
+    group = c.get("group", 128 if grouped else None)
+    if grouped:
+        if isinstance(group, bool) or group not in GROUPS:
+            raise ValueError(f"quantization_config: group expected one of {GROUPS}, got {group!r}")
+    elif group is not None:
+        raise ValueError(f"quantization_config: group expected null for {fmt}, got {group!r}")
+    numerics = c.get("numerics")
+    resolve_numerics(family, numerics)
+    skip = c.get("modules_to_not_convert") or []
+    if not isinstance(skip, (list, tuple)) or not all(isinstance(s, str) for s in skip):
+        raise ValueError(
+            f"quantization_config: modules_to_not_convert expected a list of names, got {skip!r}"
+        )
+    fused = c.get("fused_projections") or []
+    if fused:
+        raise ValueError(
+            "quantization_config: fused_projections are not supported by this q2gemv, got "
+            f"{fused!r}"
+        )
+    return {
+        "quant_method": QUANT_METHOD,
+        "version": CONFIG_VERSION,
+        "format": fmt,
+        "group": group,
+        "numerics": numerics,
+        "modules_to_not_convert": list(skip),
+        "fused_projections": [],
+    }
+
+
+def replace_with_empty_layers(model: torch.nn.Module, config: dict) -> dict[str, torch.nn.Module]:
+    """Replace every Linear not in ``modules_to_not_convert`` by an empty q2gemv layer.
+
+    The layers are made by ``Q2Linear.empty`` / ``Nvfp4Linear.empty`` on each Linear's
+    device (the meta device while transformers builds a model), with its shape and bias,
+    the config's group and numerics: no float weight is read. A Linear whose
+    ``in_features`` the format cannot take must be in ``modules_to_not_convert``
+    (ValueError naming it otherwise). Returns ``{qualified name: new layer}``.
+    """
+    c = check_config(config)
+    family, layer = LAYERS[c["format"]]
+    grouped = kernels.family(family).grouped
+    multiple = c["group"] if grouped else BLOCK
+    keep = set(c["modules_to_not_convert"])
+
+    def reason(name: str, linear: torch.nn.Linear) -> str | None:
+        return "in modules_to_not_convert" if name in keep else None
+
+    def make(lin: torch.nn.Linear) -> torch.nn.Module:
+        if lin.in_features % multiple:
+            raise ValueError(
+                f"in_features={lin.in_features} is not a multiple of {multiple}, and the "
+                "quantization_config does not list the layer in modules_to_not_convert"
+            )
+        group_arg = {"group": c["group"]} if grouped else {}
+        return layer.empty(
+            lin.out_features,
+            lin.in_features,
+            **group_arg,
+            bias=lin.bias is not None,
+            numerics=c["numerics"],
+            device=lin.weight.device,
+        )
+
+    targets, _ = find_linears(model, reason)
+    return swap_linears(targets, make)
+
+
+def unloaded_layers(model: torch.nn.Module) -> list[str]:
+    """Names of the q2gemv layers made empty whose state no load has set yet."""
+    return [
+        name
+        for name, mod in model.named_modules()
+        if isinstance(mod, (Q2Linear, Nvfp4Linear)) and getattr(mod, "_unloaded", False)
+    ]

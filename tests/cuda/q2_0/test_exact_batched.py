@@ -1,0 +1,110 @@
+"""The batched exact variant (q2gemv.cuda.q2_0.exact_batched) against q2gemv.reference.exact.
+
+Run through the public call with ``kernel="q2_0_gemv_exact_batched"`` after registering the
+variant; the CTA shape is forced small (1 or 2 warps) so the simulator stays quick, and every
+code path is crossed: 1 to 4 column groups, both groups (a half last step at group 64), a K
+split in 2 and 3 parts (the atomic sums and the last part's rounding), a part with no step, row
+tails, non-finite scales on rows g and g + 8, NaN rows, a chunk of 32 rows and one of 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import q2gemv
+from q2gemv import kernels
+from q2gemv.check import assert_bits_equal
+from q2gemv.cuda.q2_0 import as_device_weight
+from q2gemv.cuda.q2_0 import exact as ex
+from q2gemv.cuda.q2_0 import exact_batched as xb
+from q2gemv.cuda.runtime import launcher
+from q2gemv.formats.bf16 import BF16
+from q2gemv.reference import exact as rex
+
+from .test_exact import _acts, _special_case, _weight
+
+
+@pytest.fixture
+def batched():
+    xb.register()
+    yield xb.NAME
+    kernels._unregister(xb.NAME)
+
+
+def _check(a_bits, w, name, label):
+    got = q2gemv.gemv(a_bits.view(BF16), w, kernel=name, backend="cuda").view(np.uint16)
+    want = rex.q2_0_gemv_exact(a_bits.view(BF16), w).view(np.uint16)
+    assert_bits_equal(got, want, label)
+    return got
+
+
+@pytest.mark.parametrize(
+    "m, n, k, group, warps, parts",
+    [
+        (3, 17, 256, 128, 1, 1),  # one group, a tail tile in a second CTA
+        (9, 20, 64 * 5, 64, 2, 2),  # two groups, a half last step, K split in 2
+        (20, 9, 128 * 3, 128, 1, 3),  # three groups, one step a part
+        (17, 5, 128, 128, 1, 2),  # one step, two parts: the second has none
+        (33, 3, 64, 64, 1, 1),  # a launch of 32 rows (four groups) and one of 1
+    ],
+)
+def test_matches_the_reference(batched, monkeypatch, m, n, k, group, warps, parts):
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(warps, parts))
+    rng = np.random.default_rng(m * 1000 + n)
+    a = _acts(rng, m, k)
+    a[m // 2, 3] = 0x7FC0  # a NaN row
+    _check(a, _weight(rng, n, k, group), batched, f"m={m} n={n} k={k} g{group} w{warps} p{parts}")
+
+
+def test_special_values_through_a_split(batched, monkeypatch):
+    """Inf/NaN scales on rows g and g + 8 reach their outputs through the split's sums."""
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(1, 2))
+    a, w = _special_case(128)
+    y = _check(a, w, batched, "special, 2 parts")
+    assert (y[:, [1, 2, 3, 9, 16]] == 0x7FC0).all()
+
+
+def test_split_workspace_is_left_zero_and_kept(batched, monkeypatch):
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(1, 2))
+    rng = np.random.default_rng(4)
+    m, n, k = 3, 5, 256
+    w = as_device_weight(_weight(rng, n, k, 64))
+    d_a = cuda.to_device(_acts(rng, m, k))
+    ops = ex.prepare_device(d_a)
+    plan = [(0, m, batched)]
+    outs = []
+    for _ in range(2):
+        d_out = cuda.device_array((m, n), np.uint16)
+        launcher.launch_all(launcher.launches("q2_0", "exact", plan, w, d_a, d_out, ops=ops))
+        outs.append(d_out.copy_to_host())
+    assert np.array_equal(outs[0], outs[1])
+    assert len(ops._split) == 1  # made once, reused
+    ((ws, cnt),) = ops._split.values()
+    assert not ws.copy_to_host().any() and not cnt.copy_to_host().any()
+
+
+def test_launch_rule_is_the_measured_one():
+    """Pinned from benchmarks/results/h200_exact_launch_sweep.csv (M = 16 and 32)."""
+    rule = xb.launch_rule
+    assert rule(16384, 16384, 32) == xb.LaunchRule(8, 1)
+    assert rule(14336, 4096, 16) == xb.LaunchRule(8, 1)
+    assert rule(17408, 5120, 32) == xb.LaunchRule(8, 1)
+    assert rule(4096, 4096, 32) == xb.LaunchRule(4, 4)
+    assert rule(4096, 14336, 16) == xb.LaunchRule(4, 4)
+    assert rule(1024, 4096, 32) == xb.LaunchRule(4, 8)
+    assert rule(16, 128, 3) == xb.LaunchRule(4, 1)  # one step: never split
+    with pytest.raises(ValueError, match="m: q2_0_gemv_exact_batched serves 1..32"):
+        rule(16, 128, 33)
+
+
+def test_registering_changes_no_default():
+    assert kernels.family("q2_0").exact_kernel == "q2_0_gemv_exact"
+    spec = xb.register()
+    try:
+        assert spec.golden is False and spec.max_m == 32
+        assert xb.register() is spec  # twice: the same entry
+        assert kernels.family("q2_0").exact_kernel == "q2_0_gemv_exact"
+    finally:
+        kernels._unregister(xb.NAME)
