@@ -88,15 +88,48 @@ def test_from_buffers_torch_tensors_no_copy():
     w = random_weight(rng, 256, 512, 128)
     t_raw = torch.from_numpy(np.array(w.raw)).cuda()
     dw = DeviceQ2Weight.from_buffers(t_raw, 256, 512, 128)
-    assert dw.b16.device_ctypes_pointer.value == t_raw.data_ptr()  # no copy
+    assert dw.b16 is None  # a snapshot in its own layout: no reference to t_raw (issue 33)
     nv = _nvfp4(rng, 64, 512)
     t_p = torch.from_numpy(np.array(nv.packed)).cuda()
     t_s = torch.from_numpy(np.array(nv.scales)).cuda()
     dnv = DeviceNvfp4Weight.from_buffers(t_p, t_s, nv.global_scale)
-    assert dnv.wp.device_ctypes_pointer.value == t_p.data_ptr()
+    assert dnv.wp is None and dnv.scales is None
+    t_raw.fill_(0x55)  # later writes do not reach the weights
+    t_p.fill_(0x77)
     a = random_acts(rng, 2, 512)
     t_a = torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
     for host, dev in ((w, dw), (nv, dnv)):
         want = q2gemv.gemv(a, host, backend="reference").view(np.uint16)
         got = q2gemv.gemv(t_a, dev).view(torch.int16).cpu().numpy().view(np.uint16)
         assert_bits_equal(got, want, dev.family)
+
+
+# -- issue 33 item 10: one weight, one answer -------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["q2_0", "w4a16"])
+def test_from_buffers_is_a_snapshot_every_contract_reads(family):
+    """The exact kernel read the layout made at construction while the seed kernels and
+    to_gguf() read the caller's buffer as it is now: after the caller rewrote it, one weight
+    gave two answers."""
+    rng = np.random.default_rng(10)
+    a = random_acts(rng, 2, 128)
+    if family == "q2_0":
+        w, other = random_weight(rng, 5, 128, 64), random_weight(rng, 5, 128, 64)
+        buf = cuda.to_device(np.array(w.raw))
+        dw = DeviceQ2Weight.from_buffers(buf, 5, 128, 64)
+        buf.copy_to_device(np.array(other.raw))  # the caller rewrites its bytes
+        np.testing.assert_array_equal(dw.to_gguf(), w.raw)
+    else:
+        w, other = _nvfp4(rng, 5, 128), _nvfp4(rng, 5, 128)
+        d_p, d_s = cuda.to_device(np.array(w.packed)), cuda.to_device(np.array(w.scales))
+        dw = DeviceNvfp4Weight.from_buffers(d_p, d_s, w.global_scale)
+        d_p.copy_to_device(np.array(other.packed))
+        d_s.copy_to_device(np.array(other.scales))
+        packed, scales, _ = dw.to_parts()
+        np.testing.assert_array_equal(packed, w.packed)
+        np.testing.assert_array_equal(scales, w.scales)
+    for numerics in ("exact", "seed"):
+        want = q2gemv.gemv(a, w, backend="reference", numerics=numerics).view(np.uint16)
+        got = q2gemv.gemv(a, dw, numerics=numerics).view(np.uint16)
+        assert_bits_equal(got, want, f"{family} {numerics}")

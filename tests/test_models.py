@@ -149,6 +149,7 @@ def test_quantize_model_group_64_takes_the_small_layer():
 
 def test_quantize_model_all_or_nothing():
     model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 16))
+    model = model.to(torch.bfloat16)  # q2gemv layers take bf16 models only (issue 33 item 15)
     with torch.no_grad():
         model[1].weight[3, 5] = float("inf")
     before = [type(m) for m in model]
@@ -527,3 +528,85 @@ def test_cuda_model_layers_equal_the_cpu_reference():
     assert set(seen) == set(cpu_layers)
     for name, (x, y) in seen.items():
         assert_same_bits(y, cpu_layers[name](x), f"{name} on CUDA vs the CPU reference")
+
+
+# -- issue 33: silent wrong results at the model level ------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 1e5])
+def test_quantize_model_q2_0_refuses_a_non_finite_or_overflowing_scale(bad):
+    """One NaN weight gave NaN logits; a weight of 1e5 an Inf fp16 scale (item 11)."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.Linear(64, 16))
+    model = model.to(torch.bfloat16)
+    with torch.no_grad():
+        model[1].weight[2, 7] = bad
+    with pytest.raises(ValueError, match=r"^layer '1': w: (expected finite|the fp16 scale)"):
+        quantize_model(model, "q2_0", group=64, skip=())
+    assert all(isinstance(m, torch.nn.Linear) for m in model)
+
+
+def test_quantize_model_refuses_a_skip_entry_that_matches_nothing():
+    """A typo in skip quantized every layer silently (item 15)."""
+    model = torch.nn.ModuleDict(
+        {"mlp": torch.nn.Sequential(torch.nn.Linear(64, 16)), "lm_head": torch.nn.Linear(64, 8)}
+    ).to(torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^skip: 'lm_haed' matches no torch.nn.Linear"):
+        quantize_model(model, group=64, skip=("lm_haed",))
+    with pytest.raises(ValueError, match=r"^skip: 'mlp' matches no torch.nn.Linear"):
+        quantize_model(model, group=64, skip=["lm_head", "mlp"])  # a parent, not a Linear
+    assert isinstance(model["mlp"][0], torch.nn.Linear)
+    report = quantize_model(model, group=64, skip=["mlp.0"])
+    assert set(report.skipped) == {"mlp.0"} and set(report.replaced) == {"lm_head"}
+    # the default skips lm_head where there is one and asks nothing of a model without
+    plain = torch.nn.Sequential(torch.nn.Linear(64, 16)).to(torch.bfloat16)
+    assert list(quantize_model(plain, group=64).replaced) == ["0"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("fmt", ["q2_0", "nvfp4"])
+def test_quantize_model_refuses_a_model_that_is_not_bf16(dtype, fmt):
+    """An fp32/fp16 model quantized, then failed at its first forward (item 15)."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 16)).to(dtype)
+    with pytest.raises(ValueError, match=rf"^model: layer '0' is {dtype}.*torch.bfloat16"):
+        quantize_model(model, fmt, group=64)
+    assert isinstance(model[0], torch.nn.Linear)
+
+
+def _tiny_mistral(window: int):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        sliding_window=window,
+    )
+    torch.manual_seed(0)
+    return MistralForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def test_captured_decoder_refuses_max_len_beyond_a_sliding_window():
+    """transformers' static cache keeps only the window: the step crashed inside transformers
+    ("The size of tensor a (4) must match the size of tensor b (16)") (item 18)."""
+    model = _tiny_mistral(window=4)
+    with pytest.raises(ValueError, match=r"^max_len: .*sliding-window.* <= 4, got 16"):
+        CapturedDecoder(model, max_len=16)
+    ids = prompts(1, length=2, seed=3) % 64
+    want = model.generate(
+        ids, max_new_tokens=2, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
+    assert torch.equal(CapturedDecoder(model, max_len=4).generate(ids, 2), want)  # within it
+
+
+def test_captured_decoder_refuses_an_empty_batch():
+    """A [0, P] prompt crashed inside transformers (a reshape of 0 elements) (item 18)."""
+    decoder = CapturedDecoder(tiny_llama(layers=1), max_len=8)
+    empty = torch.zeros((0, 3), dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^input_ids: expected a batch of >= 1 prompts"):
+        decoder.generate(empty, 2)
+    with pytest.raises(ValueError, match=r"^input_ids: expected a batch of >= 1 prompts"):
+        decoder.prefill(empty)

@@ -727,3 +727,111 @@ def test_cuda_example_and_state_dict_after_move():
     back.load_state_dict(layer.state_dict())  # cuda buffers into cpu ones
     x = acts(rng, (2, 128))
     assert_bits_equal(u16(back(x)), u16(layer(x.cuda())), "cpu vs cuda after state_dict")
+
+
+# -- issue 33 item 7: autograd, the same on both devices ----------------------------------------
+
+
+def _grad_layers(rng, n=16, k=128):
+    """A Q2Linear and an Nvfp4Linear [n, k], both with a bias."""
+    bias = torch.randn(n)
+    return [
+        Q2Linear(random_weight(rng, n, k, 64), bias),
+        Nvfp4Linear(nvfp4_weight(rng, n, k), bias),
+    ]
+
+
+def _want_dx(dy: torch.Tensor, layer) -> torch.Tensor:
+    """The documented formula on the library's host dequantization: fp32(dy) @ W, to bf16."""
+    w = torch.from_numpy(layer.quantized_weight().dequantize())
+    return (dy.to(torch.float32) @ w).to(torch.bfloat16)
+
+
+def test_autograd_gives_x_the_transposed_gemv_on_the_dequantized_weight():
+    rng = np.random.default_rng(33)
+    for layer in _grad_layers(rng):
+        x = acts(rng, (2, 3, 128)).requires_grad_()
+        y = layer(x)
+        assert y.requires_grad
+        dy = acts(rng, (2, 3, 16))
+        (y.float() * dy.float()).sum().backward()
+        name = type(layer).__name__
+        assert_bits_equal(u16(x.grad), u16(_want_dx(dy, layer)), f"{name} dx")
+        assert all(b.grad is None for b in layer.buffers())
+        with torch.no_grad():  # the forward's bits are those without autograd
+            assert_bits_equal(u16(y), u16(layer(x)), f"{name} y")
+
+
+def test_torch_dequantizers_equal_the_host_weights_bit_for_bit():
+    import q2gemv.torch as qt
+
+    rng = np.random.default_rng(34)
+    codes = rng.integers(0, 4, (3, 256), dtype=np.uint8)
+    scales = rng.standard_normal((3, 4)).astype(np.float16)
+    scales[0, 1], scales[1, 2], scales[2, 3] = np.inf, np.nan, -0.0
+    w = q2gemv.Q2Weight.from_codes(codes, scales, group=64)
+    got = qt._q2_dequantize(torch.from_numpy(np.array(w.raw)), 3, 256, 64).numpy()
+    np.testing.assert_array_equal(got, w.dequantize())  # NaN where the host has NaN
+    f = nvfp4_weight(rng, 4, 64)
+    sc = np.array(f.scales)
+    sc[0, 0], sc[1, 1] = 0x7F, 0x00  # a NaN scale and a zero one
+    for g in (f.global_scale, 3.0e-3, float("inf")):
+        nv = q2gemv.Nvfp4Weight.from_parts(np.array(f.packed), sc, np.float32(g))
+        t = qt._nvfp4_dequantize(torch.from_numpy(np.array(nv.packed)), torch.from_numpy(sc), g)
+        np.testing.assert_array_equal(t.numpy(), nv.dequantize(), err_msg=f"g={g}")
+
+
+def test_autograd_under_torch_compile_has_no_graph_break():
+    rng = np.random.default_rng(35)
+    model = torch.nn.Sequential(
+        Q2Linear(random_weight(rng, 64, 128, 128), torch.randn(64)),
+        torch.nn.ReLU(),
+        Nvfp4Linear(nvfp4_weight(rng, 32, 64)),
+    )
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    x = acts(rng, (3, 128))
+    grads = []
+    for run in (model, compiled):
+        xi = x.clone().requires_grad_()
+        run(xi).float().sum().backward()
+        grads.append(xi.grad)
+    assert_bits_equal(u16(grads[1]), u16(grads[0]), "compiled dx")
+
+
+def test_eager_cuda_calls_that_need_a_gradient_take_the_registered_op():
+    """The eager CUDA shortcut ran the op's function on x.detach(): y had no grad_fn on CUDA
+    while the CPU raised. A (fake) CUDA tensor needing a gradient goes through the op."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import q2gemv.torch as qt
+
+    with FakeTensorMode():
+        fake = torch.empty(2, 128, device="cuda", dtype=torch.bfloat16)
+    assert qt._eager_direct(fake)  # outside the mode: a plain eager CUDA call
+    fake.requires_grad_()
+    assert not qt._eager_direct(fake)
+    with torch.no_grad():
+        assert qt._eager_direct(fake)
+
+
+@pytest.mark.gpu
+def test_cuda_autograd_equals_the_cpu():
+    rng = np.random.default_rng(36)
+    for layer in _grad_layers(rng, n=256, k=512):
+        x = acts(rng, (2, 512))
+        dy = acts(rng, (2, 256))
+        dxs = []
+        for dev in ("cpu", "cuda"):
+            xi = x.to(dev).requires_grad_()
+            y = layer.to(dev)(xi)
+            assert y.requires_grad
+            y.backward(dy.to(dev))
+            dxs.append(xi.grad.cpu())
+        layer.cpu()
+        assert_bits_equal(u16(dxs[0]), u16(_want_dx(dy, layer)), "cpu dx")
+        # The GPU's fp32 matmul sums in another order: against float64, within fp32's
+        # accumulation bound (256 terms) plus the bf16 rounding of the result.
+        w = torch.from_numpy(layer.quantized_weight().dequantize()).double()
+        ref = dy.double() @ w
+        err32 = 256 * 2**-24 * (dy.double().abs() @ w.abs())
+        assert ((dxs[1].double() - ref).abs() <= 2**-8 * (ref.abs() + err32) + err32).all()

@@ -30,19 +30,29 @@ call per layer in the graph) and can be captured in a CUDA graph:
 
 * CPU tensors run q2gemv's NumPy reference backend (``backend="reference"``),
   bit-identical to the GPU kernels;
-* CUDA tensors run the numba kernels on torch's current stream, reading the
-  weight buffers in place (``DeviceQ2Weight.from_buffers`` /
-  ``DeviceNvfp4Weight.from_buffers``: no host copy; each repacks its buffers once
-  into the kernel's execution layout, rebuilt when a buffer is written), writing
-  into a tensor from torch's caching allocator. The device-weight wrapper is
-  built once per buffer address and cached (:func:`clear_device_weight_cache`).
+* CUDA tensors run the numba kernels on torch's current stream over a device
+  weight made from the buffers (``DeviceQ2Weight.from_buffers`` /
+  ``DeviceNvfp4Weight.from_buffers``: no host copy; a snapshot repacked into the
+  kernels' execution layout), writing into a tensor from torch's caching
+  allocator. It is cached per buffer and rebuilt after a write torch records (the
+  buffer's version counter or a new storage: in-place ops, ``copy_``,
+  ``load_state_dict``, ``.to()``, ``.data = t``), and checked against the buffer's
+  bytes once after the layer hands the buffer out (``layer.raw``,
+  ``named_buffers()``, ``state_dict()``: a write through ``.data`` is not counted);
+  see docs/guarantees.md (:func:`clear_device_weight_cache`).
   An eager CUDA forward calls the op's function without the dispatcher (its
   Python overhead is as long as a decode GEMV); traced and CPU calls use the op.
 
 CUDA graphs: run each layer once on the capturing stream before the capture
 (that compiles the kernels and, for the exact contract, allocates its
 per-stream workspace: nothing may be allocated with ``cudaMalloc`` while
-capturing). The op has no autograd formula: the modules are for inference.
+capturing).
+
+Autograd (both devices alike): ``y`` requires a gradient when ``x`` does, and
+``backward`` gives ``x`` the transposed GEMV on the dequantized weight,
+``fp32(dy) @ dequantize(W)`` rounded to bf16 (torch's matmul: not part of the
+bit-exact contract); the uint8 weight buffers get none. Registered with
+``torch.library.register_autograd``, so ``torch.compile`` traces it.
 
 Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
 :func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors`,
@@ -67,8 +77,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from .api import resolve_numerics
 from .formats.bf16 import BF16
 from .formats.nvfp4 import BLOCK as NVFP4_BLOCK
-from .formats.nvfp4 import Nvfp4Weight, check_global_scale
-from .formats.q2_0 import Q2Weight, as_size, check_group, quantize_q2_0, row_bytes
+from .formats.nvfp4 import E2M1_VALUES, E4M3_VALUES, Nvfp4Weight, check_global_scale
+from .formats.q2_0 import SCALE_BYTES, Q2Weight, as_size, check_group, quantize_q2_0, row_bytes
 from .models.swap import find_linears, swap_linears
 
 __all__ = [
@@ -152,22 +162,35 @@ class _CudaBuffer:
 _DEVICE_WEIGHTS: dict[tuple, object] = {}
 _DEVICE_WEIGHTS_LOCK = threading.RLock()  # _forget may run from a GC inside a locked region
 _DEVICE_WEIGHTS_MAX = 4096  # cleared past this many (entries of freed buffers are dropped)
+# Keys whose buffers a layer has handed out since the entry was made or checked: one of
+# them may have been written in a way torch does not count (see _QuantizedLinear).
+_HANDED_OUT: set[tuple] = set()
 
 
 def clear_device_weight_cache() -> None:
     """Forget every cached device weight (each frees its execution layout's memory)."""
     with _DEVICE_WEIGHTS_LOCK:
         _DEVICE_WEIGHTS.clear()
+        _HANDED_OUT.clear()
 
 
-def _current(key: tuple, tensors: tuple, build: Callable[[], object]) -> object:
+def _current(
+    key: tuple,
+    tensors: tuple,
+    build: Callable[[], object],
+    unchanged: Callable[[object], bool],
+) -> object:
     """The cached device weight of ``key`` while it is current, else a new one from ``build``.
 
     A device weight's execution layout is a copy of its buffers (``from_buffers``
     repacks them), so a cached one is reused only while every tensor of ``tensors``
     is the same storage (a freed buffer's address can come back holding another
     weight) at the same version (``load_state_dict`` and other in-place writes bump
-    it). An entry goes when its first tensor's storage is freed (:func:`_forget`).
+    it). After a layer handed a buffer out (:func:`_handed_out`), a write torch does not
+    count may have happened: the first use after compares the buffers' bytes with the
+    layout's (``unchanged(dw)``, once) and keeps the weight when they are equal (a
+    captured CUDA graph may read its layout), else builds a new one. An entry goes when
+    its first tensor's storage is freed (:func:`_forget`).
     """
     state = tuple((t.untyped_storage(), t._version) for t in tensors)
     entry = _DEVICE_WEIGHTS.get(key)
@@ -176,7 +199,12 @@ def _current(key: tuple, tensors: tuple, build: Callable[[], object]) -> object:
         and all(r() is st for r, (st, _) in zip(entry[0], state, strict=True))
         and entry[1] == tuple(v for _, v in state)
     ):
-        return entry[2]
+        if key not in _HANDED_OUT:
+            return entry[2]
+        if unchanged(entry[2]):
+            with _DEVICE_WEIGHTS_LOCK:
+                _HANDED_OUT.discard(key)
+            return entry[2]
     dw = build()
     refs = tuple(
         weakref.ref(st, functools.partial(_forget, key)) if i == 0 else weakref.ref(st)
@@ -185,7 +213,9 @@ def _current(key: tuple, tensors: tuple, build: Callable[[], object]) -> object:
     with _DEVICE_WEIGHTS_LOCK:
         if len(_DEVICE_WEIGHTS) >= _DEVICE_WEIGHTS_MAX:
             _DEVICE_WEIGHTS.clear()
+            _HANDED_OUT.clear()
         _DEVICE_WEIGHTS[key] = (refs, tuple(v for _, v in state), dw)
+        _HANDED_OUT.discard(key)
     return dw
 
 
@@ -198,7 +228,33 @@ def _q2_device_weight(raw: torch.Tensor, n: int, k: int, group: int):
 
         return DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
 
-    return _current(key, (raw,), build)
+    return _current(key, (raw,), build, lambda dw: _q2_unchanged(dw, raw))
+
+
+def _q2_unchanged(dw, raw: torch.Tensor) -> bool:
+    """Are ``raw``'s bytes those ``dw``'s layout was made from? (its inverse, on the device)"""
+    from .cuda.q2_0 import layout
+
+    b16 = layout.unpack(dw.codes, dw.scales, dw.n, dw.k, dw.group)
+    return torch.equal(torch.as_tensor(b16, device=raw.device).view(torch.uint8), raw.reshape(-1))
+
+
+def _nvfp4_unchanged(dw, packed: torch.Tensor, scales: torch.Tensor) -> bool:
+    """Are ``packed`` and ``scales`` what ``dw``'s layout was made from? (on the device)"""
+    from .cuda.w4a16 import layout
+
+    wp, sc = layout.unpack(dw.codes, dw.xscales, dw.n, dw.k)
+    wp = torch.as_tensor(wp, device=packed.device).view(torch.uint8)
+    return torch.equal(wp, packed) and torch.equal(
+        torch.as_tensor(sc, device=scales.device), scales
+    )
+
+
+def _handed_out(t: torch.Tensor) -> None:
+    """Mark the cached device weights made from ``t``'s storage for a check at their next use."""
+    st = t.untyped_storage()
+    with _DEVICE_WEIGHTS_LOCK:
+        _HANDED_OUT.update(k for k, e in _DEVICE_WEIGHTS.items() if any(r() is st for r in e[0]))
 
 
 def _forget(key: tuple, ref: weakref.ref) -> None:
@@ -207,6 +263,7 @@ def _forget(key: tuple, ref: weakref.ref) -> None:
         entry = _DEVICE_WEIGHTS.get(key)
         if entry is not None and entry[0][0] is ref:
             del _DEVICE_WEIGHTS[key]
+            _HANDED_OUT.discard(key)
 
 
 def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scale: float):
@@ -226,7 +283,7 @@ def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scal
             _CudaBuffer(packed), _CudaBuffer(scales), global_scale
         )
 
-    return _current(key, (packed, scales), build)
+    return _current(key, (packed, scales), build, lambda dw: _nvfp4_unchanged(dw, packed, scales))
 
 
 def _run_cuda(x2: torch.Tensor, device_weight: Callable[[], object], numerics: str | None):
@@ -366,16 +423,95 @@ def _nvfp4_linear_fake(x, packed, scales, global_scale, numerics=None):
     return x.new_empty((*x.shape[:-1], packed.shape[0]))
 
 
+# -- autograd: the gradient with respect to x ----------------------------------------------
+# The ops are opaque to autograd; their formula, registered with torch.library (so
+# torch.compile traces it), is the transposed GEMV on the dequantized weight:
+# dx = fp32(dy) @ dequantize(W) in fp32 (torch's matmul: a float result, not q2gemv's
+# bit-exact contract), rounded to x's dtype. The weight buffers are uint8: no gradient.
+
+
+def _q2_dequantize(raw: torch.Tensor, n: int, k: int, group: int) -> torch.Tensor:
+    """float32 [n, k] of GGUF ``block_q2_0`` bytes, on raw's device: :meth:`Q2Weight.dequantize`.
+
+    ``(code - 1) * fp32(d)`` per the layout of :mod:`q2gemv.formats.q2_0` (d: the block's
+    first two bytes, little-endian fp16; code j: bits ``2 * (j % 4)`` of ``qs[j // 4]``).
+    """
+    blocks = raw.reshape(n, k // group, -1)
+    d = blocks[..., :SCALE_BYTES].contiguous().view(torch.float16).to(torch.float32)
+    shifts = torch.arange(0, 8, 2, dtype=torch.uint8, device=raw.device)
+    codes = (blocks[..., SCALE_BYTES:].unsqueeze(-1) >> shifts) & 3  # [n, nb, group/4, 4]
+    values = codes.reshape(n, k // group, group).to(torch.float32) - 1
+    return (values * d).reshape(n, k)
+
+
+def _nvfp4_dequantize(
+    packed: torch.Tensor, scales: torch.Tensor, global_scale: float
+) -> torch.Tensor:
+    """float32 [n, k] of an NVFP4 weight, on its device: :meth:`Nvfp4Weight.dequantize`.
+
+    ``fp32(fp32(e2m1 * e4m3) * g)``, the tables of :mod:`q2gemv.formats.nvfp4` (even k in
+    a byte's low nibble).
+    """
+    n, k = packed.shape[0], 2 * packed.shape[1]
+    e2m1 = torch.tensor(E2M1_VALUES.tolist(), dtype=torch.float32, device=packed.device)
+    e4m3 = torch.tensor(E4M3_VALUES.tolist(), dtype=torch.float32, device=packed.device)
+    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(
+        n, k // NVFP4_BLOCK, NVFP4_BLOCK
+    )
+    ws = e2m1[codes.long()] * e4m3[scales.long()].unsqueeze(-1)
+    return (ws * global_scale).reshape(n, k)
+
+
+def _grad_x(grad: torch.Tensor, w: torch.Tensor, x_dtype: torch.dtype) -> torch.Tensor:
+    return (grad.to(torch.float32) @ w).to(x_dtype)
+
+
+def _q2_linear_setup(ctx, inputs, output) -> None:
+    x, raw, n, k, group, _ = inputs
+    ctx.save_for_backward(raw)
+    ctx.shape, ctx.x_dtype = (n, k, group), x.dtype
+
+
+def _q2_linear_backward(ctx, grad):
+    (raw,) = ctx.saved_tensors
+    dx = _grad_x(grad, _q2_dequantize(raw, *ctx.shape), ctx.x_dtype)
+    return dx, None, None, None, None, None
+
+
+q2_linear.register_autograd(_q2_linear_backward, setup_context=_q2_linear_setup)
+
+
+def _nvfp4_linear_setup(ctx, inputs, output) -> None:
+    x, packed, scales, global_scale, _ = inputs
+    ctx.save_for_backward(packed, scales)
+    ctx.global_scale, ctx.x_dtype = global_scale, x.dtype
+
+
+def _nvfp4_linear_backward(ctx, grad):
+    packed, scales = ctx.saved_tensors
+    w = _nvfp4_dequantize(packed, scales, ctx.global_scale)
+    return _grad_x(grad, w, ctx.x_dtype), None, None, None, None
+
+
+nvfp4_linear.register_autograd(_nvfp4_linear_backward, setup_context=_nvfp4_linear_setup)
+
+
 def _eager_direct(x: torch.Tensor) -> bool:
     """Call an op's implementation directly, without torch's dispatcher: eager CUDA calls only.
 
     A ``torch.library`` op defined in Python pays tens of microseconds of dispatch
     per call, as much as a decode GEMV takes on the GPU. The modules skip it for
     CUDA tensors when nothing traces or intercepts the call (not compiling, no
-    ``TorchDispatchMode`` active); ``torch.compile``, fake tensors, CPU tensors and
-    every other case go through the registered op. Both run the same function.
+    ``TorchDispatchMode`` active) and no gradient is asked for (autograd needs the op's
+    registered formula); ``torch.compile``, fake tensors, CPU tensors, ``x`` requiring a
+    gradient and every other case go through the registered op. Both run the same function.
     """
-    return x.is_cuda and not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
+    return (
+        x.is_cuda
+        and not (x.requires_grad and torch.is_grad_enabled())
+        and not torch.compiler.is_compiling()
+        and _get_current_dispatch_mode() is None
+    )
 
 
 # -- modules -----------------------------------------------------------------------------
@@ -416,6 +552,20 @@ add_bias = torch.library.custom_op(
 @add_bias.register_fake
 def _add_bias_fake(y, bias):
     return torch.empty_like(y)
+
+
+def _add_bias_setup(ctx, inputs, output) -> None:
+    ctx.bias_dtype = inputs[1].dtype
+
+
+def _add_bias_backward(ctx, grad):
+    dbias = None
+    if ctx.needs_input_grad[1]:
+        dbias = grad.reshape(-1, grad.shape[-1]).sum(0).to(ctx.bias_dtype)
+    return grad, dbias
+
+
+add_bias.register_autograd(_add_bias_backward, setup_context=_add_bias_setup)
 
 
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -519,6 +669,32 @@ def _empty_bias(n: int, bias: bool, device) -> torch.Tensor | None:
     return torch.empty(n, dtype=torch.bfloat16, device=device) if bias else None
 
 
+class _WeightBuffers(dict):
+    """A quantized layer's ``_buffers``: handing its tensors out in bulk is noted.
+
+    ``named_buffers()``, ``buffers()`` and ``state_dict()`` (of the layer or of any module
+    above it) iterate ``_buffers.items()`` / ``.values()``; a tensor handed out there may
+    be written in ways torch does not count (``b.data.copy_(new)``), so the device layout
+    made from it is checked against the bytes at its next use (:func:`_current`). Item
+    lookup (``_buffers["raw"]``, the layer's own reads) is not noted.
+    """
+
+    def items(self):
+        _forget_all(self.values())
+        return super().items()
+
+    def values(self):
+        vals = super().values()
+        _forget_all(vals)
+        return vals
+
+
+def _forget_all(tensors) -> None:
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dtype == torch.uint8:
+            _handed_out(t)
+
+
 class _QuantizedLinear(torch.nn.Module):
     """What both quantized layers share: ``torch.nn.Linear``'s feature names over ``k``, ``n``,
     and a state of tensors only.
@@ -537,6 +713,20 @@ class _QuantizedLinear(torch.nn.Module):
     k: int
     _WEIGHT_BUFFERS: tuple[str, ...] = ()
     _unloaded = False  # True for an ``empty()`` layer until a state is loaded into it
+
+    def __init__(self) -> None:
+        super().__init__()
+        object.__setattr__(self, "_buffers", _WeightBuffers())
+
+    def __getattr__(self, name: str):
+        # A weight buffer handed out through the attribute (layer.raw, get_buffer) may be
+        # written in ways torch does not count (layer.raw.data.copy_(new): .data has a
+        # version counter of its own): its device layout is checked against the bytes at
+        # the next CUDA forward (_current). The layer's own code reads self._buffers.
+        value = super().__getattr__(name)
+        if name in type(self)._WEIGHT_BUFFERS and isinstance(value, torch.Tensor):
+            _handed_out(value)
+        return value
 
     @property
     def in_features(self) -> int:
@@ -614,7 +804,7 @@ class _QuantizedLinear(torch.nn.Module):
 
 
 class Q2Linear(_QuantizedLinear):
-    """A ``torch.nn.Linear`` replacement over a GGUF ``block_q2_0`` weight (inference only).
+    """A ``torch.nn.Linear`` replacement over a GGUF ``block_q2_0`` weight (frozen weight).
 
     Args:
         weight: the :class:`~q2gemv.Q2Weight` [n, k]; its bytes are copied into
@@ -739,14 +929,15 @@ class Q2Linear(_QuantizedLinear):
 
     def quantized_weight(self) -> Q2Weight:
         """The module's weight as a host :class:`~q2gemv.Q2Weight` (a copy of ``raw``)."""
-        raw = self.raw.detach().to("cpu").reshape(-1).numpy()
+        raw = self._buffers["raw"].detach().to("cpu").reshape(-1).numpy()
         return Q2Weight.from_bytes(raw, self.n, self.k, self.group)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
         _check_x(x, self.k)
         op = _q2_linear_impl if _eager_direct(x) else torch.ops.q2gemv.q2_linear
-        y = op(x, self.raw, self.n, self.k, self.group, self.numerics)
+        raw = self._buffers["raw"]  # not self.raw: see _QuantizedLinear.__getattr__
+        y = op(x, raw, self.n, self.k, self.group, self.numerics)
         return _add_bias(y, self.bias)
 
     def _state(self) -> dict:
@@ -778,7 +969,7 @@ class Q2Linear(_QuantizedLinear):
 
 
 class Nvfp4Linear(_QuantizedLinear):
-    """A ``torch.nn.Linear`` replacement over an NVFP4 W4A16 weight (inference only).
+    """A ``torch.nn.Linear`` replacement over an NVFP4 W4A16 weight (frozen weight).
 
     Args:
         weight: the :class:`~q2gemv.Nvfp4Weight` [n, k]; ``packed`` and ``scales``
@@ -894,8 +1085,8 @@ class Nvfp4Linear(_QuantizedLinear):
     def quantized_weight(self) -> Nvfp4Weight:
         """The module's weight as a host :class:`~q2gemv.Nvfp4Weight` (copies of the buffers)."""
         return Nvfp4Weight.from_parts(
-            self.packed.detach().to("cpu").numpy(),
-            self.scales.detach().to("cpu").numpy(),
+            self._buffers["packed"].detach().to("cpu").numpy(),
+            self._buffers["scales"].detach().to("cpu").numpy(),
             np.float32(self.global_scale),
         )
 
@@ -903,7 +1094,8 @@ class Nvfp4Linear(_QuantizedLinear):
         """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
         _check_x(x, self.k)
         op = _nvfp4_linear_impl if _eager_direct(x) else torch.ops.q2gemv.nvfp4_linear
-        y = op(x, self.packed, self.scales, self.global_scale, self.numerics)
+        b = self._buffers  # not self.packed: see _QuantizedLinear.__getattr__
+        y = op(x, b["packed"], b["scales"], self.global_scale, self.numerics)
         return _add_bias(y, self.bias)
 
     def _state(self) -> dict:

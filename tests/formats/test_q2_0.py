@@ -25,7 +25,9 @@ GGML_CASES = [(g, i) for g in (64, 128) for i in range(3)]
 @pytest.mark.parametrize("g,i", GGML_CASES)
 def test_quantize_matches_ggml_bytes(g, i):
     x = GGML[f"g{g}_case{i}_x"]
-    assert_bits_equal(quantize_q2_0(x, group=g).raw, GGML[f"g{g}_case{i}_raw"], f"g{g} case{i}")
+    # case 2 overflows fp16 scales on purpose (ggml writes d = Inf): allowed explicitly
+    got = quantize_q2_0(x, group=g, allow_nonfinite=True).raw
+    assert_bits_equal(got, GGML[f"g{g}_case{i}_raw"], f"g{g} case{i}")
 
 
 @pytest.mark.parametrize("g,i", GGML_CASES)
@@ -154,3 +156,37 @@ def test_group_from_nbytes():
     assert fmt.group_from_nbytes(18 * 8, 512) == 64
     with pytest.raises(ValueError, match="neither"):
         fmt.group_from_nbytes(100, 512)
+
+
+# -- issue 33 item 11: no silent Inf/NaN scales ---------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["ggml", "absmean"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_quantize_refuses_non_finite_weights(method, bad):
+    x = np.ones((2, 128), np.float32)
+    x[1, 70] = bad
+    with pytest.raises(ValueError, match=r"^w: expected finite weights .* at \[1, 70\]"):
+        quantize_q2_0(x, group=64, method=method)
+
+
+@pytest.mark.parametrize("method", ["ggml", "absmean"])
+def test_quantize_refuses_a_scale_that_overflows_fp16(method):
+    x = np.ones((2, 128), np.float32)
+    x[1, 64:] = 1e5  # amax and mean|x| both beyond fp16's 65504
+    with pytest.raises(ValueError, match=r"^w: the fp16 scale of row 1, block 1 .* overflows"):
+        quantize_q2_0(x, group=64, method=method)
+    x[1, 64:] = 65504.0  # the largest finite fp16 scale is fine
+    assert quantize_q2_0(x, group=64, method=method).validate() == []
+
+
+def test_allow_nonfinite_keeps_ggml_bytes():
+    x = np.ones((1, 64), np.float32)
+    x[0, 3] = 1e5
+    w = quantize_q2_0(x, group=64, allow_nonfinite=True)
+    assert np.isinf(w.scales()[0, 0]) and len(w.validate()) == 1
+    x[0, 3] = np.nan
+    w = quantize_q2_0(x, group=64, allow_nonfinite=True)
+    assert np.isnan(w.scales()[0, 0]) and w.codes().tolist() == [[1] * 64]
+    with pytest.raises(TypeError, match="allow_nonfinite: expected a bool"):
+        quantize_q2_0(x, group=64, allow_nonfinite=1)

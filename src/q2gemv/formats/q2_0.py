@@ -435,7 +435,11 @@ def _roundf(v: np.ndarray) -> np.ndarray:
 
 
 def quantize_q2_0(
-    w: np.ndarray, group: int = 128, method: Literal["ggml", "absmean"] = "ggml"
+    w: np.ndarray,
+    group: int = 128,
+    method: Literal["ggml", "absmean"] = "ggml",
+    *,
+    allow_nonfinite: bool = False,
 ) -> Q2Weight:
     """Quantize float weights [n, k] to ``block_q2_0``.
 
@@ -445,15 +449,22 @@ def quantize_q2_0(
             a multiple of ``group``.
         group: codes per block, 64 or 128 (default 128).
         method: ``"ggml"`` (default) or ``"absmean"``, as described below.
+        allow_nonfinite: False (default): weights that are NaN or Inf after
+            rounding to fp32, or a block whose scale ``d`` would overflow fp16
+            (its amax or gamma rounds to fp16 Inf: 65520 and beyond), are a
+            ValueError naming ``w`` (such a weight gives NaN/Inf outputs).
+            True: ggml's bytes for any input (an overflowing block gets
+            ``d = Inf``; a block holding a NaN gets ``d = NaN`` and, with
+            either method, every code 1), which :meth:`Q2Weight.validate` reports.
 
     Returns:
-        A :class:`Q2Weight` [n, k]. A block holding a NaN gets ``d = NaN``
-        and, with either method, every code 1 (zero).
+        A :class:`Q2Weight` [n, k].
 
     Raises:
-        TypeError: ``w`` is not a float array.
+        TypeError: ``w`` is not a float array, or ``allow_nonfinite`` not a bool.
         ValueError: ``w`` is not 2-D, ``k`` is not a multiple of ``group``,
-            ``group`` is not 64 or 128, or ``method`` is unknown.
+            ``group`` is not 64 or 128, ``method`` is unknown, or (unless
+            ``allow_nonfinite``) ``w`` is not finite or a scale overflows fp16.
 
     ``method="ggml"`` reproduces ggml's ``quantize_row_q2_0_ref`` byte for byte:
     per block, ``amax = max|x|`` in fp32, ``d = fp16(amax)`` (RNE; Inf when
@@ -475,7 +486,16 @@ def quantize_q2_0(
         raise ValueError(f"w: expected shape [n, k], got {w.shape}")
     n, k = w.shape
     _check_nk(n, k, group)
-    x = w.astype(np.float32).reshape(n, k // group, group)
+    if not isinstance(allow_nonfinite, bool):
+        raise TypeError(f"allow_nonfinite: expected a bool, got {type(allow_nonfinite).__name__}")
+    with np.errstate(over="ignore"):
+        x = w.astype(np.float32).reshape(n, k // group, group)
+    if not allow_nonfinite and not np.isfinite(x).all():
+        r, c = (int(i[0]) for i in np.nonzero(~np.isfinite(x.reshape(n, k))))
+        raise ValueError(
+            f"w: expected finite weights (after rounding to fp32), got {x.reshape(n, k)[r, c]} "
+            f"at [{r}, {c}]"
+        )
     with np.errstate(all="ignore"):
         if method == "ggml":
             amax = np.max(np.abs(x), axis=2)
@@ -491,5 +511,14 @@ def quantize_q2_0(
             codes = np.where(gamma[..., None] != 0, np.clip(q, -1, 1) + 1, 1)
         else:
             raise ValueError(f"method: expected 'ggml' or 'absmean', got {method!r}")
+    if not allow_nonfinite and not np.isfinite(d).all():
+        r, b = (int(i[0]) for i in np.nonzero(~np.isfinite(d)))
+        stat = "max|x|" if method == "ggml" else "mean|x|"
+        value = float(amax[r, b] if method == "ggml" else gamma[r, b])
+        raise ValueError(
+            f"w: the fp16 scale of row {r}, block {b} (columns {b * group}..{(b + 1) * group - 1}) "
+            f"overflows: {stat} = {value} is beyond fp16's 65504; scale the weights down, or "
+            "pass allow_nonfinite=True for ggml's bytes (d = Inf)"
+        )
     codes = np.nan_to_num(codes, nan=1).astype(np.uint8).reshape(n, k)
     return Q2Weight(pack(codes, d, group), n, k, group)

@@ -46,13 +46,33 @@ class _State:
     length: int = 0  # tokens in the sequence: the prompt and those generated
 
 
+def _static_window(config, max_len: int) -> int | None:
+    """The fewest positions a layer of ``transformers.StaticCache(config, max_len)`` keeps.
+
+    Sliding-window and chunked attention layers keep ``min(window, max_len)``; asked of
+    transformers itself (the cache's layers are made lazily: nothing is allocated).
+    None when no layer states a length.
+    """
+    from transformers import StaticCache
+
+    lengths = [
+        getattr(layer, "max_cache_len", None)
+        for layer in StaticCache(config=config, max_cache_len=max_len).layers
+    ]
+    lengths = [n for n in lengths if isinstance(n, int)]
+    return min(lengths) if lengths else None
+
+
 class CapturedDecoder:
     """Greedy decoding of a transformers causal LM with a static cache and CUDA graphs.
 
     Args:
         model: a transformers causal LM (Llama family; any q2gemv layers inside) in eval
             mode, on one device.
-        max_len: the static cache's length: prompt plus new tokens must fit.
+        max_len: the static cache's length: prompt plus new tokens must fit. A model
+            with sliding-window (or chunked) attention layers keeps at most its window in
+            their static cache, so ``max_len`` beyond the window is refused (ValueError
+            naming ``max_len``): the step's mask spans ``max_len`` positions.
         capture: capture the decode step in a CUDA graph (default: when the model is on
             CUDA). False runs every step eagerly (CPU, debugging).
 
@@ -74,6 +94,14 @@ class CapturedDecoder:
         if self.capture and self.device.type != "cuda":
             raise ValueError(
                 f"capture: CUDA graphs need a CUDA model, this one is on {self.device}"
+            )
+        window = _static_window(model.config, max_len)
+        if window is not None and window < max_len:
+            raise ValueError(
+                f"max_len: this model has sliding-window attention whose static cache keeps "
+                f"{window} positions (config.sliding_window or attention_chunk_size); "
+                f"CapturedDecoder needs every layer to keep max_len positions, so max_len "
+                f"must be <= {window}, got {max_len}"
             )
         self._states: dict[int, _State] = {}
         self._current: _State | None = None
@@ -129,6 +157,10 @@ class CapturedDecoder:
             raise ValueError(
                 f"input_ids: expected int64 ids with a prompt of >= 1 token, got "
                 f"{input_ids.dtype} {tuple(input_ids.shape)}"
+            )
+        if input_ids.shape[0] < 1:
+            raise ValueError(
+                f"input_ids: expected a batch of >= 1 prompts, got shape {tuple(input_ids.shape)}"
             )
         batch, prompt = input_ids.shape
         if prompt >= self.max_len:

@@ -13,7 +13,7 @@ from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
 from ..torch import Nvfp4Linear, Q2Linear
 from .saved import record_quantization_config
-from .swap import find_linears, swap_linears
+from .swap import LinearTarget, find_linears, swap_linears
 
 # fmt= -> (its weight family in the registry, the layer it makes)
 _LAYERS = {"q2_0": ("q2_0", Q2Linear), "nvfp4": ("w4a16", Nvfp4Linear)}
@@ -46,6 +46,29 @@ class QuantizeReport:
         return "\n".join(lines)
 
 
+# The activation dtypes the q2gemv layers take (q2gemv.torch._check_x); the one check below.
+ACTIVATION_DTYPES = (torch.bfloat16,)
+
+
+def check_model_dtype(targets: list[LinearTarget]) -> None:
+    """Refuse Linears whose weight dtype the q2gemv layers cannot serve as activations.
+
+    A model's activations have its weights' dtype; a q2gemv layer takes only
+    :data:`ACTIVATION_DTYPES`, so an fp32/fp16 model would quantize and then fail at
+    its first forward. ValueError naming the dtype and the first such layer. A meta
+    weight has no values yet (the dtype of what is loaded into the model decides).
+    """
+    for t in targets:
+        dtype = t.linear.weight.dtype
+        if not t.linear.weight.is_meta and dtype not in ACTIVATION_DTYPES:
+            accepted = ", ".join(str(d) for d in ACTIVATION_DTYPES)
+            raise ValueError(
+                f"model: layer {t.name!r} is {dtype}, but q2gemv layers take {accepted} "
+                "activations only: cast the model to bfloat16 first "
+                "(model.to(torch.bfloat16))"
+            )
+
+
 def _matches(name: str, patterns: tuple[str, ...]) -> str | None:
     for p in patterns:
         if name == p or name.endswith("." + p):
@@ -53,12 +76,16 @@ def _matches(name: str, patterns: tuple[str, ...]) -> str | None:
     return None
 
 
+def _matches_any(pattern: str, names: list[str]) -> str | None:
+    return next((n for n in names if _matches(n, (pattern,))), None)
+
+
 def quantize_model(
     model: torch.nn.Module,
     fmt: str = "q2_0",
     *,
     group: int = 128,
-    skip: tuple[str, ...] | list[str] = ("lm_head",),
+    skip: tuple[str, ...] | list[str] | None = None,
     numerics: str | None = None,
     progress: bool | None = None,
 ) -> QuantizeReport:
@@ -71,7 +98,10 @@ def quantize_model(
             ``"ggml"``) or ``"nvfp4"`` (:meth:`Nvfp4Linear.from_linear`, ModelOpt recipe).
         group: the Q2_0 group, 64 or 128 (ignored for NVFP4).
         skip: names left in floating point: a Linear is skipped when its qualified
-            name equals an entry or ends with ``"." + entry`` (default: the LM head).
+            name equals an entry or ends with ``"." + entry``. Every entry must match
+            at least one ``torch.nn.Linear`` of ``model`` (ValueError naming the entry
+            otherwise: a typo would quantize everything silently). None (default):
+            ``("lm_head",)``, applied only where the model has one.
         numerics: the layers' numerics contract (None: the library default).
         progress: one progress step per layer quantized, on stderr (None: shown on a
             terminal for large models, through tqdm when installed; True: always, a
@@ -82,9 +112,12 @@ def quantize_model(
     ``.weight`` directly (``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``).
     A Linear whose weight is on the ``meta`` device (an empty model) becomes an empty
     layer on the meta device (``Q2Linear.empty`` / ``Nvfp4Linear.empty``: the right
-    buffer shapes, no bytes), to be filled by ``load_state_dict(..., assign=True)``. Every other Linear is quantized before any is
-    swapped: a failure (a non-finite weight for NVFP4, say) raises naming the layer
-    and leaves ``model`` unchanged. A Linear shared by several parents becomes one
+    buffer shapes, no bytes), to be filled by ``load_state_dict(..., assign=True)``.
+    Every other Linear is quantized before any is swapped: a failure (a non-finite
+    weight, a Q2_0 scale beyond fp16) raises naming the layer and leaves ``model``
+    unchanged. Those Linears must be bfloat16 (the q2gemv layers take bf16
+    activations): an fp32/fp16 model is refused up front (:func:`check_model_dtype`).
+    A Linear shared by several parents becomes one
     q2gemv layer in all of them. The new layers are on each Linear's device; their
     bias (if any) is kept in bf16.
 
@@ -101,6 +134,9 @@ def quantize_model(
     grouped = kernels.family(family).grouped  # Q2_0: a group per weight; NVFP4: blocks of 16
     if grouped and (isinstance(group, bool) or group not in GROUPS):
         raise ValueError(f"group: expected one of {GROUPS}, got {group!r}")
+    checked = skip is not None
+    if skip is None:
+        skip = ("lm_head",)
     if isinstance(skip, str) or not all(isinstance(s, str) for s in skip):
         raise TypeError(f"skip: expected a tuple of layer names, got {skip!r}")
     skip = tuple(skip)
@@ -130,6 +166,20 @@ def quantize_model(
         return layer.from_linear(lin, **group_arg, numerics=numerics)
 
     targets, skipped = find_linears(model, reason)
+    if checked:
+        linear_names = [
+            name
+            for name, mod in model.named_modules(remove_duplicate=False)
+            if name and isinstance(mod, torch.nn.Linear)
+        ]
+        for pattern in skip:
+            if _matches_any(pattern, linear_names) is None:
+                raise ValueError(
+                    f"skip: {pattern!r} matches no torch.nn.Linear of the model (an entry is "
+                    "a Linear's qualified name or its last dotted parts, e.g. 'lm_head' or "
+                    "'mlp.down_proj')"
+                )
+    check_model_dtype(targets)
     names = {id(t.linear): t.name for t in targets}
     with Progress("quantize_model", len(targets), progress) as bar:
 

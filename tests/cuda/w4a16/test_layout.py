@@ -92,16 +92,19 @@ def test_keep_packed_is_checked_and_nvfp4_only():
         q2gemv.to_device(w, keep_gguf=True)
 
 
-def test_from_buffers_keeps_the_buffers_and_owns_a_layout():
+def test_from_buffers_owns_a_layout_and_keeps_no_reference_to_the_buffers():
     rng = np.random.default_rng(5)
     n, k = 17, 48
     w = _weight(rng, n, k)
     d_p, d_s = cuda.to_device(np.array(w.packed)), cuda.to_device(np.array(w.scales))
     dw = DeviceNvfp4Weight.from_buffers(d_p, d_s, w.global_scale)
-    assert _same_buffer(dw.wp, d_p)  # no copy
-    assert dw.scales is d_s
+    assert dw.wp is None and dw.scales is None  # a snapshot (issue 33): rebuilt for seed
     for g, x in zip(dw.exec_layout(), lay.to_exec_layout(w.packed, w.scales, n, k), strict=True):
         np.testing.assert_array_equal(_host(g), x)
+    wp, scales = dw.raw_parts()
+    assert not _same_buffer(wp, d_p) and scales is not d_s
+    np.testing.assert_array_equal(_host(wp).view(np.uint8).reshape(n, k // 2), w.packed)
+    np.testing.assert_array_equal(_host(scales), w.scales)
 
 
 def test_hand_built_weight_makes_its_layout_at_first_use():

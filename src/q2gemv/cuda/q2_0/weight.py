@@ -37,8 +37,9 @@ class DeviceQ2Weight:
       contract's kernels, which read them). Without, the first seed-contract
       call rebuilds them from the layout on the device (the tested inverse,
       once per weight; the weight's device memory then doubles).
-    * :meth:`from_buffers` wraps GGUF bytes already on the device and
-      repacks them on the device into a layout it owns.
+    * :meth:`from_buffers` repacks GGUF bytes already on the device into a
+      layout it owns (a snapshot: it keeps no reference to them; the seed
+      contract's bytes are rebuilt from the layout, as after :meth:`upload`).
     * A hand-built one (``DeviceQ2Weight(b16, bh, n, k, group)``) is checked at
       construction against (n, k, group), like ``Q2Weight``: ``b16`` and ``bh``
       must be 1-D C-contiguous device arrays (uint16, float16) of exactly
@@ -49,7 +50,8 @@ class DeviceQ2Weight:
       kernel would read past) are refused naming ``b16``. Its layout is
       made on the device at its first exact-contract call.
 
-    The GGUF bytes and the layout must not change while the weight is used.
+    The GGUF bytes and the layout must not change while the weight is used
+    (:meth:`upload` and :meth:`from_buffers` own theirs).
     """
 
     b16: object  # device uint16 view of the GGUF bytes, or None (see gguf_halves)
@@ -137,19 +139,22 @@ class DeviceQ2Weight:
 
     @classmethod
     def from_buffers(cls, raw, n: int, k: int, group: int) -> DeviceQ2Weight:
-        """Wrap GGUF ``block_q2_0`` bytes already on the GPU: no host copy.
+        """A weight of GGUF ``block_q2_0`` bytes already on the GPU: no host copy.
 
-        The weight keeps ``raw`` (no copy: the seed contract's kernels read
-        it) and repacks it on the device, once, into an execution layout it
-        owns (the exact kernel reads that), on the default stream.
+        ``raw`` is repacked on the device, on the default stream, into an
+        execution layout the weight owns; the weight is that snapshot of
+        ``raw``'s bytes and keeps no reference to ``raw``. Every call reads
+        the snapshot: the exact kernel the layout, the seed contract's kernels
+        and :meth:`to_gguf` the GGUF bytes rebuilt from it at first use (the
+        tested inverse; the weight's device memory then doubles). A later
+        write to ``raw`` does not reach the weight (make a new one).
 
         Args:
             raw: the weight's bytes on the device, uint8 (or int8), C-contiguous,
                 [n * row_bytes] or [n, row_bytes] (``row_bytes(k, group)`` bytes a
                 row, the GGUF layout of :mod:`q2gemv.formats.q2_0`): a numba
                 device array, or anything with ``__cuda_array_interface__`` (a
-                CUDA ``torch.uint8`` tensor, a CuPy array), which the weight keeps
-                alive. Its bytes must not change while the weight is used.
+                CUDA ``torch.uint8`` tensor, a CuPy array), read once, here.
             n, k, group: the shape and block size (64 or 128), as for ``Q2Weight``.
 
         Raises:
@@ -180,9 +185,9 @@ class DeviceQ2Weight:
         if np.dtype(flat.dtype) != np.uint8:
             flat = flat.view(np.uint8)
         b16 = flat.view(np.uint16)
-        dw = cls(b16, b16.view(np.float16), n, k, group)
-        dw.exec_layout()
-        return dw
+        cls(b16, b16.view(np.float16), n, k, group)  # the hand-built weight's checks
+        codes, scales = q2_layout.pack(b16, n, k, group)  # returns once written
+        return cls(None, None, n, k, group, codes, scales)
 
     @staticmethod
     def _same_buffer(x, y) -> bool:

@@ -40,8 +40,10 @@ class DeviceNvfp4Weight:
       contract's kernels, which read them). Without, the first seed-contract
       call rebuilds them from the layout on the device (the tested inverse,
       once per weight; the weight's device memory then doubles).
-    * :meth:`from_buffers` wraps packed codes and scales already on the
-      device and repacks them on the device into a layout it owns.
+    * :meth:`from_buffers` repacks packed codes and scales already on the
+      device into a layout it owns (a snapshot: it keeps no reference to
+      them; the seed contract's arrays are rebuilt from the layout, as after
+      :meth:`upload`).
     * A hand-built one (``DeviceNvfp4Weight(wp, scales, global_scale, n, k)``)
       is checked at construction: ``n``/``k`` ints (n >= 1, k a positive
       multiple of 16), ``wp`` uint32 [n, k/8] and ``scales`` uint8 [n, k/16]
@@ -55,7 +57,8 @@ class DeviceNvfp4Weight:
       what :func:`~q2gemv.formats.nvfp4_layout.row_sums` gives for those codes
       and scales, NaN marks included: the exact kernel trusts it).
 
-    The raw arrays and the layout must not change while the weight is used.
+    The raw arrays and the layout must not change while the weight is used
+    (:meth:`upload` and :meth:`from_buffers` own theirs).
     """
 
     wp: object  # device uint32 [n, k/8]: the packed nibbles, two words per block; or None
@@ -149,12 +152,15 @@ class DeviceNvfp4Weight:
 
     @classmethod
     def from_buffers(cls, packed, scales, global_scale: float = 1.0) -> DeviceNvfp4Weight:
-        """Wrap an NVFP4 weight already on the GPU: no host copy.
+        """An NVFP4 weight already on the GPU: no host copy.
 
-        The weight keeps ``packed`` and ``scales`` (no copy: the seed
-        contract's kernels read them) and repacks them on the device, once,
-        into an execution layout it owns (the exact kernel reads that), on
-        the default stream.
+        ``packed`` and ``scales`` are repacked on the device, on the default
+        stream, into an execution layout the weight owns; the weight is that
+        snapshot and keeps no reference to them. Every call reads the
+        snapshot: the exact kernel the layout, the seed contract's kernels and
+        :meth:`to_parts` the arrays rebuilt from it at first use (the tested
+        inverse; the weight's device memory then doubles). A later write to
+        ``packed`` or ``scales`` does not reach the weight (make a new one).
 
         Args:
             packed: the E2M1 codes on the device, uint8 [n, k/2] (two codes a
@@ -169,8 +175,7 @@ class DeviceNvfp4Weight:
                 cannot hold is refused; ``inf``/``nan`` are kept).
 
         Each buffer is a numba device array or anything with
-        ``__cuda_array_interface__`` (CUDA torch tensor, CuPy array), kept alive
-        by the weight; its bytes must not change while the weight is used.
+        ``__cuda_array_interface__`` (CUDA torch tensor, CuPy array), read once, here.
         ``n`` and ``k`` come from ``packed``'s shape.
 
         Raises:
@@ -203,9 +208,9 @@ class DeviceNvfp4Weight:
             d = d.view(np.uint32) if dt.itemsize == 4 else d.view(np.uint8).view(np.uint32)
         if np.dtype(sc.dtype).itemsize == 1 and np.dtype(sc.dtype) != np.uint8:
             sc = sc.view(np.uint8)
-        dw = cls(d, sc, global_scale, n, k)
-        dw.exec_layout()
-        return dw
+        dw = cls(d, sc, global_scale, n, k)  # the hand-built weight's checks
+        codes, xscales, zsum = w4_layout.pack(d, sc, n, k)  # returns once written
+        return cls(None, None, dw.global_scale, n, k, codes, xscales, zsum)
 
 
 def as_device_weight(weight, stream=0, contract: str = "exact") -> DeviceNvfp4Weight:
