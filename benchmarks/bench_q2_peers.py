@@ -1,5 +1,5 @@
 """Exact Q2_0 or NVFP4 GEMV beside its peers, in one run: public call, GEMV alone, the seed
-contract, torch bf16, gemlite.
+contract, torch bf16, gemlite, tinygemm int4.
 
     export PYTHONPATH=$PWD/src:$PWD/.peers/gemlite-0.6.0.post2   # gemlite: `pip download gemlite`
     python3 benchmarks/bench_q2_peers.py --out DIR                 # 4 shapes x M 1..32, g128
@@ -21,7 +21,10 @@ graph of calls that rotates through enough weight copies to exceed 2x L2, median
 * ``bf16_us``: ``torch.matmul(a, W.T, out=out)`` with a dense bf16 W (cuBLAS);
 * ``gemlite_us``: gemlite's ``A16Wn`` layer, 2-bit (Q2_0) or 4-bit (NVFP4) codes, group
   ``--group``, bf16 (when ``import gemlite`` works; else empty, the reason in
-  ``gemlite_note``).
+  ``gemlite_note``);
+* ``tinygemm_us``: torch's own int4 GEMM (``torch.ops.aten._weight_int4pack_mm`` on a weight
+  packed by ``_convert_weight_to_int4pack``, group 128, bf16 scales and zeros: the
+  gpt-fast / torchao int4 path), 4.25 bits a weight.
 
 ``floor_us`` is the weight bytes (codes and scales) over the streaming-read ceiling
 measured in the same run. Bits: the public call's output of every (shape, M) with M in
@@ -38,7 +41,16 @@ from pathlib import Path
 
 import numpy as np
 
-SHAPES = ((16384, 16384), (5120, 5120), (17408, 5120), (5120, 17408))
+SHAPES = (
+    (16384, 16384),
+    (5120, 5120),
+    (17408, 5120),
+    (5120, 17408),
+    (4096, 4096),  # Llama-3-8B: q/o
+    (1024, 4096),  # k/v
+    (14336, 4096),  # gate/up
+    (4096, 14336),  # down
+)
 MS = (1, 2, 4, 8, 16, 32)
 CHECK_MS = (1, 16)
 L2_BYTES = 60 * 2**20
@@ -52,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--format", default="q2_0", choices=tuple(FORMATS))
     p.add_argument("--group", type=int, default=128, choices=(64, 128), help="Q2_0 and gemlite")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--no-seed", action="store_true", help="skip the seed contract's timing")
+    p.add_argument("--no-gemlite", action="store_true", help="skip gemlite (its autotuning)")
     args = p.parse_args(argv)
     args.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     args.ms = [int(m) for m in args.ms.split(",")]
@@ -81,6 +95,25 @@ def gemlite_layers(n: int, k: int, group: int, copies: int, bits: int = 2):
             A16Wn(device="cuda").from_weights(codes, scales, zeros, W_nbits=bits, group_size=group)
         )
     return layers, ""
+
+
+def tinygemm_layers(n: int, k: int, copies: int):
+    """``copies`` (packed int4 weight, scales-and-zeros) pairs for ``_weight_int4pack_mm``, group
+    128, or (None, why)."""
+    try:
+        import torch
+
+        layers = []
+        for _ in range(copies):
+            w = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+            packed = torch.ops.aten._convert_weight_to_int4pack(w, 8)
+            sz = torch.empty(k // 128, n, 2, dtype=torch.bfloat16, device="cuda")
+            sz[..., 0] = 0.02
+            sz[..., 1] = 0.0
+            layers.append((packed, sz))
+        return layers, ""
+    except Exception as e:  # an optional peer: its absence is a row note, not a failure
+        return None, f"{type(e).__name__}: {e}"[:200]
 
 
 def main(argv=None) -> int:
@@ -116,7 +149,10 @@ def main(argv=None) -> int:
         copies = bench.rotation_copies(w.nbytes, L2_BYTES)
         dws = [w.to_device() for _ in range(copies)]
         dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-        peers, note = gemlite_layers(n, k, args.group, copies, bits)
+        peers, note = (None, "not run (--no-gemlite)")
+        if not args.no_gemlite:
+            peers, note = gemlite_layers(n, k, args.group, copies, bits)
+        tiny, tiny_note = tinygemm_layers(n, k, copies)
         for m in args.ms:
             a16 = rng.standard_normal((m, k)).astype(np.float32).astype(ml_dtypes.bfloat16)
             a = torch.from_numpy(a16.view(np.int16)).view(torch.bfloat16).to("cuda")
@@ -150,11 +186,12 @@ def main(argv=None) -> int:
                 lk(0)
             alone = [lk for seq in seqs for lk in seq[1:]]
             row["gemv_us"] = median_us(alone) * len(alone) / len(seqs)
-            seed = [
-                lambda h, d=d, o=o, a=a: q2gemv.gemv(a, d, out=o, numerics="seed")
-                for d, o in zip(dws, outs, strict=True)
-            ]
-            row["seed_us"] = median_us(seed)
+            if not args.no_seed:
+                seed = [
+                    lambda h, d=d, o=o, a=a: q2gemv.gemv(a, d, out=o, numerics="seed")
+                    for d, o in zip(dws, outs, strict=True)
+                ]
+                row["seed_us"] = median_us(seed)
             bf16 = [
                 lambda h, W=W, o=o, a=a: torch.matmul(a, W.t(), out=o)
                 for W, o in zip(dense, outs, strict=True)
@@ -167,20 +204,33 @@ def main(argv=None) -> int:
                     row["gemlite_note"] = f"{type(e).__name__}: {e}"[:200]
             else:
                 row["gemlite_note"] = note
+            if tiny is not None:
+                try:
+                    mm = torch.ops.aten._weight_int4pack_mm
+                    row["tinygemm_us"] = median_us(
+                        [lambda h, P=P, Z=Z, a=a, mm=mm: mm(a, P, 128, Z) for P, Z in tiny]
+                    )
+                except Exception as e:  # a peer that fails at one M is a note, not a stop
+                    row["tinygemm_note"] = f"{type(e).__name__}: {e}"[:200]
+            else:
+                row["tinygemm_note"] = tiny_note
             row["floor_us"] = w.nbytes / ceiling * 1e6
             row["vs_bf16"] = row["bf16_us"] / row["public_us"]
             if "gemlite_us" in row:
                 row["vs_gemlite"] = row["gemlite_us"] / row["public_us"]
+            if "tinygemm_us" in row:
+                row["vs_tinygemm"] = row["tinygemm_us"] / row["public_us"]
             rows.append(row)
             print(
                 f"{label} {n}x{k} g{group} M={m:2d} public {row['public_us']:7.1f} us "
                 f"(gemv {row['gemv_us']:6.1f}) bf16 {row['bf16_us']:6.1f} "
-                f"gemlite {row.get('gemlite_us', float('nan')):6.1f} floor {row['floor_us']:5.1f} "
+                f"gemlite {row.get('gemlite_us', float('nan')):6.1f} "
+                f"tinygemm {row.get('tinygemm_us', float('nan')):6.1f} floor {row['floor_us']:5.1f} "
                 f"{row['vs_bf16']:5.2f}x bf16 mism {row.get('mismatch', '-')}",
                 flush=True,
             )
             timing.flush_deferred_frees()
-        del dws, dense, peers
+        del dws, dense, peers, tiny
         timing.flush_deferred_frees()
         write(rows, args.out, name, label)  # after every shape: a run cut short keeps its rows
     bad = sum(r.get("mismatch", 0) for r in rows)
@@ -211,6 +261,7 @@ def write(rows: list[dict], out: Path, name: str = "h200_q2_peers", label: str =
             ("seed_us", "q2gemv seed contract"),
             ("bf16_us", "torch bf16"),
             ("gemlite_us", f"gemlite A16W{4 if label == 'NVFP4' else 2}"),
+            ("tinygemm_us", "tinygemm int4 (torch)"),
             ("floor_us", f"{label} read floor"),
         ):
             ys = [r.get(key, np.nan) for r in sel]

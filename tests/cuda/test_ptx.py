@@ -151,11 +151,15 @@ def test_exact_builds_wait_for_their_prepare_and_prepares_release_them(ptx_summa
     """PDL (q2gemv.cuda.runtime.prebound): every build of a kernel whose spec says
     ``grid_wait`` has the griddepcontrol.wait it promises; each family's prepare lets it start."""
     from q2gemv import kernels
+    from q2gemv.cuda.q2_0 import exact_batched
     from q2gemv.cuda.w4a16 import exact as exact_w4a16
 
     waiting = {s.name for s in kernels.specs() if s.grid_wait}
     assert waiting == {"q2_0_gemv_exact", "w4a16_gemv_exact"}
+    assert exact_batched.spec().grid_wait  # a variant registered on request
+    waiting.add(exact_batched.NAME)
     names = _exact_names() + [name for name, _, _ in exact_w4a16.ptx_specs()]
+    names += [name for name, _, _ in exact_batched.ptx_specs()]
     for name in names:
         s = ptx_summary[name]
         if name.split("@")[0] in waiting:

@@ -26,8 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import __version__
-from .._atomic import write_text
+from .. import __version__, _atomic
 from .._progress import wants_progress
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight, divisor_from_global_scale
 from ..formats.q2_0 import Q2Weight
@@ -580,4 +579,4 @@ def save_safetensors(
         folder / WEIGHTS_NAME, tensors, {"producer": f"q2gemv {__version__}"}, progress=progress
     )
     if text is not None:
-        write_text(folder / "config.json", text)
+        _atomic.write_text(folder / "config.json", text)
