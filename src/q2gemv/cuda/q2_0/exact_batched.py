@@ -72,10 +72,6 @@ def register() -> kernels.KernelSpec:
     return kernels.register(spec())
 
 
-GROUP_ROWS = 8  # activation rows a column group holds (the n8 of one limb's B tile)
-MAX_GROUPS = 4  # column groups of one launch: up to 32 rows
-
-
 def groups_for(m: int) -> int:
     """Column groups (8 activation rows each) a batched launch of ``m`` rows is built with."""
     if not 1 <= m <= GROUP_ROWS * MAX_GROUPS:
