@@ -822,7 +822,7 @@ def test_cuda_autograd_equals_the_cpu():
         dy = acts(rng, (2, 256))
         dxs = []
         for dev in ("cpu", "cuda"):
-            xi = x.to(dev).requires_grad_()
+            xi = x.detach().to(dev).requires_grad_()  # a leaf on both devices
             y = layer.to(dev)(xi)
             assert y.requires_grad
             y.backward(dy.to(dev))
