@@ -120,119 +120,151 @@ def _make_batch_body(ng: int, group: int, warps: int):
     NOUT = ng * 4  # noqa: N806 - outputs a lane holds: (group, row g / g + 8, column)
     STEP_WORDS = lay.LANES * lay.WORDS_PER_LANE  # noqa: N806
     SB = S * SW  # noqa: N806 - (array sizes must be plain names)
-    SWW = S * warps * STEP_WORDS  # noqa: N806 - the warps' codes, S steps
-    SSH = S * warps * ROWS_PER_CTA * BPS  # noqa: N806 - the warps' scales (uint16), S steps
+    SWW1 = warps * STEP_WORDS  # noqa: N806 - the warps' codes of one step
+    SSH1 = warps * ROWS_PER_CTA * BPS  # noqa: N806 - the warps' scales (uint16) of one step
+    SWW = S * SWW1  # noqa: N806
+    SSH = S * SSH1  # noqa: N806
     SA = S * 2 * M8  # noqa: N806 - unit sums, S steps
     WAIT = cp_async_wait[S - 2] if S >= 2 else cp_async_wait[0]  # noqa: N806
 
     @cuda.jit(device=True, inline="always")
-    def issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p, slot, kw, nu, nb, ns, M, M0,  # noqa: N803
-              tid, warp, lane, tile, active):  # fmt: skip
-        """Step ``p``'s operands into stage ``slot`` (copies this thread's share; no commit)."""
-        real = M * LIMBS * 8
-        for i in range(VPT):
-            f = tid + int32(i * THREADS)
-            c = f & int32(7)
-            w0 = p * int32(32) + c * int32(4)
-            if f < real and w0 < kw:  # (a half last step's second unit is never read)
-                r = f >> int32(3)  # the prepare's limb row: m * LIMBS + limb
-                m = r // int32(LIMBS)
-                srow = (r - m * int32(LIMBS)) * int32(M8) + m
-                pos = c ^ ((srow & int32(1)) << int32(2))
-                d = slot * int32(SW) + srow * int32(32) + pos * int32(4)
-                cp_async16(sb, d, P32, (M0 * int32(LIMBS) + r) * kw + w0)
+    def issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p, slot, kw, nu, nb, tid, lane, active,  # noqa: N803
+              bsrc, bdst, asrc, qc, qs, wdst, sdst):  # fmt: skip
+        """Step ``p``'s operands into stage ``slot`` (this thread's share of the copies; no
+        commit). ``bsrc``/``bdst`` (limb copies), ``asrc`` (unit sums), ``qc``/``qs`` (the
+        warp's codes and scales at step 0) and ``wdst``/``sdst`` are this thread's
+        step-invariant offsets (:func:`offsets`); -1 marks a copy this thread does not make."""
+        po = p * int32(32)
+        if (tid & int32(7)) * int32(4) + po < kw:  # (a half last step's 2nd unit: not copied)
+            for i in range(VPT):
+                if bsrc[i] >= 0:
+                    cp_async16(sb, slot * int32(SW) + bdst[i], P32, bsrc[i] + po)
         for i in range(APT):
             f = tid + int32(i * THREADS)
-            if f < 2 * M:
+            if asrc[i] >= 0:
                 u = 2 * p + (f & int32(1))
                 d = slot * int32(2 * M8) + f
                 if u < nu:
-                    cp_async4(sa, d, ASUM, (M0 + (f >> int32(1))) * nu + u)
+                    cp_async4(sa, d, ASUM, asrc[i] + 2 * p)
                 else:
                     sa[d] = int32(0)
         if active:
-            d = (slot * int32(warps) + warp) * int32(STEP_WORDS) + lane * int32(4)
-            cp_async16(sw, d, CODES, (tile * ns + p) * int32(STEP_WORDS) + lane * int32(4))
+            cp_async16(sw, slot * int32(SWW1) + wdst, CODES, qc + p * int32(STEP_WORDS))
             if lane < 2 * BPS:
-                b = p * int32(BPS) + (lane >> int32(1))
-                if b < nb:
-                    d = (slot * int32(warps) + warp) * int32(ROWS_PER_CTA * BPS) + lane * int32(8)
-                    src = (tile * nb + b) * int32(ROWS_PER_CTA) + (lane & int32(1)) * int32(8)
-                    cp_async16(ss, d, SCALES, src)
+                d = slot * int32(SSH1) + sdst
+                if p * int32(BPS) + (lane >> int32(1)) < nb:
+                    cp_async16(ss, d, SCALES, qs + p * int32(BPS * ROWS_PER_CTA))
+                else:  # a block past K (a half last step): scale 0, no load
+                    for j in range(8):
+                        ss[d + j] = uint16(0)
 
     @cuda.jit(device=True, inline="always")
-    def mac_step(sb, sw, ss, sa, slot, warp, lane, nbv, g, t, cf, acc_hi, acc_lo, bad):
-        """One step (stage ``slot``) into the accumulators; returns ``bad`` with the
-        non-finite-scale flags of rows g (bit 0) and g + 8 (bit 1) or-ed in."""
-        wv0, wv1, wv2, wv3 = ld_vec_u32x4(
-            sw, (slot * int32(warps) + warp) * int32(STEP_WORDS) + lane * int32(4)
-        )
-        sbase = (slot * int32(warps) + warp) * int32(ROWS_PER_CTA * BPS) + g
-        swz = (g & int32(1)) << int32(2)
-        for i in range(BPS):
+    def mac_unit(sb, bs, wa, wb, lo, cf):
+        """Unit ``v`` of the step (its two 32-code halves; ``lo`` = this lane's offset of
+        the unit in a staged limb row, ``bs`` the stage) times every B tile into ``cf``."""
+        a00 = wa & uint32(CODE_MASK)
+        a02 = (wa >> uint32(2)) & uint32(CODE_MASK)
+        a01 = wb & uint32(CODE_MASK)
+        a03 = (wb >> uint32(2)) & uint32(CODE_MASK)
+        a10 = (wa >> uint32(4)) & uint32(CODE_MASK)
+        a12 = (wa >> uint32(6)) & uint32(CODE_MASK)
+        a11 = (wb >> uint32(4)) & uint32(CODE_MASK)
+        a13 = (wb >> uint32(6)) & uint32(CODE_MASK)
+        fl = uint32(0x80808080)  # A + 2**23's top byte -> A's, signed
+        for q in range(ng):
+            for limb in range(LIMBS):
+                b0, b1, b2, b3 = ld_vec_u32x4(sb, bs + lo + int32((limb * M8 + 8 * q) * 32))
+                o = 4 * (q * LIMBS + limb)
+                if limb == LIMBS - 1:
+                    cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8s8(
+                        a00, a01, a02, a03, b0 ^ fl, b1 ^ fl, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
+                    )
+                    cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8s8(
+                        a10, a11, a12, a13, b2 ^ fl, b3 ^ fl, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
+                    )
+                else:
+                    cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8(
+                        a00, a01, a02, a03, b0, b1, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
+                    )
+                    cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8(
+                        a10, a11, a12, a13, b2, b3, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
+                    )
+
+    @cuda.jit(device=True, inline="always")
+    def fold_block(ss, sa, sbase, abase, i, t, cf, acc_hi, acc_lo, bad):
+        """Block ``i`` of the step: its scales times the limb sums in ``cf`` into the
+        accumulators; returns ``bad`` with rows g (bit 0) and g + 8 (bit 1) flagged for a
+        non-finite scale."""
+        s_g = uint32(ss[sbase + int32(ROWS_PER_CTA * i)])
+        s_h = uint32(ss[sbase + int32(ROWS_PER_CTA * i + 8)])
+        if (s_g & uint32(0x7C00)) == uint32(0x7C00):
+            bad |= 1
+        if (s_h & uint32(0x7C00)) == uint32(0x7C00):
+            bad |= 2
+        mg, shg, ng_ = scale_parts(s_g)
+        mh, shh, nh_ = scale_parts(s_h)
+        mg = int32(-mg) if ng_ else mg
+        mh = int32(-mh) if nh_ else mh
+        for q in range(ng):
+            for c in range(2):
+                asum = int32(0)
+                for v in range(i * UPB, (i + 1) * UPB):
+                    asum += sa[abase + int32(2 * (8 * q + c) + v)]
+                for h in range(2):
+                    x = 2 * h + c
+                    o = 4 * q * LIMBS + x
+                    s_ = uint32(cf[o]) + (uint32(cf[o + 4]) << uint32(8))
+                    s_ = s_ + (uint32(cf[o + 8]) << uint32(16)) - uint32(asum)
+                    if h == 0:
+                        acc_add(acc_hi, acc_lo, 4 * q + x, mul_wide(int32(s_), mg), shg)
+                    else:
+                        acc_add(acc_hi, acc_lo, 4 * q + x, mul_wide(int32(s_), mh), shh)
+        return bad
+
+    @cuda.jit(device=True, inline="always")
+    def mac_step(sb, sw, ss, sa, slot, wsrc, sbase0, lo0, lo1, t, cf, acc_hi, acc_lo, bad):
+        """One step (stage ``slot``) into the accumulators (:func:`fold_block` per block)."""
+        wv0, wv1, wv2, wv3 = ld_vec_u32x4(sw, slot * int32(SWW1) + wsrc)
+        bs = slot * int32(SW)
+        sbase = slot * int32(SSH1) + sbase0
+        abase = slot * int32(2 * M8) + int32(4) * t  # activation row 2t of each group
+        for x in range(NCF):
+            cf[x] = int32(0)
+        mac_unit(sb, bs, wv0, wv1, lo0, cf)
+        if BPS == 2:  # group 64: a block a unit
+            bad = fold_block(ss, sa, sbase, abase, 0, t, cf, acc_hi, acc_lo, bad)
             for x in range(NCF):
                 cf[x] = int32(0)
-            for v in range(i * UPB, (i + 1) * UPB):
-                wa = wv0 if v == 0 else wv2
-                wb = wv1 if v == 0 else wv3
-                a00 = wa & uint32(CODE_MASK)
-                a02 = (wa >> uint32(2)) & uint32(CODE_MASK)
-                a01 = wb & uint32(CODE_MASK)
-                a03 = (wb >> uint32(2)) & uint32(CODE_MASK)
-                a10 = (wa >> uint32(4)) & uint32(CODE_MASK)
-                a12 = (wa >> uint32(6)) & uint32(CODE_MASK)
-                a11 = (wb >> uint32(4)) & uint32(CODE_MASK)
-                a13 = (wb >> uint32(6)) & uint32(CODE_MASK)
-                pos = (int32(4 * v) + t) ^ swz
-                for q in range(ng):
-                    for limb in range(LIMBS):
-                        row = limb * M8 + 8 * q + g
-                        base = slot * int32(SW) + row * int32(32) + pos * int32(4)
-                        b0, b1, b2, b3 = ld_vec_u32x4(sb, base)
-                        o = 4 * (q * LIMBS + limb)
-                        if limb == LIMBS - 1:
-                            fl = uint32(0x80808080)  # A + 2**23's top byte -> A's, signed
-                            cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8s8(
-                                a00, a01, a02, a03, b0 ^ fl, b1 ^ fl,
-                                cf[o], cf[o + 1], cf[o + 2], cf[o + 3],
-                            )  # fmt: skip
-                            cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8s8(
-                                a10, a11, a12, a13, b2 ^ fl, b3 ^ fl,
-                                cf[o], cf[o + 1], cf[o + 2], cf[o + 3],
-                            )  # fmt: skip
-                        else:
-                            cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8(
-                                a00, a01, a02, a03, b0, b1, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
-                            )
-                            cf[o], cf[o + 1], cf[o + 2], cf[o + 3] = mma_u8(
-                                a10, a11, a12, a13, b2, b3, cf[o], cf[o + 1], cf[o + 2], cf[o + 3]
-                            )
-            s_g = uint32(ss[sbase + int32(ROWS_PER_CTA * i)]) if i < nbv else uint32(0)
-            s_h = uint32(ss[sbase + int32(ROWS_PER_CTA * i + 8)]) if i < nbv else uint32(0)
-            if (s_g & uint32(0x7C00)) == uint32(0x7C00):
-                bad |= 1
-            if (s_h & uint32(0x7C00)) == uint32(0x7C00):
-                bad |= 2
-            mg, shg, ng_ = scale_parts(s_g)
-            mh, shh, nh_ = scale_parts(s_h)
-            mg = int32(-mg) if ng_ else mg
-            mh = int32(-mh) if nh_ else mh
-            for q in range(ng):
-                for c in range(2):
-                    m = 8 * q + 2 * t + c
-                    asum = int32(0)
-                    for v in range(i * UPB, (i + 1) * UPB):
-                        asum += sa[slot * int32(2 * M8) + 2 * m + v]
-                    for h in range(2):
-                        x = 2 * h + c
-                        o = 4 * q * LIMBS + x
-                        s_ = uint32(cf[o]) + (uint32(cf[o + 4]) << uint32(8))
-                        s_ = s_ + (uint32(cf[o + 8]) << uint32(16)) - uint32(asum)
-                        if h == 0:
-                            acc_add(acc_hi, acc_lo, 4 * q + x, mul_wide(int32(s_), mg), shg)
-                        else:
-                            acc_add(acc_hi, acc_lo, 4 * q + x, mul_wide(int32(s_), mh), shh)
+            mac_unit(sb, bs, wv2, wv3, lo1, cf)
+            bad = fold_block(ss, sa, sbase, abase, 1, t, cf, acc_hi, acc_lo, bad)
+        else:
+            mac_unit(sb, bs, wv2, wv3, lo1, cf)
+            bad = fold_block(ss, sa, sbase, abase, 0, t, cf, acc_hi, acc_lo, bad)
         return bad
+
+    @cuda.jit(device=True, inline="always")
+    def offsets(N, K, M, M0, tid, warp, lane, tile, bsrc, bdst, asrc):
+        """This thread's step-invariant copy offsets (:func:`issue`); -1 for none."""
+        kw = K >> int32(2)
+        real = M * LIMBS * 8
+        for i in range(VPT):
+            f = tid + int32(i * THREADS)
+            bsrc[i] = int32(-1)
+            bdst[i] = int32(0)
+            if f < real:
+                r = f >> int32(3)  # the prepare's limb row: m * LIMBS + limb
+                c = f & int32(7)
+                m = r // int32(LIMBS)
+                srow = (r - m * int32(LIMBS)) * int32(M8) + m
+                pos = c ^ ((srow & int32(1)) << int32(2))
+                bsrc[i] = (M0 * int32(LIMBS) + r) * kw + c * int32(4)
+                bdst[i] = srow * int32(32) + pos * int32(4)
+        nu = K // int32(UNIT)
+        for i in range(APT):
+            f = tid + int32(i * THREADS)
+            asrc[i] = int32(-1)
+            if f < 2 * M:
+                asrc[i] = (M0 + (f >> int32(1))) * nu + (f & int32(1))
 
     @cuda.jit(device=True, inline="always")
     def finish(C, EROW, hi, lo, flag, row, m, N, M, M0):  # noqa: N803
@@ -253,6 +285,9 @@ def _make_batch_body(ng: int, group: int, warps: int):
         acc_hi = cuda.local.array(NOUT, int64)
         acc_lo = cuda.local.array(NOUT, uint64)
         cf = cuda.local.array(NCF, int32)
+        bsrc = cuda.local.array(VPT, int32)
+        bdst = cuda.local.array(VPT, int32)
+        asrc = cuda.local.array(APT, int32)
         tid = int32(cuda.threadIdx.x)
         warp = tid >> int32(5)
         lane = tid & int32(31)
@@ -268,6 +303,15 @@ def _make_batch_body(ng: int, group: int, warps: int):
         spl = (ns + parts - int32(1)) // parts
         p0 = int32(cuda.blockIdx.y) * spl
         p1 = min(p0 + spl, ns)
+        offsets(N, K, M, M0, tid, warp, lane, tile, bsrc, bdst, asrc)
+        qc = (tile * ns) * int32(STEP_WORDS) + lane * int32(4)  # the warp's codes at step 0
+        qs = (tile * nb) * int32(ROWS_PER_CTA) + lane * int32(8)  # scales: lanes 0 .. 2 BPS - 1
+        wdst = warp * int32(STEP_WORDS) + lane * int32(4)
+        sdst = warp * int32(ROWS_PER_CTA * BPS) + lane * int32(8)
+        sbase0 = warp * int32(ROWS_PER_CTA * BPS) + g
+        swz = (g & int32(1)) << int32(2)
+        lo0 = g * int32(32) + ((t) ^ swz) * int32(4)  # unit 0's chunk t of limb row g
+        lo1 = g * int32(32) + ((int32(4) + t) ^ swz) * int32(4)  # unit 1's
         for i in range(tid, SB, THREADS):  # the rows past M stay zero
             sb[i] = uint32(0)
         for i in range(NOUT):
@@ -278,8 +322,8 @@ def _make_batch_body(ng: int, group: int, warps: int):
         cuda.syncthreads()  # the zeroing before any copy lands
         for j in range(S - 1):  # the pipeline's first steps, a group each
             if p0 + j < p1:
-                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p0 + j, int32(j), kw, nu, nb, ns,
-                      M, M0, tid, warp, lane, tile, active)  # fmt: skip
+                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p0 + j, int32(j), kw, nu, nb,
+                      tid, lane, active, bsrc, bdst, asrc, qc, qs, wdst, sdst)  # fmt: skip
             cp_async_commit()
         p = p0
         slot = int32(0)
@@ -291,13 +335,12 @@ def _make_batch_body(ng: int, group: int, warps: int):
                 sn = slot + int32(S - 1)
                 if sn >= S:
                     sn -= int32(S)
-                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, pn, sn, kw, nu, nb, ns, M, M0,
-                      tid, warp, lane, tile, active)  # fmt: skip
+                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, pn, sn, kw, nu, nb,
+                      tid, lane, active, bsrc, bdst, asrc, qc, qs, wdst, sdst)  # fmt: skip
             cp_async_commit()
             if active:
-                nbv = nb - p * int32(BPS)  # blocks of this step that exist (a half last step)
-                bad = mac_step(sb, sw, ss, sa, slot, warp, lane, nbv, g, t, cf, acc_hi, acc_lo,
-                               bad)  # fmt: skip
+                bad = mac_step(sb, sw, ss, sa, slot, wdst, sbase0, lo0, lo1, t, cf, acc_hi,
+                               acc_lo, bad)  # fmt: skip
             slot += int32(1)
             if slot == S:
                 slot = int32(0)
