@@ -8,7 +8,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from numba import cuda, float32, uint32
+from numba import cuda, float32, uint16, uint32
 
 from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.runtime import dev as _dev
@@ -427,3 +427,84 @@ def test_grid_dependency_pair_keeps_the_kernel_s_own_semantics():
     out = np.zeros_like(x)
     _grid_dep_kernel[2, 32](x, out)
     assert out.tolist() == (x + 1).tolist()
+
+
+@cuda.jit
+def _mma_s8_kernel(a, b, c, d):
+    i = cuda.grid(1)
+    d[i, 0], d[i, 1], d[i, 2], d[i, 3] = _dev.mma_u8s8(
+        a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[i, 0], b[i, 1], c[i, 0], c[i, 1], c[i, 2], c[i, 3]
+    )
+
+
+def test_mma_u8s8_is_the_ptx_m16n8k32_product_with_a_signed_b():
+    """u8 A x s8 B: B's bytes read as two's complement (-128 .. 127), the extremes included."""
+    rng = np.random.default_rng(43)
+    am = rng.integers(0, 256, (16, 32))
+    bm = rng.integers(-128, 128, (32, 8))
+    am[0], bm[:, 0] = 255, -128  # the most negative products
+    cm = rng.integers(-(2**30), 2**30, (16, 8))
+    a, b, c = _mma_fragments(am, bm & 0xFF, cm)
+    want = _mma_fragments(am, bm & 0xFF, am @ bm + cm)[2]
+    d = np.zeros((32, 4), np.int32)
+    _mma_s8_kernel[1, 32](a, b, c, d)
+    assert_bits_equal(d, want, "mma_u8s8 D = A @ B + C")
+
+
+@cuda.jit
+def _cp_async_kernel(src32, src16, out32, out16):
+    s32 = cuda.shared.array(64, uint32)
+    s16 = cuda.shared.array(64, uint16)
+    t = cuda.threadIdx.x  # 16 threads
+    _dev.cp_async16(s32, 4 * t, src32, 4 * ((t + 5) % 16))
+    _dev.cp_async16(s16, 8 * (t % 8), src16, 8 * ((t + 3) % 8))
+    _dev.cp_async_commit()
+    _dev.cp_async4(s32, (4 * t + 1) % 64, src32, 63 - t)  # a second group, 4 bytes
+    _dev.cp_async_commit()
+    _dev.cp_async_wait[0]()
+    cuda.syncthreads()
+    w0, w1, w2, w3 = _dev.ld_vec_u32x4(s32, 4 * ((t + 1) % 16))  # a 16-byte shared read
+    out32[t, 0], out32[t, 1], out32[t, 2], out32[t, 3] = w0, w1, w2, w3
+    for j in range(4):
+        out16[t, j] = s16[4 * t + j]
+
+
+def test_cp_async_copies_land_after_the_wait_and_ld_vec_reads_them():
+    """cp_async16/4 into shared arrays of uint32 and uint16 (16 and 4 bytes whatever the
+    element size), visible after cp_async_wait[0] and a barrier; ld_vec_u32x4 on shared."""
+    rng = np.random.default_rng(44)
+    src32 = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    src16 = rng.integers(0, 2**16, 64).astype(np.uint16)
+    out32 = np.zeros((16, 4), np.uint32)
+    out16 = np.zeros((16, 4), np.uint16)
+    _cp_async_kernel[1, 16](src32, src16, out32, out16)
+    s32 = np.zeros(64, np.uint32)
+    s16 = np.zeros(64, np.uint16)
+    for t in range(16):
+        s32[4 * t : 4 * t + 4] = src32[4 * ((t + 5) % 16) : 4 * ((t + 5) % 16) + 4]
+        s16[8 * (t % 8) : 8 * (t % 8) + 8] = src16[8 * ((t + 3) % 8) : 8 * ((t + 3) % 8) + 8]
+    for t in range(16):
+        s32[(4 * t + 1) % 64] = src32[63 - t]
+    assert np.array_equal(out32, s32.reshape(16, 4)[[(t + 1) % 16 for t in range(16)]])
+    assert np.array_equal(out16, s16[:64].reshape(16, 4))
+
+
+@cuda.jit
+def _wrap_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = uint32(x[i] + uint32(0x80000000)) + uint32(0x80000000)  # wraps twice
+
+
+def test_wrapping_integer_arithmetic_warns_nothing():
+    """Device integers wrap modulo 2**32; the simulator's NumPy scalars must not warn where
+    the device wraps (issue 33: six RuntimeWarnings flooded the quickstart)."""
+    import warnings
+
+    x = np.array([0, 1, 0xFFFFFFFF, 0x80000000], np.uint32)
+    out = np.zeros_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _wrap_kernel[1, 4](x, out)
+    assert np.array_equal(out, x)
+    assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
