@@ -589,15 +589,10 @@ def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOper
     return launcher.prepare_device("q2_0", d_a, stream, ops)
 
 
-def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
-    """``(kernel, grid, block, args)`` of each ``q2_0_gemv_exact`` launch: chunks of
-    :data:`MAX_M` rows, :func:`warps_for` warps a CTA.
-
-    Validates before anything is launched: ``dw`` a DeviceQ2Weight of ``ops.k``
-    columns, ``d_out`` uint16 [M, N]. ``chunks``: the ``(row0, rows)`` of each
-    launch (the plan's, from :mod:`q2gemv.cuda.runtime.launcher`); default chunks of
-    :data:`MAX_M` rows. They must cover the M rows once, in order.
-    """
+def checked_operands(ops: ExactOperands, dw, d_out, name: str) -> tuple:
+    """``(codes, scales, (limbs, unit_sums))`` flat, for a launch of kernel ``name``, after
+    checking (before anything is launched) that ``dw`` is a DeviceQ2Weight of ``ops.k``
+    columns, ``d_out`` uint16 [M, N], and the weight and operands fit 32-bit indices."""
     from .weight import DeviceQ2Weight
 
     if not isinstance(dw, DeviceQ2Weight):
@@ -609,14 +604,30 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
             f"out: expected uint16 of shape {(ops.m, dw.n)}, got {d_out.dtype} {tuple(d_out.shape)}"
         )
     codes, scales = dw.exec_layout()
-    launch.check_weight_halves("q2_0_gemv_exact", 2 * codes.size)
+    launch.check_weight_halves(name, 2 * codes.size)
     if LIMBS * ops.m * (ops.k // 4) >= MAX_LIMB_WORDS:  # the kernel's 32-bit operand index
         raise ValueError(
             f"a: at most {MAX_LIMB_WORDS // LIMBS - 1} x 4 activation values (M * K) per call, "
             f"got M={ops.m}, K={ops.k}; split M"
         )
+    return (
+        codes,
+        scales,
+        (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size)),
+    )
+
+
+def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
+    """``(kernel, grid, block, args)`` of each ``q2_0_gemv_exact`` launch: chunks of
+    :data:`MAX_M` rows, :func:`warps_for` warps a CTA.
+
+    Validates before anything is launched: ``dw`` a DeviceQ2Weight of ``ops.k``
+    columns, ``d_out`` uint16 [M, N]. ``chunks``: the ``(row0, rows)`` of each
+    launch (the plan's, from :mod:`q2gemv.cuda.runtime.launcher`); default chunks of
+    :data:`MAX_M` rows. They must cover the M rows once, in order.
+    """
+    codes, scales, flat = checked_operands(ops, dw, d_out, "q2_0_gemv_exact")
     grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
-    flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
     launches = []
     for r0, rows in launch.check_chunks(chunks, ops.m, MAX_M):
         warps = warps_for(dw.n, dw.k, rows)

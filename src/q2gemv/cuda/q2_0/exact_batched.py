@@ -36,7 +36,6 @@ from . import exact
 from .exact import (
     CODE_MASK,
     LIMBS,
-    MAX_LIMB_WORDS,
     ROWS_PER_CTA,
     SCALE_LSB,
     UNIT,
@@ -267,6 +266,13 @@ def _make_batch_body(ng: int, group: int, warps: int):
                 asrc[i] = (M0 + (f >> int32(1))) * nu + (f & int32(1))
 
     @cuda.jit(device=True, inline="always")
+    def output_of(tile, g, t, q, x):
+        """Output ``4 q + x`` of lane (g, t): ``(weight row, activation row, h)``, h = 0 for
+        row g, 1 for g + 8 (the C fragment's order)."""
+        h = x >> 1
+        return tile * int32(ROWS_PER_CTA) + g + int32(8) * h, 8 * q + 2 * t + (x & 1), h
+
+    @cuda.jit(device=True, inline="always")
     def finish(C, EROW, hi, lo, flag, row, m, N, M, M0):  # noqa: N803
         if m < M and row < N:
             e = EROW[M0 + m]
@@ -349,9 +355,7 @@ def _make_batch_body(ng: int, group: int, warps: int):
             if active:
                 for q in range(ng):
                     for x in range(4):
-                        h = x >> 1
-                        row = tile * int32(ROWS_PER_CTA) + g + int32(8) * h
-                        m = 8 * q + 2 * t + (x & 1)
+                        row, m, h = output_of(tile, g, t, q, x)
                         flag = (bad >> h) & int32(1)
                         finish(
                             C, EROW, acc_hi[4 * q + x], acc_lo[4 * q + x], flag, row, m, N, M, M0
@@ -360,9 +364,7 @@ def _make_batch_body(ng: int, group: int, warps: int):
         if active:
             for q in range(ng):
                 for x in range(4):
-                    h = x >> 1
-                    row = tile * int32(ROWS_PER_CTA) + g + int32(8) * h
-                    m = 8 * q + 2 * t + (x & 1)
+                    row, m, h = output_of(tile, g, t, q, x)
                     if m < M:
                         i3 = (row * M + m) * int32(3)
                         cuda.atomic.add(WS, i3, acc_hi[4 * q + x])
@@ -380,9 +382,7 @@ def _make_batch_body(ng: int, group: int, warps: int):
         if active:
             for q in range(ng):
                 for x in range(4):
-                    h = x >> 1
-                    row = tile * int32(ROWS_PER_CTA) + g + int32(8) * h
-                    m = 8 * q + 2 * t + (x & 1)
+                    row, m, h = output_of(tile, g, t, q, x)
                     if m < M:
                         i3 = (row * M + m) * int32(3)
                         hi = cuda.atomic.exch(WS, i3, int64(0))
@@ -444,24 +444,7 @@ def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
     """``(kernel, grid, block, args)`` of each launch: one per chunk of up to :data:`MAX_M`
     rows, the CTA shape :func:`launch_rule` picks. Validates before anything is launched, as
     :func:`q2gemv.cuda.q2_0.exact.q2_launches` does."""
-    from .weight import DeviceQ2Weight
-
-    if not isinstance(dw, DeviceQ2Weight):
-        raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
-    if ops.k != dw.k:
-        raise ValueError(f"a: expected K={dw.k} columns (the weight's k), got {ops.k}")
-    if np.dtype(d_out.dtype) != np.uint16 or tuple(d_out.shape) != (ops.m, dw.n):
-        raise ValueError(
-            f"out: expected uint16 of shape {(ops.m, dw.n)}, got {d_out.dtype} {tuple(d_out.shape)}"
-        )
-    codes, scales = dw.exec_layout()
-    launch.check_weight_halves(NAME, 2 * codes.size)
-    if LIMBS * ops.m * (ops.k // 4) >= MAX_LIMB_WORDS:  # the kernel's 32-bit operand index
-        raise ValueError(
-            f"a: at most {MAX_LIMB_WORDS // LIMBS - 1} x 4 activation values (M * K) per call, "
-            f"got M={ops.m}, K={ops.k}; split M"
-        )
-    flat = (ops.limbs.reshape(ops.limbs.size), ops.unit_sums.reshape(ops.unit_sums.size))
+    codes, scales, flat = exact.checked_operands(ops, dw, d_out, NAME)
     tiles = launch.div_ceil(dw.n, ROWS_PER_CTA)
     launches = []
     for r0, rows in launch.check_chunks(rows_of, ops.m, MAX_M):
