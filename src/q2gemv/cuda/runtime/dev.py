@@ -410,28 +410,37 @@ else:
 
     ld_bf16x8 = intrinsic(_ld_bf16x8)
 
-    def _ld_f32x4(typingctx, arr, i):
-        """``arr[i .. i+3]`` (float32, 1-D, contiguous) by one 16-byte vector load.
+    def _vec4_load(nbtype, irtype):
+        """``arr[i .. i+3]`` of ``nbtype`` (1-D, contiguous) by one plain 16-byte vector load.
 
         The caller guarantees ``i % 4 == 0`` (and a 16-byte aligned array). A
-        plain LLVM ``<4 x float>`` load: NVVM infers the address space (a
-        shared-memory array becomes one ``ld.shared.v4.f32``), where four
+        plain LLVM ``<4 x T>`` load: NVVM infers the address space (a
+        shared-memory array becomes one ``ld.shared.v4``), where four
         scalar reads are merged only when LLVM can prove them consecutive.
         """
-        sig = types.UniTuple(types.float32, 4)(arr, i)
 
-        def codegen(context, builder, sig, args):
-            from llvmlite import ir
+        def typer(typingctx, arr, i):
+            sig = types.UniTuple(nbtype, 4)(arr, i)
 
-            ptr = _element_pointer(context, builder, sig, args)
-            vty = ir.VectorType(ir.FloatType(), 4)
-            vptr = builder.bitcast(ptr, vty.as_pointer(ptr.type.addrspace))
-            v = builder.load(vptr, align=16)
-            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), j)) for j in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
+            def codegen(context, builder, sig, args):
+                from llvmlite import ir
 
-        return sig, codegen
+                ptr = _element_pointer(context, builder, sig, args)
+                vty = ir.VectorType(irtype(), 4)
+                vptr = builder.bitcast(ptr, vty.as_pointer(ptr.type.addrspace))
+                v = builder.load(vptr, align=16)
+                vals = [
+                    builder.extract_element(v, ir.Constant(ir.IntType(32), j)) for j in range(4)
+                ]
+                return context.make_tuple(builder, sig.return_type, vals)
 
+            return sig, codegen
+
+        return typer
+
+    from llvmlite import ir as _ir
+
+    _ld_f32x4 = _vec4_load(types.float32, _ir.FloatType)
     ld_f32x4 = intrinsic(_ld_f32x4)
 
     def _ld_u32x4(typingctx, arr, i):
@@ -467,27 +476,7 @@ else:
 
     ld_stream_u32x4 = intrinsic(_ld_stream_u32x4)
 
-    def _ld_vec_u32x4(typingctx, arr, i):
-        """``arr[i .. i+3]`` (uint32, 1-D, contiguous) by one plain 16-byte vector load.
-
-        As :func:`ld_f32x4`: NVVM infers the address space, so a shared-memory
-        array gives one ``ld.shared.v4.u32``. The caller guarantees ``i % 4 == 0``
-        and a 16-byte aligned array.
-        """
-        sig = types.UniTuple(types.uint32, 4)(arr, i)
-
-        def codegen(context, builder, sig, args):
-            from llvmlite import ir
-
-            ptr = _element_pointer(context, builder, sig, args)
-            vty = ir.VectorType(ir.IntType(32), 4)
-            vptr = builder.bitcast(ptr, vty.as_pointer(ptr.type.addrspace))
-            v = builder.load(vptr, align=16)
-            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), j)) for j in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
-
-        return sig, codegen
-
+    _ld_vec_u32x4 = _vec4_load(types.uint32, lambda: _ir.IntType(32))  # ld.shared.v4.u32 too
     ld_vec_u32x4 = intrinsic(_ld_vec_u32x4)
 
     def _cp_async(size: int, cache: str):
