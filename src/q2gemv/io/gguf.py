@@ -437,29 +437,18 @@ def _read_value(cur: _Cursor, value_type: int, key: str, depth: int = 0):
     if value_type in _SCALARS:
         return cur.scalar(value_type, what)
     if value_type == GGUF_ARRAY:
-        if depth > 8:
-            raise GgufError(cur.path, f"{what}: arrays nested more than 8 deep")
-        elem = cur.u32(f"{what} array element type")
-        count = cur.u64(f"{what} array length")
+        elem, count = _array_header(cur, what, depth)
         if elem in _SCALARS:
             # one copy into a NumPy array (the map closes after parsing), never a list of
             # Python numbers: 10 million f32 stay 40 MB instead of ~400 MB of objects
-            size = _SCALARS[elem][1]
-            pos = cur.need(count * size, f"{what} array of {count} {value_type_name(elem)}")
-            arr = np.frombuffer(cur.buf, dtype=_NUMPY_DTYPES[elem], count=count, offset=pos)
+            arr = _scalar_array(cur, elem, count, what, _NUMPY_DTYPES[elem])
             if elem == GGUF_BOOL:
-                if arr.size and int(arr.max()) > 1:
-                    raise GgufError(cur.path, f"{what}: bool array holds a byte other than 0/1")
                 arr = arr.view(np.bool_)
             arr = arr.copy()
             arr.flags.writeable = False
             return arr
         if elem in (GGUF_STRING, GGUF_ARRAY):
-            # each element takes at least 8 bytes (a string's length) or 12 (an array's
-            # type and count): refuse absurd counts before looping
-            least = 8 if elem == GGUF_STRING else 12
-            if count * least > cur.size - cur.pos:
-                cur.need(count * least, f"{what} array of {count} {value_type_name(elem)}")
+            _need_nested(cur, elem, count, what)
             begin = cur.pos
             dtype = np.uint32 if cur.size - begin < 2**32 else np.int64
             starts = np.empty(count + 1, dtype=dtype)
@@ -475,27 +464,44 @@ def _read_value(cur: _Cursor, value_type: int, key: str, depth: int = 0):
     raise GgufError(cur.path, f"{what}: unknown metadata value type {value_type}")
 
 
+def _array_header(cur: _Cursor, what: str, depth: int) -> tuple[int, int]:
+    """An array value's ``(element type, count)``, refusing arrays nested more than 8 deep."""
+    if depth > 8:
+        raise GgufError(cur.path, f"{what}: arrays nested more than 8 deep")
+    return cur.u32(f"{what} array element type"), cur.u64(f"{what} array length")
+
+
+def _scalar_array(cur: _Cursor, elem: int, count: int, what: str, dtype):
+    """Step over an array of ``count`` scalars of type ``elem``; a bool array must hold 0/1
+    bytes. Returns a view of them as ``dtype`` (None: no view, nothing kept)."""
+    pos = cur.need(count * _SCALARS[elem][1], f"{what} array of {count} {value_type_name(elem)}")
+    if dtype is None:
+        return None
+    arr = np.frombuffer(cur.buf, dtype=dtype, count=count, offset=pos)
+    if elem == GGUF_BOOL and arr.size and int(arr.view(np.uint8).max()) > 1:
+        raise GgufError(cur.path, f"{what}: bool array holds a byte other than 0/1")
+    return arr
+
+
+def _need_nested(cur: _Cursor, elem: int, count: int, what: str) -> None:
+    """Refuse an absurd count of strings or arrays before looping: each takes at least 8 bytes
+    (a string's length) or 12 (an array's type and count)."""
+    least = 8 if elem == GGUF_STRING else 12
+    if count * least > cur.size - cur.pos:
+        cur.need(count * least, f"{what} array of {count} {value_type_name(elem)}")
+
+
 def _check_value(cur: _Cursor, value_type: int, key: str, depth: int) -> None:
     """Step over one metadata value, checking it as :func:`_read_value` would, keeping nothing."""
     if value_type == GGUF_STRING:
         cur.string(f"metadata {key!r}")  # checks the UTF-8; the str is dropped at once
     elif value_type == GGUF_ARRAY:
         what = f"metadata {key!r}"
-        if depth > 8:
-            raise GgufError(cur.path, f"{what}: arrays nested more than 8 deep")
-        elem = cur.u32(f"{what} array element type")
-        count = cur.u64(f"{what} array length")
+        elem, count = _array_header(cur, what, depth)
         if elem in _SCALARS:
-            size = _SCALARS[elem][1]
-            pos = cur.need(count * size, f"{what} array of {count} {value_type_name(elem)}")
-            if elem == GGUF_BOOL and count:
-                arr = np.frombuffer(cur.buf, dtype=np.uint8, count=count, offset=pos)
-                if int(arr.max()) > 1:
-                    raise GgufError(cur.path, f"{what}: bool array holds a byte other than 0/1")
+            _scalar_array(cur, elem, count, what, np.uint8 if elem == GGUF_BOOL else None)
         elif elem in (GGUF_STRING, GGUF_ARRAY):
-            least = 8 if elem == GGUF_STRING else 12
-            if count * least > cur.size - cur.pos:
-                cur.need(count * least, f"{what} array of {count} {value_type_name(elem)}")
+            _need_nested(cur, elem, count, what)
             for _ in range(count):
                 _check_value(cur, elem, key, depth + 1)
         else:
