@@ -192,3 +192,24 @@ def test_quantize_model_fuses_an_empty_q2_model_and_not_an_empty_nvfp4_one():
         report = quantize_model(empty, fmt)
         assert len(report.fused) == fused
         assert len(report.not_fused) == (2 - fused)
+
+
+def test_load_safetensors_fuses_equal_global_scales_and_names_the_others(tmp_path):
+    from ..test_models import write_modelopt
+
+    equal, other = tiny_llama(), tiny_llama()
+    equal_amax_per_group(equal)
+    write_modelopt(equal, tmp_path / "equal.safetensors")
+    write_modelopt(other, tmp_path / "other.safetensors")  # a scale per projection
+    from q2gemv.torch import load_safetensors
+
+    fused = load_safetensors(tmp_path / "equal.safetensors", tiny_llama(seed=1))
+    assert len(fused.config.quantization_config["fused_projections"]) == 4
+    separate = load_safetensors(tmp_path / "equal.safetensors", tiny_llama(seed=1), fuse=False)
+    with torch.no_grad():
+        ids = prompts()
+        assert_same_bits(fused(ids).logits, separate(ids).logits, "loaded fused vs separate")
+    with pytest.warns(UserWarning, match=r"4 projection group\(s\) kept as separate.*differ"):
+        kept = load_safetensors(tmp_path / "other.safetensors", tiny_llama(seed=1))
+    assert kept.config.quantization_config["fused_projections"] == []
+    assert isinstance(kept.model.layers[0].mlp.up_proj, Nvfp4Linear)
