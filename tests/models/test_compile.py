@@ -46,15 +46,21 @@ def prefilled(model, batch: int = 2, prompt: int = 5, max_len: int = 16):
     """A static cache holding a prompt, and the first decode step's inputs."""
     from transformers import StaticCache
 
+    device = next(model.parameters()).device
     cache = StaticCache(config=model.config, max_cache_len=max_len)
     ids = torch.randint(0, 192, (batch, prompt), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        out = model(input_ids=ids, cache=cache, use_cache=True, cache_position=torch.arange(prompt))
+        out = model(
+            input_ids=ids.to(device),
+            cache=cache,
+            use_cache=True,
+            cache_position=torch.arange(prompt, device=device),
+        )
     return cache, out.logits[:, -1:].argmax(-1), prompt
 
 
 def step_kwargs(tokens, pos: int, cache) -> dict:
-    p = torch.tensor([pos])
+    p = torch.tensor([pos], device=tokens.device)
     return dict(
         input_ids=tokens,
         cache=cache,
@@ -130,3 +136,40 @@ def test_transformers_generate_with_a_compiled_forward_gives_the_eager_tokens():
     got = model.generate(ids, compile_config=config, **kw)
     assert torch.equal(got, want)
     assert counters["stats"]["unique_graphs"] == 1
+
+
+# -- GPU (skipped without a real CUDA device) -------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["q2_0", "nvfp4"])
+def test_cuda_compiled_decode_with_cuda_graphs_equals_eager(fmt):
+    """``backend="cudagraphs"``: the graph dynamo and AOTAutograd make, replayed through
+    CUDA graph trees (what ``mode="reduce-overhead"`` does, without inductor's own kernels,
+    so the bits are eager's). Logits step after step, and generate's tokens."""
+    from transformers import CompileConfig
+
+    torch._dynamo.reset()
+    model = quantized("qwen2", fmt, True).cuda()
+    compiled = torch.compile(model.forward, backend="cudagraphs", fullgraph=True)
+    cache, tokens, pos = prefilled(model)
+    eager_cache, eager_tokens = copy.deepcopy(cache), tokens
+    with torch.no_grad():
+        for step in range(4):
+            p = pos + step
+            torch.compiler.cudagraph_mark_step_begin()
+            got = compiled(**step_kwargs(tokens, p, cache)).logits.clone()
+            want = model(**step_kwargs(eager_tokens, p, eager_cache)).logits
+            q2gemv.check.assert_bits_equal(u16(got.cpu()), u16(want.cpu()), f"step {step}")
+            tokens, eager_tokens = got.argmax(-1), want.argmax(-1)
+    ids = torch.randint(0, 192, (2, 5), generator=torch.Generator().manual_seed(4)).cuda()
+    kw = dict(
+        max_new_tokens=8,
+        do_sample=False,
+        pad_token_id=0,
+        attention_mask=torch.ones_like(ids),
+        cache_implementation="static",
+    )
+    want = model.generate(ids, disable_compile=True, **kw)
+    config = CompileConfig(backend="cudagraphs", fullgraph=True, mode=None)
+    assert torch.equal(model.generate(ids, compile_config=config, **kw), want)
