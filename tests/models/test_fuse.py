@@ -50,7 +50,9 @@ def pair(arch: str, fmt: str, **kw):
 
 
 @pytest.mark.parametrize("arch", list(MODELS))
-@pytest.mark.parametrize("fmt, numerics", [("q2_0", None), ("q2_0", "seed"), ("nvfp4", None)])
+@pytest.mark.parametrize(
+    "fmt, numerics", [("q2_0", None), ("q2_0", "seed"), ("nvfp4", None), ("nvfp4", "seed")]
+)
 def test_fused_logits_and_tokens_equal_separate_layers(arch, fmt, numerics):
     model, separate, report = pair(arch, fmt, numerics=numerics)
     assert sorted(report.fused) == [
