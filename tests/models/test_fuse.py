@@ -215,3 +215,11 @@ def test_load_safetensors_fuses_equal_global_scales_and_names_the_others(tmp_pat
         kept = load_safetensors(tmp_path / "other.safetensors", tiny_llama(seed=1))
     assert kept.config.quantization_config["fused_projections"] == []
     assert isinstance(kept.model.layers[0].mlp.up_proj, Nvfp4Linear)
+
+
+def test_a_group_with_a_member_left_in_bf16_stays_separate_and_is_reported():
+    model = tiny_llama(layers=1)
+    report = quantize_model(model, "q2_0", skip=("lm_head", "k_proj"))
+    assert list(report.fused) == ["model.layers.0.mlp.gate_up_proj"]
+    assert report.not_fused == {"model.layers.0.self_attn.q_proj": "not q2gemv layers: k_proj"}
+    assert isinstance(model.model.layers[0].self_attn.q_proj, Q2Linear)

@@ -229,7 +229,12 @@ def fuse_model(model: torch.nn.Module) -> tuple[dict[str, list[str]], dict[str, 
         prefix = f"{pname}." if pname else ""
         for name, members in FUSABLE:
             layers = [getattr(parent, m, None) for m in members]
-            if not all(isinstance(m, _LAYERS) for m in layers) or hasattr(parent, name):
+            quantized = [isinstance(m, _LAYERS) for m in layers]
+            if not any(quantized) or hasattr(parent, name):
+                continue
+            if not all(quantized):
+                left = [m for m, q in zip(members, quantized, strict=True) if not q]
+                kept[prefix + members[0]] = f"not q2gemv layers: {', '.join(left)}"
                 continue
             why = why_not_fusable(layers)
             if why is None and any(owners.get(id(m), 0) > 1 for m in layers):
