@@ -147,3 +147,18 @@ def tiny_qwen2(seed: int = 0, layers: int = 2, tie: bool = True):
             elif name.endswith(".bias"):
                 p.copy_(0.5 * torch.randn_like(p, dtype=torch.float32))
     return model
+
+
+def equal_amax_per_group(model, value: float = 0.125) -> None:
+    """Give q/k/v and gate/up of every layer one max |w| (one element set to ``value``), so
+    ``Nvfp4Weight.from_float`` gives them bit-equal global scales (fusable NVFP4 members)."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for parent, names in (
+                (layer.self_attn, ("q_proj", "k_proj", "v_proj")),
+                (layer.mlp, ("gate_proj", "up_proj")),
+            ):
+                for name in names:
+                    w = getattr(parent, name).weight
+                    w.clamp_(-value / 2, value / 2)
+                    w[0, 0] = value

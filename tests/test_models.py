@@ -177,9 +177,10 @@ def test_quantize_model_refuses_bad_arguments(kwargs, match):
 # -- batch invariance -------------------------------------------------------------------------
 
 
-def test_batch_invariance_of_the_q2gemv_layers():
+@pytest.mark.parametrize("fuse", [False, True])
+def test_batch_invariance_of_the_q2gemv_layers(fuse):
     model = tiny_llama()
-    quantize_model(model, "q2_0")
+    quantize_model(model, "q2_0", fuse=fuse)
     outputs: dict[str, list[torch.Tensor]] = {}
 
     def hook(name):
@@ -192,7 +193,7 @@ def test_batch_invariance_of_the_q2gemv_layers():
     with torch.no_grad():
         alone = model(ids[1:2]).logits
         batch = model(ids).logits
-    assert len(outputs) == 14
+    assert len(outputs) == (8 if fuse else 14)  # fused: qkv_proj and gate_up_proj per layer
     for name, (one, three) in outputs.items():
         assert_same_bits(three[1:2], one, name)
     assert_same_bits(batch[1:2], alone, "logits")
@@ -201,8 +202,9 @@ def test_batch_invariance_of_the_q2gemv_layers():
 # -- GGUF -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fuse", [False, True])
 @pytest.mark.parametrize("group, type_id, tie", [(128, 142, False), (64, 42, True)])
-def test_load_gguf_gives_the_logits_of_quantize_model(tmp_path, group, type_id, tie):
+def test_load_gguf_gives_the_logits_of_quantize_model(tmp_path, group, type_id, tie, fuse):
     model = tiny_llama(tie=tie)
     path = tmp_path / "tiny.gguf"
     write_llama_gguf(model, path, group=group, type_id=type_id)
@@ -219,10 +221,10 @@ def test_load_gguf_gives_the_logits_of_quantize_model(tmp_path, group, type_id, 
         "tie_word_embeddings",
     ):
         assert getattr(cfg, key) == getattr(model.config, key), key
-    loaded = load_gguf(path)
+    loaded = load_gguf(path, fuse=fuse)
     q2 = [m for m in loaded.modules() if isinstance(m, Q2Linear)]
-    assert len(q2) == 14 and all(m.group == group for m in q2)
-    quantize_model(model, "q2_0", group=group)
+    assert len(q2) == (8 if fuse else 14) and all(m.group == group for m in q2)
+    quantize_model(model, "q2_0", group=group, fuse=not fuse)  # fused against separate
     ids = prompts(2, seed=3)
     with torch.no_grad():
         assert_same_bits(loaded(ids).logits, model(ids).logits, "gguf vs quantize_model")

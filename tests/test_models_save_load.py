@@ -70,13 +70,28 @@ def no_quantizing(monkeypatch):
     monkeypatch.setattr(Nvfp4Linear, "from_linear", classmethod(refuse))
 
 
+def fused_names(layers: int = 2) -> list[list[str]]:
+    out = []
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        out.append([f"{p}self_attn.{m}" for m in ("q_proj", "k_proj", "v_proj")])
+        out.append([f"{p}mlp.{m}" for m in ("gate_proj", "up_proj")])
+    return out
+
+
+@pytest.mark.parametrize("fuse", [False, True])
 @pytest.mark.parametrize("arch", list(MODELS))
 @pytest.mark.parametrize("fmt", list(LAYERS))
-def test_save_pretrained_then_from_pretrained_is_bit_exact(tmp_path, monkeypatch, arch, fmt):
+def test_save_pretrained_then_from_pretrained_is_bit_exact(tmp_path, monkeypatch, arch, fmt, fuse):
     from transformers import AutoModelForCausalLM
 
+    from .model_cases import equal_amax_per_group
+
     model = MODELS[arch]()
-    quantize_model(model, fmt, numerics="seed" if fmt == "q2_0" else None)
+    if fuse and fmt == "nvfp4":
+        equal_amax_per_group(model)  # NVFP4 members fuse only with bit-equal global scales
+    report = quantize_model(model, fmt, numerics="seed" if fmt == "q2_0" else None, fuse=fuse)
+    assert len(report.fused) == (4 if fuse else 0) and not report.not_fused
     ids = prompts()
     want = run(model, ids)
     model.save_pretrained(tmp_path / "saved")
@@ -88,7 +103,7 @@ def test_save_pretrained_then_from_pretrained_is_bit_exact(tmp_path, monkeypatch
         "group": 128 if fmt == "q2_0" else None,
         "numerics": "seed" if fmt == "q2_0" else None,
         "modules_to_not_convert": ["lm_head"],
-        "fused_projections": [],
+        "fused_projections": fused_names() if fuse else [],
     }
 
     no_quantizing(monkeypatch)
@@ -98,7 +113,11 @@ def test_save_pretrained_then_from_pretrained_is_bit_exact(tmp_path, monkeypatch
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     assert not info["mismatched_keys"], info
     layers = {n: m for n, m in loaded.named_modules() if isinstance(m, LAYERS[fmt])}
-    assert len(layers) == 14 and isinstance(loaded.lm_head, torch.nn.Linear)
+    assert len(layers) == (8 if fuse else 14) and isinstance(loaded.lm_head, torch.nn.Linear)
+    assert (
+        loaded.config.quantization_config.fused_projections
+        == config["quantization_config"]["fused_projections"]
+    )
     for name, layer in layers.items():
         source = model.get_submodule(name)
         assert layer.numerics == source.numerics, name
@@ -159,23 +178,25 @@ def test_a_model_from_the_loaders_saves_and_reloads(tmp_path, source):
         assert_same_bits(loaded(ids).logits, model(ids).logits, f"{source}, saved and reloaded")
 
 
-def test_plain_torch_road_safetensors_into_a_meta_model(tmp_path):
+@pytest.mark.parametrize("fuse", [False, True])
+def test_plain_torch_road_safetensors_into_a_meta_model(tmp_path, fuse):
     """save_file(state_dict) / quantize_model on a meta model / load_state_dict(assign=True)."""
     from transformers import LlamaForCausalLM
 
     model = tiny_llama()
-    quantize_model(model, "q2_0", group=64)
+    quantize_model(model, "q2_0", group=64, fuse=fuse)
     state = model.state_dict()
     assert all(isinstance(v, torch.Tensor) for v in state.values())
     safetensors_torch.save_file(state, tmp_path / "model.safetensors")
 
     with torch.device("meta"):
         empty = LlamaForCausalLM(model.config).to(torch.bfloat16)
-    report = quantize_model(empty, "q2_0", group=64)
+    report = quantize_model(empty, "q2_0", group=64, fuse=fuse)
     assert len(report.replaced) == 14 and list(report.skipped) == ["lm_head"]
-    q = empty.model.layers[0].self_attn.q_proj
+    name = "qkv_proj" if fuse else "q_proj"  # the fused layer holds q, k and v's rows
+    q = getattr(empty.model.layers[0].self_attn, name)
     assert isinstance(q, Q2Linear) and q.raw.is_meta and q.group == 64
-    assert q.raw.shape == model.model.layers[0].self_attn.q_proj.raw.shape
+    assert q.raw.shape == getattr(model.model.layers[0].self_attn, name).raw.shape
     empty.load_state_dict(safetensors_torch.load_file(tmp_path / "model.safetensors"), assign=True)
     finish_meta_model(empty, "test")
     ids = prompts()
@@ -207,7 +228,8 @@ def _saved(tmp_path, fmt="q2_0"):
 @pytest.mark.parametrize(
     "change, match",
     [
-        ({"fused_projections": [["q_proj", "k_proj", "v_proj"]]}, "fused_projections are not"),
+        ({"fused_projections": [["q_proj", "v_proj"]]}, "fused_projections entry"),
+        ({"fused_projections": "qkv"}, "fused_projections expected a list"),
         ({"version": 2}, "version 2 is not one this q2gemv reads"),
         ({"group": 32}, r"group expected one of \(64, 128\)"),
         ({"colour": "red"}, r"unknown keys \['colour'\]"),
@@ -228,8 +250,14 @@ def test_from_pretrained_refuses_a_config_it_cannot_follow(tmp_path, change, mat
 @pytest.mark.parametrize(
     "key, match",
     [
-        ("model.layers.0.mlp.up_proj._extra_state", r"no q2gemv state for 1 layer.*mlp\.up_proj'"),
-        ("model.layers.0.mlp.up_proj.raw", r"no tensor for 1 q2gemv buffer.*mlp\.up_proj\.raw'"),
+        (
+            "model.layers.0.mlp.down_proj._extra_state",
+            r"no q2gemv state for 1 layer.*mlp\.down_proj'",
+        ),
+        (
+            "model.layers.0.mlp.gate_up_proj.raw",
+            r"no tensor for 1 q2gemv buffer.*mlp\.gate_up_proj\.raw'",
+        ),
     ],
 )
 def test_from_pretrained_refuses_a_checkpoint_without_a_layer_tensor(tmp_path, key, match):
@@ -260,7 +288,7 @@ def test_from_pretrained_refuses_a_state_of_another_group(tmp_path):
 
     _saved(tmp_path)
     tensors = safetensors_torch.load_file(tmp_path / "model.safetensors")
-    key = "model.layers.0.mlp.up_proj._extra_state"
+    key = "model.layers.0.mlp.gate_up_proj._extra_state"  # fused: gate_proj and up_proj
     state = json.loads(bytes(tensors[key].numpy()))
     text = json.dumps({**state, "group": 64}).encode()
     tensors[key] = torch.frombuffer(bytearray(text), dtype=torch.uint8)

@@ -84,10 +84,14 @@ def test_save_gguf_then_load_gguf_gives_the_same_logits(tmp_path, arch, group, t
                 "tie_word_embeddings", "bos_token_id", "eos_token_id"):  # fmt: skip
         assert getattr(cfg, key) == getattr(model.config, key), key
     assert cfg.model_type == arch
-    loaded = load_gguf(path)
+    assert len(model.config.quantization_config["fused_projections"]) == 4  # a fused model
+    loaded = load_gguf(path, fuse=False)
     assert type(loaded) is type(model)
     assert sum(isinstance(m, Q2Linear) for m in loaded.modules()) == 14
     assert_same_logits(loaded, model)
+    fused = load_gguf(path)  # fused again on loading: q/k/v and gate/up of each layer
+    assert sum(isinstance(m, Q2Linear) for m in fused.modules()) == 8
+    assert_same_logits(fused, model)
 
 
 def test_save_gguf_writes_what_llama_cpps_converter_writes(tmp_path):
@@ -253,6 +257,40 @@ def test_save_safetensors_then_load_safetensors_gives_the_same_logits(tmp_path, 
     loaded = load_folder(tmp_path / "ckpt")
     assert len(nvfp4_layers(loaded)) == 14
     assert_same_logits(loaded, model)
+
+
+@pytest.mark.parametrize("layout", ["compressed-tensors", "modelopt"])
+def test_a_fused_nvfp4_model_is_written_as_its_members_and_fused_again(tmp_path, layout):
+    from safetensors import safe_open
+
+    from ..model_cases import equal_amax_per_group
+
+    model = tiny_llama()
+    equal_amax_per_group(model)  # one global scale per group: the members fuse
+    separate = tiny_llama()
+    equal_amax_per_group(separate)
+    report = quantize_model(model, "nvfp4")
+    quantize_model(separate, "nvfp4", fuse=False)
+    assert len(report.fused) == 4 and not report.not_fused
+    if layout == "compressed-tensors":  # a multiplier the divisor form holds (in place)
+        for layer in nvfp4_layers(model).values():
+            layer.global_scale = float(np.float32(1) / (np.float32(1) / np.float32(0.001)))
+        for layer in nvfp4_layers(separate).values():
+            layer.global_scale = float(np.float32(1) / (np.float32(1) / np.float32(0.001)))
+    save_safetensors(model, tmp_path / "fused", layout=layout)
+    save_safetensors(separate, tmp_path / "separate", layout=layout)
+    with (
+        safe_open(str(tmp_path / "fused" / "model.safetensors"), framework="pt") as a,
+        safe_open(str(tmp_path / "separate" / "model.safetensors"), framework="pt") as b,
+    ):
+        assert sorted(a.keys()) == sorted(b.keys())  # per member: q_proj, k_proj, ...
+        for key in a.keys():
+            x, y = a.get_tensor(key), b.get_tensor(key)
+            assert torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
+    loaded = load_folder(tmp_path / "fused")
+    assert len(nvfp4_layers(loaded)) == 8  # q/k/v and gate/up fused again
+    assert_same_logits(loaded, model)
+    assert_same_logits(loaded, separate)
 
 
 def test_save_safetensors_compressed_tensors_global_scales_without_a_divisor(tmp_path):

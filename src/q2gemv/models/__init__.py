@@ -3,6 +3,7 @@
 * :mod:`.swap`: find a module's ``torch.nn.Linear`` layers, check every one, then swap
   (the machinery under :func:`q2gemv.torch.replace_linears` and :func:`quantize_model`);
 * :mod:`.quantize`: :func:`quantize_model`;
+* :mod:`.fuse`: q/k/v and gate/up as one quantized layer each (``FusedSlice`` members);
 * :mod:`.gguf`: :func:`load_gguf`, :func:`config_from_gguf` (llama.cpp GGUF files);
 * :mod:`.safetensors`: :func:`load_safetensors` (NVFP4 ModelOpt / compressed-tensors);
 * :mod:`.decode`: :class:`CapturedDecoder` (static KV cache, one CUDA graph per batch size);

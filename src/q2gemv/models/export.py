@@ -8,7 +8,9 @@
   compressed-tensors (default) or ModelOpt NVFP4 layout, read back bit for bit by
   :func:`q2gemv.torch.load_safetensors`.
 
-The layers' quantized state is read through :func:`q2_weight_of`, :func:`nvfp4_weight_of`,
+A fused layer (``qkv_proj``, ``gate_up_proj``: :mod:`q2gemv.models.fuse`) is written as
+its members, each with its own rows and name (:func:`layers_of`), as llama.cpp and
+compressed-tensors / ModelOpt expect them. The layers' quantized state is read through :func:`q2_weight_of`, :func:`nvfp4_weight_of`,
 :func:`bias_of` and :func:`dims_of` only (the one place that knows how a layer keeps it). The file
 writers are :mod:`q2gemv.io.gguf_write` and :mod:`q2gemv.io.safetensors_write`; both
 write through :func:`q2gemv._atomic.atomic_write`. Recipes: ``docs/export.md``.
@@ -41,6 +43,7 @@ from ..io.gguf import (
 from ..io.gguf_write import GGUF_BF16, GGUF_F16, GGUF_F32, GgufTensorOut, write_gguf
 from ..io.safetensors_write import SafetensorsOut, write_safetensors
 from ..torch import Nvfp4Linear, Q2Linear
+from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
 
 # llama.cpp's tensor names, one table for reading and writing (models/gguf.py reads them).
 from .gguf import _BLOCK_NAMES, _GLOBAL_NAMES
@@ -62,6 +65,17 @@ def nvfp4_weight_of(layer: Nvfp4Linear) -> Nvfp4Weight:
 def bias_of(layer: torch.nn.Module) -> torch.Tensor | None:
     """A quantized layer's bias (bf16 [n]) or None."""
     return layer.bias
+
+
+def layers_of(model: torch.nn.Module):
+    """``(module name, module)`` of ``model`` with every fused layer replaced by its members
+    (qualified name, its rows as a layer: views, no copy) at the fused layer's place."""
+    parts = fusion.fused_parts(model)
+    for name, mod in model.named_modules():
+        if name in parts:
+            yield from parts[name]
+        else:
+            yield name, mod
 
 
 def dims_of(layer: torch.nn.Module) -> tuple[int, int, int | None]:
@@ -275,7 +289,7 @@ def _gguf_tensors(model: torch.nn.Module, config, spec: GgufArch) -> list[GgufTe
             )
         return g
 
-    for mod_name, mod in model.named_modules():
+    for mod_name, mod in layers_of(model):
         prefix = f"{mod_name}." if mod_name else ""
         if isinstance(mod, Nvfp4Linear):
             raise ValueError(
@@ -544,7 +558,7 @@ def save_safetensors(
     floats: list[tuple[str, torch.Tensor]] = []
     ignore: list[str] = []
     seen: set[int] = set()
-    for mod_name, mod in model.named_modules():
+    for mod_name, mod in layers_of(model):
         if isinstance(mod, Q2Linear):
             raise ValueError(
                 f"model: {mod_name} is a Q2Linear; save_safetensors writes NVFP4 layers "

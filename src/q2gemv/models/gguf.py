@@ -70,6 +70,7 @@ from ..formats.q2_0 import Q2Weight
 from ..io import gguf as _io
 from ..io.gguf import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
 from ..torch import Q2Linear
+from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
 from .meta import finish_meta_model
 from .saved import record_quantization_config
 
@@ -503,6 +504,7 @@ def load_gguf(
     dtype: torch.dtype = torch.bfloat16,
     ambiguous_group: int | None = None,
     progress: bool | None = None,
+    fuse: bool = True,
 ) -> torch.nn.Module:
     """A transformers Llama model with the GGUF file's weights; Q2_0 linears as ``Q2Linear``.
 
@@ -517,6 +519,9 @@ def load_gguf(
         ambiguous_group: as for :func:`q2gemv.io.load_q2_weights`.
         progress: one progress step per tensor, on stderr (None: shown on a terminal for
             large models, through tqdm when installed; see :func:`quantize_model`).
+        fuse: q/k/v and gate/up of each layer as one fused layer each (their GGUF rows
+            concatenated, after the Q/K un-permutation; :mod:`q2gemv.models.fuse`), as
+            :func:`quantize_model` does; False keeps one ``Q2Linear`` per tensor.
 
     Everything is read and checked before ``model`` is changed (see the module
     docstring for the names, the Q/K rows and what is refused). The model is
@@ -564,6 +569,7 @@ def load_gguf(
         setattr(model.get_submodule(parent_name), attr, layer.to(_device_of(model)))
     if built:
         finish_meta_model(model, path)
+    fusion.fuse_loaded(model, path, fuse)
     record_quantization_config(model)  # so save_pretrained writes a loadable model
     return model.eval()
 

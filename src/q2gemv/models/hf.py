@@ -43,7 +43,7 @@ class Q2gemvConfig(QuantizationConfigMixin):
     Args (every one optional, as in ``config.json``): ``format`` (``"q2_0"``, ``"nvfp4"``),
     ``group`` (64/128 for Q2_0, None for NVFP4), ``numerics``, ``modules_to_not_convert``
     (exact qualified names of the Linears kept in floating point), ``fused_projections``
-    (reserved, empty), ``version``, ``quant_method``. Unknown keys, another version or
+    (the members of each fused layer, :mod:`q2gemv.models.fuse`), ``version``, ``quant_method``. Unknown keys, another version or
     a value the format refuses raise ``ValueError``.
     """
 

@@ -12,6 +12,7 @@ from ..api import resolve_numerics
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
 from ..torch import Nvfp4Linear, Q2Linear
+from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
 from .saved import record_quantization_config
 from .swap import LinearTarget, find_linears, swap_linears
 
@@ -27,22 +28,30 @@ class QuantizeReport:
     Attributes:
         fmt: ``"q2_0"`` or ``"nvfp4"``.
         group: the Q2_0 group (None for NVFP4).
-        replaced: qualified name -> the new layer (every name of a shared Linear).
+        replaced: qualified name -> the q2gemv layer computing it (every name of a shared
+            Linear; for a fused member such as ``q_proj``, the fused layer ``qkv_proj``).
         skipped: qualified name -> why it was left a ``torch.nn.Linear``.
+        fused: fused layer name -> its members' qualified names, in row order.
+        not_fused: first member's qualified name -> why its group stayed separate
+            layers (e.g. NVFP4 global scales that differ).
     """
 
     fmt: str
     group: int | None
     replaced: dict[str, torch.nn.Module] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    fused: dict[str, list[str]] = field(default_factory=dict)
+    not_fused: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [
             f"quantize_model({self.fmt}"
             + (f", group={self.group}" if self.group else "")
-            + f"): {len(self.replaced)} Linear layers replaced, {len(self.skipped)} skipped"
+            + f"): {len(self.replaced)} Linear layers replaced, {len(self.skipped)} skipped, "
+            + f"{len(self.fused)} fused layers"
         ]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        lines += [f"  not fused (group of {name}): {why}" for name, why in self.not_fused.items()]
         return "\n".join(lines)
 
 
@@ -88,6 +97,7 @@ def quantize_model(
     skip: tuple[str, ...] | list[str] | None = None,
     numerics: str | None = None,
     progress: bool | None = None,
+    fuse: bool = True,
 ) -> QuantizeReport:
     """Quantize ``model``'s ``torch.nn.Linear`` layers in place to q2gemv layers.
 
@@ -106,6 +116,13 @@ def quantize_model(
         progress: one progress step per layer quantized, on stderr (None: shown on a
             terminal for large models, through tqdm when installed; True: always, a
             plain line per layer without tqdm; False: never).
+        fuse: fuse each module's ``q_proj``/``k_proj``/``v_proj`` into one layer
+            ``qkv_proj`` and ``gate_proj``/``up_proj`` into ``gate_up_proj``, the members
+            becoming :class:`~q2gemv.models.fuse.FusedSlice` views of its one output
+            (bit-equal to separate layers; :mod:`q2gemv.models.fuse`). NVFP4 members are
+            fused only when their global scales are bit-equal (reported otherwise), and
+            empty (meta) NVFP4 layers never (their scales are not known). False keeps
+            one layer per Linear.
 
     Skipped, with the reason in the report: names in ``skip``; ``in_features`` not a
     multiple of the group (Q2_0) or of 16 (NVFP4); Linears whose parent reads their
@@ -189,5 +206,11 @@ def quantize_model(
             return new
 
         replaced = swap_linears(targets, make_one)
+    fused, not_fused = fusion.fuse_model(model) if fuse else ({}, {})
+    for name, members in fused.items():
+        layer = model.get_submodule(name)
+        replaced.update((m, layer) for m in members if m in replaced)
     record_quantization_config(model)
-    return QuantizeReport(fmt, group if grouped else None, replaced, skipped)
+    return QuantizeReport(
+        fmt, group if grouped else None, replaced, skipped, dict(fused), dict(not_fused)
+    )

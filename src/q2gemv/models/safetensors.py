@@ -40,6 +40,7 @@ import torch
 from .._progress import track, wants_progress
 from ..io.safetensors import SafetensorsCheckpoint, SafetensorsError
 from ..torch import Nvfp4Linear
+from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
 from .meta import finish_meta_model
 from .saved import record_quantization_config
 
@@ -86,6 +87,7 @@ def load_safetensors(
     *,
     numerics: str | None = None,
     progress: bool | None = None,
+    fuse: bool = True,
 ) -> torch.nn.Module:
     """Load an NVFP4 checkpoint into ``model`` in place: NVFP4 linears as ``Nvfp4Linear``.
 
@@ -99,6 +101,11 @@ def load_safetensors(
         numerics: the ``Nvfp4Linear`` layers' numerics contract (None: library default).
         progress: one progress step per NVFP4 layer, on stderr (None: shown on a terminal
             for large models, through tqdm when installed; see :func:`quantize_model`).
+        fuse: q/k/v and gate/up of each layer as one fused layer each
+            (:mod:`q2gemv.models.fuse`) where they are NVFP4 layers with bit-equal global
+            scales (each shard keeps its own scale exactly: nothing is requantized);
+            groups whose scales differ stay separate layers, named in one
+            ``UserWarning``. False keeps one ``Nvfp4Linear`` per layer.
 
     Returns ``model`` (eval mode). Every parameter of ``model`` (tied ones once) must
     come from the checkpoint, and every tensor of the checkpoint must go somewhere (see
@@ -138,6 +145,7 @@ def load_safetensors(
         device = params[f"{prefix}.weight"].device
         setattr(parent, attr, layer.to("cpu" if device.type == "meta" else device))
     finish_meta_model(model, str(root))
+    fusion.fuse_loaded(model, str(root), fuse)
     record_quantization_config(model)  # so save_pretrained writes a loadable model
     return model.eval()
 

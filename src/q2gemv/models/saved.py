@@ -12,8 +12,10 @@ model, ``model.config.quantization_config`` (:func:`quantization_config`), which
 * ``numerics``: the layers' numerics contract (null: the library default);
 * ``modules_to_not_convert``: the qualified name of every ``torch.nn.Linear`` left in
   floating point (exact names, not patterns); every other Linear is a q2gemv layer;
-* ``fused_projections``: reserved for projections fused into one layer; empty (a
-  non-empty list is refused by this version).
+* ``fused_projections``: the layers fused into one (:mod:`q2gemv.models.fuse`): per
+  fused layer, its members' qualified names in row order, e.g.
+  ``["model.layers.0.self_attn.q_proj", "...k_proj", "...v_proj"]`` (the fused layer,
+  ``qkv_proj`` / ``gate_up_proj`` beside them, holds the state).
 
 Loading (:mod:`q2gemv.models.hf`) builds the model on the meta device, replaces its
 Linears by :func:`replace_with_empty_layers` (shapes from the model, format and group
@@ -34,6 +36,7 @@ from ..api import resolve_numerics
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
 from ..torch import Nvfp4Linear, Q2Linear
+from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
 from .swap import find_linears, swap_linears
 
 QUANT_METHOD = "q2gemv"
@@ -90,7 +93,7 @@ def quantization_config(model: torch.nn.Module) -> dict:
         "group": group,
         "numerics": numerics,
         "modules_to_not_convert": list(left),
-        "fused_projections": [],
+        "fused_projections": fusion.fused_projections(model),
     }
 
 
@@ -163,11 +166,13 @@ def check_config(config: dict) -> dict:
             f"quantization_config: modules_to_not_convert expected a list of names, got {skip!r}"
         )
     fused = c.get("fused_projections") or []
-    if fused:
+    if not isinstance(fused, (list, tuple)):
         raise ValueError(
-            "quantization_config: fused_projections are not supported by this q2gemv, got "
+            f"quantization_config: fused_projections expected a list of lists of names, got "
             f"{fused!r}"
         )
+    for entry in fused:
+        fusion.check_fused_entry(entry)
     return {
         "quant_method": QUANT_METHOD,
         "version": CONFIG_VERSION,
@@ -175,7 +180,7 @@ def check_config(config: dict) -> dict:
         "group": group,
         "numerics": numerics,
         "modules_to_not_convert": list(skip),
-        "fused_projections": [],
+        "fused_projections": [list(e) for e in fused],
     }
 
 
@@ -214,7 +219,22 @@ def replace_with_empty_layers(model: torch.nn.Module, config: dict) -> dict[str,
         )
 
     targets, _ = find_linears(model, reason)
-    return swap_linears(targets, make)
+    done = swap_linears(targets, make)
+    for entry in c["fused_projections"]:
+        parent_name, name, members = fusion.check_fused_entry(entry)
+        try:
+            parent = model.get_submodule(parent_name)
+        except AttributeError:
+            parent = None
+        layers = [getattr(parent, m, None) for m in members]
+        if not all(isinstance(m, (Q2Linear, Nvfp4Linear)) for m in layers):
+            raise ValueError(
+                f"quantization_config: fused_projections entry {entry!r} does not name "
+                "q2gemv layers of this model"
+            )
+        fused = fusion.fuse_group(parent, name, members)
+        done.update((f"{parent_name}.{m}" if parent_name else m, fused) for m in members)
+    return done
 
 
 def unloaded_layers(model: torch.nn.Module) -> list[str]:
