@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import q2gemv
 from q2gemv import quantize_q2_0
 
 HEADS, KV_HEADS = 4, 2
@@ -162,3 +163,17 @@ def equal_amax_per_group(model, value: float = 0.125) -> None:
                     w = getattr(parent, name).weight
                     w.clamp_(-value / 2, value / 2)
                     w[0, 0] = value
+
+
+def u16(t: torch.Tensor) -> np.ndarray:
+    """A bf16 tensor's bits as uint16."""
+    return t.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape, what
+    q2gemv.check.assert_bits_equal(u16(got), u16(want), what)
+
+
+def prompts(batch: int = 2, length: int = 5, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 192, (batch, length), generator=torch.Generator().manual_seed(seed))

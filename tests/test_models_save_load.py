@@ -14,34 +14,19 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-import q2gemv  # noqa: E402
 from q2gemv.models.meta import finish_meta_model  # noqa: E402
 from q2gemv.torch import Nvfp4Linear, Q2Linear, quantize_model  # noqa: E402
 
-from .model_cases import tiny_llama, tiny_qwen2  # noqa: E402
+from .model_cases import assert_same_bits, prompts, tiny_llama, tiny_qwen2  # noqa: E402
 
 MODELS = {"llama": tiny_llama, "qwen2": tiny_qwen2}
 LAYERS = {"q2_0": Q2Linear, "nvfp4": Nvfp4Linear}
-
-
-def u16(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
-
-
-def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    assert got.shape == want.shape, what
-    q2gemv.check.assert_bits_equal(u16(got), u16(want), what)
-
-
-def prompts(batch: int = 2, length: int = 5, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, 192, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 def run(model, ids):

@@ -10,32 +10,23 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import q2gemv  # noqa: E402
 from q2gemv.models.fuse import FusedSlice, fuse_layers, why_not_fusable  # noqa: E402
 from q2gemv.torch import Nvfp4Linear, Q2Linear, quantize_model  # noqa: E402
 
-from ..model_cases import equal_amax_per_group, tiny_llama, tiny_qwen2  # noqa: E402
+from ..model_cases import (  # noqa: E402
+    assert_same_bits,
+    equal_amax_per_group,
+    prompts,
+    tiny_llama,
+    tiny_qwen2,
+)
 
 MODELS = {"llama": tiny_llama, "qwen2": tiny_qwen2}
-
-
-def u16(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
-
-
-def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    assert got.shape == want.shape, what
-    q2gemv.check.assert_bits_equal(u16(got), u16(want), what)
-
-
-def prompts(batch: int = 2, length: int = 5, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, 192, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 def pair(arch: str, fmt: str, **kw):

@@ -159,33 +159,35 @@ def fuse_layers(members: list[torch.nn.Module]) -> torch.nn.Module:
     checks :func:`why_not_fusable` first.
     """
     first = members[0]
-    n = sum(m.n for m in members)
-    bias = first.bias is not None
-    if isinstance(first, Q2Linear):
-        layer = Q2Linear.empty(
-            n, first.k, first.group, bias=bias, numerics=first.numerics, device="meta"
-        )
-    else:
-        layer = Nvfp4Linear.empty(n, first.k, bias=bias, numerics=first.numerics, device="meta")
-        layer.global_scale = first.global_scale
-    for name in (*type(first)._WEIGHT_BUFFERS, *(("bias",) if bias else ())):
+    layer = _empty_like(first, sum(m.n for m in members))
+    for name in _buffer_names(first):
         layer._buffers[name] = torch.cat([m._buffers[name] for m in members], 0)
     layer._unloaded = any(m._unloaded for m in members)
     return layer
 
 
+def _empty_like(proto: torch.nn.Module, n: int) -> torch.nn.Module:
+    """An empty layer (on meta) of ``n`` rows with ``proto``'s format, k, group, numerics,
+    bias and global scale; its buffers are then set by the caller."""
+    bias = proto.bias is not None
+    if isinstance(proto, Q2Linear):
+        return Q2Linear.empty(
+            n, proto.k, proto.group, bias=bias, numerics=proto.numerics, device="meta"
+        )
+    layer = Nvfp4Linear.empty(n, proto.k, bias=bias, numerics=proto.numerics, device="meta")
+    layer.global_scale = proto.global_scale
+    return layer
+
+
+def _buffer_names(layer: torch.nn.Module) -> tuple[str, ...]:
+    """The weight buffers of a q2gemv layer, and its bias if it has one."""
+    return (*type(layer)._WEIGHT_BUFFERS, *(("bias",) if layer.bias is not None else ()))
+
+
 def split_layer(layer: torch.nn.Module, start: int, stop: int) -> torch.nn.Module:
     """Rows ``start:stop`` of a q2gemv layer as a layer of their own (views: no copy)."""
-    n = stop - start
-    bias = layer.bias is not None
-    if isinstance(layer, Q2Linear):
-        part = Q2Linear.empty(
-            n, layer.k, layer.group, bias=bias, numerics=layer.numerics, device="meta"
-        )
-    else:
-        part = Nvfp4Linear.empty(n, layer.k, bias=bias, numerics=layer.numerics, device="meta")
-        part.global_scale = layer.global_scale
-    for name in (*type(layer)._WEIGHT_BUFFERS, *(("bias",) if bias else ())):
+    part = _empty_like(layer, stop - start)
+    for name in _buffer_names(layer):
         part._buffers[name] = layer._buffers[name][start:stop]
     part._unloaded = layer._unloaded
     return part
