@@ -46,6 +46,8 @@ def main(argv=None) -> int:
     p.add_argument("shape", nargs="*", type=int, help="N K M")
     p.add_argument("--warps", type=int, default=8)
     p.add_argument("--parts", type=int, default=1)
+    p.add_argument("--cols", type=int, default=1)
+    p.add_argument("--regs", type=int, default=None)
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--sass", nargs=3, type=int, metavar=("NG", "GROUP", "WARPS"))
     args = p.parse_args(argv)
@@ -62,7 +64,8 @@ def main(argv=None) -> int:
     d_a = cuda.to_device(a.view(np.uint16))
     d_out = cuda.device_array((m, n), np.uint16)
     xb.register()
-    xb.launch_rule = lambda n_, k_, m_: xb.LaunchRule(args.warps, args.parts)
+    rule = xb.LaunchRule(args.warps, args.parts, args.cols, args.regs)
+    xb.launch_rule = lambda n_, k_, m_: rule
     plan = ChunkPlan(m, xb.MAX_M, lambda rows: xb.NAME)
     launcher.launch_all(launcher.launches("q2_0", "exact", plan, dw, d_a, d_out))
     cuda.synchronize()

@@ -37,15 +37,27 @@ L2_BYTES = 60 * 2**20
 REF_MAX = 2**31  # M * N * K up to which the reference is computed on the host
 
 
-def candidates(n: int, k: int, m: int):
-    """``(batched, warps, parts)`` of each candidate launch shape."""
+def candidates(n: int, k: int, m: int, full: bool = True):
+    """``(batched, warps, parts, cols, max_regs)`` of each candidate launch shape (``full``:
+    every K split; else no split and the column splits with register caps)."""
     steps = -(-k // 128)
-    out = [(False, w, 1) for w in (8, 16)]
-    if m >= 2:
+    out = [(False, w, 1, 1, None) for w in (8, 16)]
+    if m < 2:
+        return out
+    if full:
         for warps in (4, 8):
             for parts in (1, 2, 4, 8, 16):
                 if parts == 1 or steps // parts >= 2:
-                    out.append((True, warps, parts))
+                    out.append((True, warps, parts, 1, None))
+        return out
+    ng = -(-min(m, 32) // 8)
+    for warps, cols, regs in ((4, 1, None), (8, 1, None), (8, 2, None), (8, 2, 128),
+                              (8, 4, None), (16, 4, None), (16, 2, 128), (4, 2, None)):  # fmt: skip
+        if ng % cols == 0 or cols <= ng:
+            out.append((True, warps, 1, cols, regs))
+    for parts in (2, 4):
+        if steps // parts >= 4:
+            out.append((True, 8, parts, 2, 128))
     return out
 
 
@@ -56,6 +68,7 @@ def main(argv=None) -> int:
     p.add_argument("--ms", default=",".join(map(str, MS)))
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--cols", action="store_true", help="column-split candidates, no K split")
     args = p.parse_args(argv)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     ms = [int(m) for m in args.ms.split(",")]
@@ -97,15 +110,16 @@ def main(argv=None) -> int:
                 for W, o in zip(dense, touts, strict=True)
             ]
             bf16_us = float(np.median(timer.time_sequence(bf16, args.repeats).per_call_s)) * 1e6
-            picks = {(False, warps_for(n, k, min(m, 8)), 1)}
+            picks = {(False, warps_for(n, k, min(m, 8)), 1, 1, None)}
             br = batch_rule(n, k, min(m, xb.MAX_M))
-            picks.add((True, br.warps, br.parts))
+            picks.add((True, br.warps, br.parts, br.cols, br.max_regs))
             first = None
-            for batched, warps, parts in candidates(n, k, m):
+            for batched, warps, parts, cols, regs in candidates(n, k, m, not args.cols):
                 name = xb.NAME if batched else "q2_0_gemv_exact"
                 plan = ChunkPlan(m, xb.MAX_M if batched else 8, lambda rows, nm=name: nm)
                 ex.warps_for = lambda n_, k_, m_, w=warps: w
-                xb.launch_rule = lambda n_, k_, m_, w=warps, p=parts: xb.LaunchRule(w, p)
+                rule = xb.LaunchRule(warps, parts, cols, regs)
+                xb.launch_rule = lambda n_, k_, m_, r=rule: r
                 try:
                     outs = [cuda.device_array((m, n), np.uint16) for _ in dws]
                     seqs = [
@@ -135,15 +149,17 @@ def main(argv=None) -> int:
                     "batched": int(batched),
                     "warps": warps,
                     "parts": parts,
+                    "cols": cols,
+                    "max_regs": regs or "",
                     "gemv_us": round(us, 2),
                     "bf16_us": round(bf16_us, 2),
-                    "chosen": int((batched, warps, parts) in picks),
+                    "chosen": int((batched, warps, parts, cols, regs) in picks),
                     "mismatch": mism,
                 }
                 rows.append(row)
                 print(
                     f"{n}x{k} M={m:2d} {'B' if batched else 'U'} w{warps:2d} "
-                    f"p{parts:2d} {us:8.2f} us  bf16 {bf16_us:7.2f}"
+                    f"p{parts:2d} c{cols} r{regs or '-'} {us:8.2f} us  bf16 {bf16_us:7.2f}"
                     f"{'  <- rule' if row['chosen'] else ''}{'  MISMATCH' if mism else ''}",
                     flush=True,
                 )
@@ -159,8 +175,8 @@ def main(argv=None) -> int:
     print("\nshape        M   best (build warps parts)   bf16")
     for (n, k, m), r in best.items():
         print(
-            f"{n}x{k} {m:3d} {r['gemv_us']:8.2f} ({'B' if r['batched'] else 'U'} {r['warps']} "
-            f"{r['parts']})  {r['bf16_us']:7.2f}"
+            f"{n}x{k} {m:3d} {r['gemv_us']:8.2f} ({'B' if r['batched'] else 'U'} w{r['warps']} "
+            f"p{r['parts']} c{r['cols']} r{r['max_regs'] or '-'})  {r['bf16_us']:7.2f}"
         )
     print("BITS:", "all candidates bit-equal" if bad == 0 else f"{bad} mismatching elements")
     return 1 if bad else 0

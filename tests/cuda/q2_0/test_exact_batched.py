@@ -41,21 +41,24 @@ def _check(a_bits, w, name, label):
 
 
 @pytest.mark.parametrize(
-    "m, n, k, group, warps, parts",
+    "m, n, k, group, warps, parts, cols",
     [
-        (3, 17, 256, 128, 1, 1),  # one group, a tail tile in a second CTA
-        (9, 20, 64 * 5, 64, 2, 2),  # two groups, a half last step, K split in 2
-        (20, 9, 128 * 3, 128, 1, 3),  # three groups, one step a part
-        (17, 5, 128, 128, 1, 2),  # one step, two parts: the second has none
-        (33, 3, 64, 64, 1, 1),  # a launch of 32 rows (four groups) and one of 1
+        (3, 17, 256, 128, 1, 1, 1),  # one group, a tail tile in a second CTA
+        (9, 20, 64 * 5, 64, 2, 2, 1),  # two groups, a half last step, K split in 2
+        (20, 9, 128 * 3, 128, 1, 3, 1),  # three groups, one step a part
+        (17, 5, 128, 128, 1, 2, 1),  # one step, two parts: the second has none
+        (33, 3, 64, 64, 1, 1, 1),  # a launch of 32 rows (four groups) and one of 1
+        (20, 40, 128 * 2, 128, 2, 1, 2),  # 2 warps a tile: 3 groups built as 4, 2 a warp
+        (9, 17, 64 * 3, 64, 2, 2, 2),  # 2 warps a tile (a group each), split, a tail tile
     ],
 )
-def test_matches_the_reference(batched, monkeypatch, m, n, k, group, warps, parts):
-    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(warps, parts))
+def test_matches_the_reference(batched, monkeypatch, m, n, k, group, warps, parts, cols):
+    rule = xb.LaunchRule(warps, parts, cols)
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: rule)
     rng = np.random.default_rng(m * 1000 + n)
     a = _acts(rng, m, k)
     a[m // 2, 3] = 0x7FC0  # a NaN row
-    _check(a, _weight(rng, n, k, group), batched, f"m={m} n={n} k={k} g{group} w{warps} p{parts}")
+    _check(a, _weight(rng, n, k, group), batched, f"m={m} n={n} k={k} g{group} {rule}")
 
 
 def test_special_values_through_a_split(batched, monkeypatch):

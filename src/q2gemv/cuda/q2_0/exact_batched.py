@@ -81,11 +81,13 @@ def groups_for(m: int) -> int:
 STAGES = {1: 6, 2: 4, 3: 3, 4: 2}  # pipeline depth per column-group count (shared memory < 48 KB)
 
 
-def _make_batch_body(ng: int, group: int, warps: int):
+def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
     """``q2_0_gemv_exact`` for up to ``8 * ng`` activation rows in one pass over the weights.
 
-    A CTA of ``warps`` warps holds ``warps`` row tiles of 16 weight rows (warp w: tile
-    ``blockIdx.x * warps + w``), all walking the same steps of 128 codes: the steps
+    A CTA of ``warps`` warps holds ``warps / cols`` row tiles of 16 weight rows; the ``cols``
+    warps of a tile (warp w: tile ``blockIdx.x * warps / cols + w / cols``) share its staged
+    codes and take ``ng / cols`` column groups each (``w % cols``), all walking the same steps
+    of 128 codes: the steps
     ``blockIdx.y * spl ..`` of a K split in ``gridDim.y`` parts. Every operand of a step (the
     warp's codes and scales, the CTA's activation limbs and unit sums) is copied into shared
     memory by ``cp.async``, :data:`STAGES` steps ahead, so a CTA keeps many steps of loads in
@@ -106,7 +108,11 @@ def _make_batch_body(ng: int, group: int, warps: int):
     A staged limb row is a step's 32 words, its 16-byte chunk c stored at ``c ^ 4`` in odd
     rows: a quarter warp's reads (rows r and r + 1, the same chunks) fall in distinct banks.
     """
+    if warps % cols or ng % cols:
+        raise ValueError(f"cols: {cols} must divide warps ({warps}) and groups ({ng})")
     S = STAGES[ng]  # noqa: N806
+    TPC = warps // cols  # noqa: N806 - row tiles a CTA
+    NGW = ng // cols  # noqa: N806 - column groups a warp
     M8 = GROUP_ROWS * ng  # noqa: N806 - activation rows of the staged operand
     SROWS = LIMBS * M8  # noqa: N806
     SW = SROWS * 32  # noqa: N806 - words of one B stage
@@ -115,19 +121,19 @@ def _make_batch_body(ng: int, group: int, warps: int):
     APT = -(-2 * M8 // THREADS)  # noqa: N806 - unit sums a thread copies per step
     BPS = (lay.UNIT * lay.STEP_UNITS) // group  # noqa: N806 - blocks per step
     UPB = group // UNIT  # noqa: N806 - units per block
-    NCF = LIMBS * ng * 4  # noqa: N806 - C registers: (group, limb, 4)
-    NOUT = ng * 4  # noqa: N806 - outputs a lane holds: (group, row g / g + 8, column)
+    NCF = LIMBS * NGW * 4  # noqa: N806 - C registers: (group, limb, 4)
+    NOUT = NGW * 4  # noqa: N806 - outputs a lane holds: (group, row g / g + 8, column)
     STEP_WORDS = lay.LANES * lay.WORDS_PER_LANE  # noqa: N806
     SB = S * SW  # noqa: N806 - (array sizes must be plain names)
-    SWW1 = warps * STEP_WORDS  # noqa: N806 - the warps' codes of one step
-    SSH1 = warps * ROWS_PER_CTA * BPS  # noqa: N806 - the warps' scales (uint16) of one step
+    SWW1 = TPC * STEP_WORDS  # noqa: N806 - the tiles' codes of one step
+    SSH1 = TPC * ROWS_PER_CTA * BPS  # noqa: N806 - the tiles' scales (uint16) of one step
     SWW = S * SWW1  # noqa: N806
     SSH = S * SSH1  # noqa: N806
     SA = S * 2 * M8  # noqa: N806 - unit sums, S steps
     WAIT = cp_async_wait[S - 2] if S >= 2 else cp_async_wait[0]  # noqa: N806
 
     @cuda.jit(device=True, inline="always")
-    def issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p, slot, kw, nu, nb, tid, lane, active,  # noqa: N803
+    def issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p, slot, kw, nu, nb, tid, lane, copies,  # noqa: N803
               bsrc, bdst, asrc, qc, qs, wdst, sdst):  # fmt: skip
         """Step ``p``'s operands into stage ``slot`` (this thread's share of the copies; no
         commit). ``bsrc``/``bdst`` (limb copies), ``asrc`` (unit sums), ``qc``/``qs`` (the
@@ -147,7 +153,7 @@ def _make_batch_body(ng: int, group: int, warps: int):
                     cp_async4(sa, d, ASUM, asrc[i] + 2 * p)
                 else:
                     sa[d] = int32(0)
-        if active:
+        if copies:  # the first warp of an active tile copies its codes and scales
             cp_async16(sw, slot * int32(SWW1) + wdst, CODES, qc + p * int32(STEP_WORDS))
             if lane < 2 * BPS:
                 d = slot * int32(SSH1) + sdst
@@ -170,7 +176,7 @@ def _make_batch_body(ng: int, group: int, warps: int):
         a11 = (wb >> uint32(4)) & uint32(CODE_MASK)
         a13 = (wb >> uint32(6)) & uint32(CODE_MASK)
         fl = uint32(0x80808080)  # A + 2**23's top byte -> A's, signed
-        for q in range(ng):
+        for q in range(NGW):
             for limb in range(LIMBS):
                 b0, b1, b2, b3 = ld_vec_u32x4(sb, bs + lo + int32((limb * M8 + 8 * q) * 32))
                 o = 4 * (q * LIMBS + limb)
@@ -204,7 +210,7 @@ def _make_batch_body(ng: int, group: int, warps: int):
         mh, shh, nh_ = scale_parts(s_h)
         mg = int32(-mg) if ng_ else mg
         mh = int32(-mh) if nh_ else mh
-        for q in range(ng):
+        for q in range(NGW):
             for c in range(2):
                 asum = int32(0)
                 for v in range(i * UPB, (i + 1) * UPB):
@@ -221,12 +227,12 @@ def _make_batch_body(ng: int, group: int, warps: int):
         return bad
 
     @cuda.jit(device=True, inline="always")
-    def mac_step(sb, sw, ss, sa, slot, wsrc, sbase0, lo0, lo1, t, cf, acc_hi, acc_lo, bad):
+    def mac_step(sb, sw, ss, sa, slot, wsrc, sbase0, lo0, lo1, t, q0, cf, acc_hi, acc_lo, bad):
         """One step (stage ``slot``) into the accumulators (:func:`fold_block` per block)."""
         wv0, wv1, wv2, wv3 = ld_vec_u32x4(sw, slot * int32(SWW1) + wsrc)
         bs = slot * int32(SW)
         sbase = slot * int32(SSH1) + sbase0
-        abase = slot * int32(2 * M8) + int32(4) * t  # activation row 2t of each group
+        abase = slot * int32(2 * M8) + int32(4) * t + q0 * int32(16)  # row 8 q0 + 2t, each group
         for x in range(NCF):
             cf[x] = int32(0)
         mac_unit(sb, bs, wv0, wv1, lo0, cf)
@@ -270,7 +276,7 @@ def _make_batch_body(ng: int, group: int, warps: int):
         """Output ``4 q + x`` of lane (g, t): ``(weight row, activation row, h)``, h = 0 for
         row g, 1 for g + 8 (the C fragment's order)."""
         h = x >> 1
-        return tile * int32(ROWS_PER_CTA) + g + int32(8) * h, 8 * q + 2 * t + (x & 1), h
+        return tile * int32(ROWS_PER_CTA) + g + int32(8) * h, int32(8) * q + 2 * t + (x & 1), h
 
     @cuda.jit(device=True, inline="always")
     def finish(C, EROW, hi, lo, flag, row, m, N, M, M0):  # noqa: N803
@@ -299,8 +305,11 @@ def _make_batch_body(ng: int, group: int, warps: int):
         lane = tid & int32(31)
         g = lane >> int32(2)
         t = lane & int32(3)
-        tile = int32(cuda.blockIdx.x) * int32(warps) + warp
+        wt = warp // int32(cols)  # the warp's row tile in the CTA
+        q0 = (warp - wt * int32(cols)) * int32(NGW)  # its first column group
+        tile = int32(cuda.blockIdx.x) * int32(TPC) + wt
         active = tile < (N + int32(ROWS_PER_CTA - 1)) // int32(ROWS_PER_CTA)  # warp-uniform
+        copies = active and q0 == 0
         nu = K // int32(UNIT)
         nb = K // int32(group)
         ns = (nu + int32(1)) >> int32(1)
@@ -312,12 +321,13 @@ def _make_batch_body(ng: int, group: int, warps: int):
         offsets(N, K, M, M0, tid, warp, lane, tile, bsrc, bdst, asrc)
         qc = (tile * ns) * int32(STEP_WORDS) + lane * int32(4)  # the warp's codes at step 0
         qs = (tile * nb) * int32(ROWS_PER_CTA) + lane * int32(8)  # scales: lanes 0 .. 2 BPS - 1
-        wdst = warp * int32(STEP_WORDS) + lane * int32(4)
-        sdst = warp * int32(ROWS_PER_CTA * BPS) + lane * int32(8)
-        sbase0 = warp * int32(ROWS_PER_CTA * BPS) + g
+        wdst = wt * int32(STEP_WORDS) + lane * int32(4)
+        sdst = wt * int32(ROWS_PER_CTA * BPS) + lane * int32(8)
+        sbase0 = wt * int32(ROWS_PER_CTA * BPS) + g
         swz = (g & int32(1)) << int32(2)
-        lo0 = g * int32(32) + ((t) ^ swz) * int32(4)  # unit 0's chunk t of limb row g
-        lo1 = g * int32(32) + ((int32(4) + t) ^ swz) * int32(4)  # unit 1's
+        lq = q0 * int32(8 * 32) + g * int32(32)  # limb row 8 q0 + g of each limb
+        lo0 = lq + ((t) ^ swz) * int32(4)  # unit 0's chunk t of limb row g
+        lo1 = lq + ((int32(4) + t) ^ swz) * int32(4)  # unit 1's
         for i in range(tid, SB, THREADS):  # the rows past M stay zero
             sb[i] = uint32(0)
         for i in range(NOUT):
@@ -329,7 +339,7 @@ def _make_batch_body(ng: int, group: int, warps: int):
         for j in range(S - 1):  # the pipeline's first steps, a group each
             if p0 + j < p1:
                 issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p0 + j, int32(j), kw, nu, nb,
-                      tid, lane, active, bsrc, bdst, asrc, qc, qs, wdst, sdst)  # fmt: skip
+                      tid, lane, copies, bsrc, bdst, asrc, qc, qs, wdst, sdst)  # fmt: skip
             cp_async_commit()
         p = p0
         slot = int32(0)
@@ -342,10 +352,10 @@ def _make_batch_body(ng: int, group: int, warps: int):
                 if sn >= S:
                     sn -= int32(S)
                 issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, pn, sn, kw, nu, nb,
-                      tid, lane, active, bsrc, bdst, asrc, qc, qs, wdst, sdst)  # fmt: skip
+                      tid, lane, copies, bsrc, bdst, asrc, qc, qs, wdst, sdst)  # fmt: skip
             cp_async_commit()
             if active:
-                bad = mac_step(sb, sw, ss, sa, slot, wdst, sbase0, lo0, lo1, t, cf, acc_hi,
+                bad = mac_step(sb, sw, ss, sa, slot, wdst, sbase0, lo0, lo1, t, q0, cf, acc_hi,
                                acc_lo, bad)  # fmt: skip
             slot += int32(1)
             if slot == S:
@@ -353,18 +363,18 @@ def _make_batch_body(ng: int, group: int, warps: int):
             p += int32(1)
         if parts == 1:
             if active:
-                for q in range(ng):
+                for q in range(NGW):
                     for x in range(4):
-                        row, m, h = output_of(tile, g, t, q, x)
+                        row, m, h = output_of(tile, g, t, q0 + q, x)
                         flag = (bad >> h) & int32(1)
                         finish(
                             C, EROW, acc_hi[4 * q + x], acc_lo[4 * q + x], flag, row, m, N, M, M0
                         )
             return
         if active:
-            for q in range(ng):
+            for q in range(NGW):
                 for x in range(4):
-                    row, m, h = output_of(tile, g, t, q, x)
+                    row, m, h = output_of(tile, g, t, q0 + q, x)
                     if m < M:
                         i3 = (row * M + m) * int32(3)
                         cuda.atomic.add(WS, i3, acc_hi[4 * q + x])
@@ -380,9 +390,9 @@ def _make_batch_body(ng: int, group: int, warps: int):
             return
         cuda.threadfence()
         if active:
-            for q in range(ng):
+            for q in range(NGW):
                 for x in range(4):
-                    row, m, h = output_of(tile, g, t, q, x)
+                    row, m, h = output_of(tile, g, t, q0 + q, x)
                     if m < M:
                         i3 = (row * M + m) * int32(3)
                         hi = cuda.atomic.exch(WS, i3, int64(0))
@@ -402,19 +412,31 @@ BATCH_SIGNATURE = (
 
 
 @functools.cache
-def _batch_kernel(ng: int, group: int, warps: int):
-    return cuda.jit(BATCH_SIGNATURE)(_make_batch_body(ng, group, warps))
+def _batch_kernel(ng: int, group: int, warps: int, cols: int = 1, max_regs: int | None = None):
+    body = _make_batch_body(ng, group, warps, cols)
+    if max_regs is None:
+        return cuda.jit(BATCH_SIGNATURE)(body)
+    return cuda.jit(BATCH_SIGNATURE, max_registers=max_regs)(body)
 
 
 @dataclass(frozen=True)
 class LaunchRule:
-    """A batched launch's CTA shape: ``warps`` row tiles a CTA, K split in ``parts``."""
+    """A batched launch's CTA shape: ``warps`` warps a CTA, ``cols`` of them a row tile (each
+    taking a share of the column groups), K split in ``parts``; ``max_regs`` caps the
+    registers a thread (None: the compiler's choice)."""
 
     warps: int
     parts: int = 1
+    cols: int = 1
+    max_regs: int | None = None
 
     def grid(self, n: int) -> tuple[int, int]:
-        return (launch.div_ceil(launch.div_ceil(n, ROWS_PER_CTA), self.warps), self.parts)
+        tiles = launch.div_ceil(n, ROWS_PER_CTA)
+        return (launch.div_ceil(tiles, self.warps // self.cols), self.parts)
+
+    def groups(self, m: int) -> int:
+        """Column groups the build for ``m`` rows has: a multiple of ``cols``."""
+        return launch.div_ceil(groups_for(m), self.cols) * self.cols
 
 
 WIDE_TILES = 512  # row tiles from which a CTA takes 8 warps, and the K is not split
@@ -456,7 +478,7 @@ def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
             ws, cnt = ops.split_workspace(1, 1)
         launches.append(
             (
-                _batch_kernel(groups_for(rows), dw.group, rule.warps),
+                _batch_kernel(rule.groups(rows), dw.group, rule.warps, rule.cols, rule.max_regs),
                 grid,
                 32 * rule.warps,
                 (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows], ws, cnt)
