@@ -34,7 +34,7 @@ output (``graph_bits_vs_eager``); both must be ``equal``.
 
 For the claim "with CUDA graphs, faster by the kernel ratio", compare the
 graph-mode speedup with the single-kernel ratio bf16 / q2 at the same shape
-and M=1, e.g. ``bf16_us / exact_us`` in ``benchmarks/results/h200_exact.csv``
+and M=1, e.g. ``bf16_us / exact_us`` in ``benchmarks/results/2026-12-01_exact/h200_exact.csv``
 (5120x5120, group 128: 16.16 / 13.46 = 1.20 with cold weights; note that the
 4 q2 layers, 4 x 7.0 MB, fit the H200's L2, the bf16 ones, 4 x 52 MB, do not).
 
