@@ -59,6 +59,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
+
 COLUMNS = (
     "device",
     "torch",
@@ -173,7 +176,9 @@ def device_prefix(dry_run: bool) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="directory for the CSV")
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: benchmarks/results/<date>_torch_decode/"
+    )
     p.add_argument("--n", type=int, default=5120, help="features in and out of every layer")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--tokens", type=int, default=200, help="tokens per timed repeat")
@@ -185,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true", help="add the torch.compile mode")
     p.add_argument("--dry-run", action="store_true", help="CPU smoke run at a tiny shape")
     args = p.parse_args(argv)
+    args.out = args.out or dated("torch_decode")
     formats = [f for f in args.formats.split(",") if f]
     if bad := [f for f in formats if f not in ("q2_0", "nvfp4")]:
         p.error(f"--formats: unknown {bad} (expected q2_0, nvfp4)")
