@@ -42,6 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
+
 KINDS = ("normal", "massive", "cancelling")
 CONTRACTS = ("exact", "seed")
 FIELDS = [
@@ -240,13 +243,19 @@ def markdown(rows: list[dict], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: benchmarks/results/<date>_cpu_accuracy_exact/",
+    )
     p.add_argument("--n", type=int, default=5120)
     p.add_argument("--k", type=int, default=5120)
     p.add_argument("--m", type=int, default=4, help="activation rows per input kind")
     p.add_argument("--groups", default="128,64")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    args.out = args.out or dated("cpu_accuracy_exact")
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for group in (int(g) for g in args.groups.split(",")):

@@ -38,6 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
+
 CALLS = 50
 WARMUP = 3
 Q2_SHAPES = ((5120, 5120), (16384, 16384))
@@ -198,10 +201,13 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="directory for the CSV")
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: benchmarks/results/<date>_api_host/"
+    )
     p.add_argument("--dry-run", action="store_true", help="CUDA simulator, tiny shapes, no GPU")
     p.add_argument("--calls", type=int, default=None, help=f"timed calls (default {CALLS})")
     args = p.parse_args(argv)
+    args.out = args.out or dated("api_host")
     if args.dry_run and "numba" not in sys.modules:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba's first import
     calls = args.calls or (DRY["calls"] if args.dry_run else CALLS)

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
+
 SHAPES = ((16384, 16384), (5120, 5120), (17408, 5120), (5120, 17408))
 MS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 32, 33)
 QUICK_MS = (1, 8, 16)
@@ -52,12 +55,15 @@ def write_rows(rows: list[dict], out: Path, name: str = "h200_exact.csv") -> Pat
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: benchmarks/results/<date>_exact/"
+    )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--groups", default="128,64")
     p.add_argument("--ms", help="comma-separated M values (default: the full list)")
     p.add_argument("--shapes", help="NxK,... (default: the four shapes above; g64 on any)")
     args = p.parse_args(argv)
+    args.out = args.out or dated("exact")
     import torch
     from numba import cuda
 

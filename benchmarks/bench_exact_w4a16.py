@@ -25,6 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
+
 SHAPES = ((16384, 16384), (5120, 5120), (17408, 5120), (5120, 17408))
 MS = (1, 2, 4, 8, 9, 16, 17, 32, 33)
 QUICK_MS = (1, 8, 16)
@@ -42,7 +45,9 @@ def random_weight(rng, n: int, k: int):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: benchmarks/results/<date>_exact_w4a16/"
+    )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--ms", help="comma-separated M values (default: the full list)")
     p.add_argument("--shapes", help="e.g. 16384x16384,5120x5120 (default: all four)")
@@ -50,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         "--warps", type=int, choices=(8, 16), help="force this many warps a CTA (default: auto)"
     )
     args = p.parse_args(argv)
+    args.out = args.out or dated("exact_w4a16")
     import ml_dtypes
     import torch
     from numba import cuda

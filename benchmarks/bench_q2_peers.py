@@ -41,6 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
+
 SHAPES = (
     (16384, 16384),
     (5120, 5120),
@@ -58,7 +61,12 @@ L2_BYTES = 60 * 2**20
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: benchmarks/results/<date>_q2_peers or _nvfp4_peers/",
+    )
     p.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="NxK,...")
     p.add_argument("--ms", default=",".join(map(str, MS)))
     p.add_argument("--format", default="q2_0", choices=tuple(FORMATS))
@@ -67,6 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-seed", action="store_true", help="skip the seed contract's timing")
     p.add_argument("--no-gemlite", action="store_true", help="skip gemlite (its autotuning)")
     args = p.parse_args(argv)
+    args.out = args.out or dated(f"{'q2' if args.format == 'q2_0' else 'nvfp4'}_peers")
     args.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     args.ms = [int(m) for m in args.ms.split(",")]
     return args

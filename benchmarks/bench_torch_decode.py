@@ -34,7 +34,7 @@ output (``graph_bits_vs_eager``); both must be ``equal``.
 
 For the claim "with CUDA graphs, faster by the kernel ratio", compare the
 graph-mode speedup with the single-kernel ratio bf16 / q2 at the same shape
-and M=1, e.g. ``bf16_us / exact_us`` in ``benchmarks/results/h200_exact.csv``
+and M=1, e.g. ``bf16_us / exact_us`` in ``benchmarks/results/2026-12-01_exact/h200_exact.csv``
 (5120x5120, group 128: 16.16 / 13.46 = 1.20 with cold weights; note that the
 4 q2 layers, 4 x 7.0 MB, fit the H200's L2, the bf16 ones, 4 x 52 MB, do not).
 
@@ -58,6 +58,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
 
 COLUMNS = (
     "device",
@@ -173,7 +176,9 @@ def device_prefix(dry_run: bool) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="directory for the CSV")
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: benchmarks/results/<date>_torch_decode/"
+    )
     p.add_argument("--n", type=int, default=5120, help="features in and out of every layer")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--tokens", type=int, default=200, help="tokens per timed repeat")
@@ -185,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true", help="add the torch.compile mode")
     p.add_argument("--dry-run", action="store_true", help="CPU smoke run at a tiny shape")
     args = p.parse_args(argv)
+    args.out = args.out or dated("torch_decode")
     formats = [f for f in args.formats.split(",") if f]
     if bad := [f for f in formats if f not in ("q2_0", "nvfp4")]:
         p.error(f"--formats: unknown {bad} (expected q2_0, nvfp4)")

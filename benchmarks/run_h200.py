@@ -1,7 +1,7 @@
 """Run the decode-GEMV benchmark on the H200 and write CSV + plot + markdown summary.
 
     export PYTHONPATH=$PWD/src   # or pip install -e .
-    python3 benchmarks/run_h200.py --out benchmarks/results            # full matrix
+    python3 benchmarks/run_h200.py                    # full matrix -> benchmarks/results/<date>_matrix/
     python3 benchmarks/run_h200.py --quick --out /tmp/bench            # 2 shapes, M = 1, 4, 8
     NUMBA_ENABLE_CUDASIM=1 python3 benchmarks/run_h200.py --dry-run \\
         --shapes 16x512 --m 1,9 --out /tmp/sim                         # simulator smoke run
@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # plot.py beside this script
+sys.path.insert(0, str(HERE))  # plot.py and _paths.py beside this script
+
+from _paths import dated  # noqa: E402
 
 from q2gemv import bench  # noqa: E402
 
@@ -30,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     bench.add_arguments(p)
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    # this script writes a new run folder by default (q2gemv bench: ./q2gemv-bench)
+    p.set_defaults(out=dated("matrix"))
     args = p.parse_args(argv)
     args.command = "python3 benchmarks/run_h200.py " + shlex.join(argv)
     rc = bench.run(args)

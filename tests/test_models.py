@@ -400,69 +400,6 @@ def test_captured_decoder_prefill_then_steps():
         decoder.step()
 
 
-# -- the decode benchmark's CPU-safe parts ----------------------------------------------------
-
-
-def _bench():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decode.py"
-    spec = importlib.util.spec_from_file_location("bench_decode", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_bench_decode_arguments():
-    bench = _bench()
-    args = bench.parse_args(["--out", "x"])
-    assert (args.layers, args.batches, args.prompt, args.new) == (32, (1, 4, 8, 16), 128, 128)
-    assert args.formats == bench.FORMATS and args.repeats == 2
-    args = bench.parse_args(
-        ["--out", "x", "--layers", "4", "--batches", "2,8", "--formats", "q2_0"]
-    )
-    assert (args.layers, args.batches, args.formats) == (4, (2, 8), ("q2_0",))
-    for bad in (["--formats", "int4"], ["--batches", "0"], ["--new", "1"], ["--batches", "a"]):
-        with pytest.raises(SystemExit):
-            bench.parse_args(["--out", "x", *bad])
-
-
-def test_bench_decode_cta_variants_force_8_warps_then_restore():
-    from q2gemv.cuda.q2_0 import exact as xq
-    from q2gemv.cuda.w4a16 import exact as xw
-
-    bench = _bench()
-    assert bench.parse_args(["--out", "x", "--formats", "nvfp4_w8"]).formats == ("nvfp4_w8",)
-    assert not set(bench.CTA_VARIANTS) & set(bench.parse_args(["--out", "x"]).formats)
-    small = (1024, 4096, 1)  # a grid the launcher gives 16-warp CTAs
-    assert xq.warps_for(*small) == xq.WIDE_WARPS and xw.warps_for(*small) == xw.WIDE_WARPS
-    try:
-        assert bench.cta_variant("q2_0_w8") == "q2_0"
-        assert xq.warps_for(*small) == xq.WARPS and xw.warps_for(*small) == xw.WIDE_WARPS
-        assert bench.cta_variant("nvfp4_w8") == "nvfp4"
-        assert xq.warps_for(*small) == xq.WIDE_WARPS and xw.warps_for(*small) == xw.WARPS
-    finally:
-        assert bench.cta_variant("bf16") == "bf16"
-    assert xq.warps_for(*small) == xq.WIDE_WARPS and xw.warps_for(*small) == xw.WIDE_WARPS
-
-
-def test_bench_decode_dry_run(tmp_path, capsys):
-    import csv
-
-    bench = _bench()
-    assert bench.main(["--dry-run", "--out", str(tmp_path), "--formats", "bf16,q2_0"]) == 0
-    with open(tmp_path / "cpu_dry_run_decode.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert [(r["format"], r["batch"], r["status"]) for r in rows] == [
-        ("bf16", "1", "ok"),
-        ("q2_0", "1", "ok"),
-    ]
-    assert all(float(r["tokens_per_s"]) > 0 and r["graph_vs_eager"] == "equal" for r in rows)
-    assert (tmp_path / "cpu_dry_run_decode_profile.csv").exists()
-    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("q2_0 ")
-
-
 def test_example_model_decode(capsys):
     import importlib.util
     from pathlib import Path

@@ -1,7 +1,7 @@
 """Time Q2_0 kernel candidates that are not registered, beside the registered kernels (GPU only).
 
-    python3 benchmarks/candidates.py bench --out DIR [run_h200.py arguments ...]
-    python3 benchmarks/candidates.py check [scripts/h200_check.py arguments ...]
+    python3 benchmarks/experimental/candidates.py bench --out DIR [run_h200.py arguments ...]
+    python3 benchmarks/experimental/candidates.py check [scripts/h200_check.py arguments ...]
 
 Each candidate is a :func:`q2gemv.cuda.q2_0.seed._make_vec_body` setting (rows per
 warp, activation rows per launch, words in flight). This script registers
@@ -46,7 +46,8 @@ def register() -> None:
         kernels.register(candidate_spec(name, max_m, t, words, per_m), replace=True)
 
 
-SCRIPTS = {"bench": HERE / "run_h200.py", "check": HERE.parent / "scripts" / "h200_check.py"}
+BENCH = HERE.parent  # benchmarks/
+SCRIPTS = {"bench": BENCH / "run_h200.py", "check": BENCH.parent / "scripts" / "h200_check.py"}
 
 
 def main() -> int:

@@ -1,8 +1,8 @@
 """Time the Q2_0 M=1 vec kernels at several word-batch sizes (GPU only).
 
-    python3 benchmarks/sweep_words.py --out benchmarks/results [--shapes 16384x16384,5120x5120]
+    python3 benchmarks/experimental/sweep_words.py --out DIR [--shapes 16384x16384,5120x5120]
 
-``q2gemv.cuda.q2_0.WORDS_IN_FLIGHT`` sets how many words (16 codes) a lane
+``q2gemv.cuda.q2_0.seed.WORDS_IN_FLIGHT`` sets how many words (16 codes) a lane
 loads per row before it multiplies any of them. A kernel is compiled once per
 process, so each setting runs ``benchmarks/run_h200.py`` in a fresh process
 with the table patched; every run also times torch bf16 ``F.linear`` and the
@@ -22,6 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 # kernel -> (WORDS_IN_FLIGHT key, batch sizes to try)
 SETTINGS = {
@@ -29,7 +32,7 @@ SETTINGS = {
     "q2_0_gemv_vec_rt4": ((1, 4), (1, 2, 4)),
 }
 PATCH = (
-    "import runpy, sys; import q2gemv.cuda.q2_0 as q; q.WORDS_IN_FLIGHT[{key!r}] = {u}; "
+    "import runpy, sys; import q2gemv.cuda.q2_0.seed as q; q.WORDS_IN_FLIGHT[{key!r}] = {u}; "
     "sys.argv = {argv!r}; sys.exit(runpy.run_path({script!r}, run_name='__main__') or 0)"
 )
 
@@ -44,10 +47,13 @@ def _num(x: str) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: benchmarks/results/<date>_sweep_words/"
+    )
     p.add_argument("--shapes", default="16384x16384,5120x5120")
     p.add_argument("--kernels", default=",".join(SETTINGS))
     args = p.parse_args()
+    args.out = args.out or dated("sweep_words")
     args.out.mkdir(parents=True, exist_ok=True)
     rows, rc = [], 0
     for kernel in args.kernels.split(","):
@@ -59,7 +65,7 @@ def main() -> int:
                 *("--out", str(args.out), "--prefix", prefix, "--shapes", args.shapes),
                 *("--m", "1", "--kernels", f"{kernel},bf16", "--no-overhead", "--no-plot"),
             ]
-            code = PATCH.format(key=key, u=u, argv=argv, script=str(HERE / "run_h200.py"))
+            code = PATCH.format(key=key, u=u, argv=argv, script=str(HERE.parent / "run_h200.py"))
             print(f"== {kernel} words={u}", flush=True)
             rc |= subprocess.run([sys.executable, "-c", code]).returncode
             path = args.out / f"{prefix}_gemv.csv"

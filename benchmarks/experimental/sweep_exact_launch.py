@@ -1,7 +1,7 @@
 """The exact Q2_0 GEMVs' launch shapes, measured: the default and the batched variant per (shape, M).
 
-    python3 benchmarks/sweep_exact_launch.py --out DIR                  # 8 shapes x M 1..32
-    python3 benchmarks/sweep_exact_launch.py --out DIR --shapes 4096x4096 --ms 8,32
+    python3 benchmarks/experimental/sweep_exact_launch.py --out DIR                  # 8 shapes x M 1..32
+    python3 benchmarks/experimental/sweep_exact_launch.py --out DIR --shapes 4096x4096 --ms 8,32
 
 Per (shape, M) the GEMV alone (activations prepared once; the launches pre-bound; a CUDA
 graph rotating through weight copies larger than 2x L2, median of ``--repeats``) for each
@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _paths.py
+from _paths import dated  # noqa: E402
 
 SHAPES = (
     (16384, 16384),
@@ -63,13 +66,19 @@ def candidates(n: int, k: int, m: int, full: bool = True):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: benchmarks/results/<date>_exact_launch_sweep/",
+    )
     p.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
     p.add_argument("--ms", default=",".join(map(str, MS)))
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--cols", action="store_true", help="column-split candidates, no K split")
     args = p.parse_args(argv)
+    args.out = args.out or dated("exact_launch_sweep")
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     ms = [int(m) for m in args.ms.split(",")]
 
@@ -86,7 +95,7 @@ def main(argv=None) -> int:
     from q2gemv.launch import ChunkPlan
     from q2gemv.reference import exact as rex
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench_exact import random_weight
 
     args.out.mkdir(parents=True, exist_ok=True)

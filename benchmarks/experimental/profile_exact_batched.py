@@ -2,8 +2,8 @@
 
     ncu --clock-control none -k regex:body -c 2 --section SpeedOfLight --section Occupancy \\
         --section LaunchStats --section WarpStateStats \\
-        python3 benchmarks/profile_exact_batched.py 16384 16384 8 --warps 8 --parts 1
-    python3 benchmarks/profile_exact_batched.py --sass 1 128 8   # groups, group, warps
+        python3 benchmarks/experimental/profile_exact_batched.py 16384 16384 8 --warps 8 --parts 1
+    python3 benchmarks/experimental/profile_exact_batched.py --sass 1 128 8   # groups, group, warps
 
 ``--sass NG GROUP WARPS`` prints that build's registers, local memory and a count of its
 SASS instructions by opcode (needs a GPU) instead of running anything.
@@ -15,6 +15,7 @@ import argparse
 import collections
 import re
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     if args.sass:
         return sass(*args.sass)
     n, k, m = args.shape
-    sys.path.insert(0, "benchmarks")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench_exact import random_weight
 
     rng = np.random.default_rng(0)

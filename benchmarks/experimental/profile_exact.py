@@ -1,8 +1,8 @@
 """One exact GEMV (prepare + q2_0_gemv_exact) per (M, shape), for ncu to profile.
 
     ncu --clock-control none -k regex:body -s 1 -c 1 --section SpeedOfLight \\
-        --section Occupancy --section WarpStateStats python3 benchmarks/profile_exact.py 16384 16384 1
-    PATH=$PATH:/usr/local/cuda/bin python3 benchmarks/profile_exact.py --sass 2 128 > DIR/sass.txt
+        --section Occupancy --section WarpStateStats python3 benchmarks/experimental/profile_exact.py 16384 16384 1
+    PATH=$PATH:/usr/local/cuda/bin python3 benchmarks/experimental/profile_exact.py --sass 2 128 > DIR/sass.txt
 
 ``--sass TILES GROUP`` prints the sm_90 SASS of that build (needs nvdisasm) and
 a count of its instructions by opcode instead of running anything.

@@ -2,7 +2,7 @@
 
     ncu --clock-control none -k regex:body -c 2 --section SpeedOfLight --section Occupancy \\
         --section WarpStateStats --section MemoryWorkloadAnalysis \\
-        python3 benchmarks/profile_exact_w4a16.py 16384 16384 1
+        python3 benchmarks/experimental/profile_exact_w4a16.py 16384 16384 1
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
     ncu --clock-control none --section SpeedOfLight --section Occupancy \\
         --section LaunchStats --section WarpStateStats --section InstructionStats \\
-        -o prof python3 benchmarks/profile_q2.py --kernels q2_0_gemv_vec_rt4:1,q2_0_gemv_vec_batchm_rt2:8
+        -o prof python3 benchmarks/experimental/profile_q2.py --kernels q2_0_gemv_vec_rt4:1,q2_0_gemv_vec_batchm_rt2:8
     ncu --import prof.ncu-rep --page details --csv > prof.csv
 
 Each ``NAME:M`` is launched twice (the second launch is the one to read:
 pass ``--launch-skip`` per kernel or read the last of each name) on random
 codes (0..3; W4A16: every E2M1 code, E4M3 scales 2^-3..2^4) at ``--shape``.
-``--candidates`` registers the kernels of ``benchmarks/candidates.py`` first.
+``--candidates`` registers the kernels of ``benchmarks/experimental/candidates.py`` first.
 """
 
 from __future__ import annotations
