@@ -147,12 +147,12 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
         for i in range(APT):
             f = tid + int32(i * THREADS)
             if asrc[i] >= 0:
-                u = 2 * p + (f & int32(1))
+                u = int32(2) * p + (f & int32(1))
                 d = slot * int32(2 * M8) + f
                 if u < nu:
-                    cp_async4(sa, d, ASUM, asrc[i] + 2 * p)
+                    cp_async4(sa, d, ASUM, asrc[i] + int32(2) * p)
                 else:
-                    sa[d] = int32(0)
+                    sa[uint32(d)] = int32(0)
         if copies:  # the first warp of an active tile copies its codes and scales
             cp_async16(sw, slot * int32(SWW1) + wdst, CODES, qc + p * int32(STEP_WORDS))
             if lane < 2 * BPS:
@@ -161,7 +161,7 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
                     cp_async16(ss, d, SCALES, qs + p * int32(BPS * ROWS_PER_CTA))
                 else:  # a block past K (a half last step): scale 0, no load
                     for j in range(8):
-                        ss[d + j] = uint16(0)
+                        ss[uint32(d + int32(j))] = uint16(0)
 
     @cuda.jit(device=True, inline="always")
     def mac_unit(sb, bs, wa, wb, lo, cf):
@@ -200,8 +200,8 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
         """Block ``i`` of the step: its scales times the limb sums in ``cf`` into the
         accumulators; returns ``bad`` with rows g (bit 0) and g + 8 (bit 1) flagged for a
         non-finite scale."""
-        s_g = uint32(ss[sbase + int32(ROWS_PER_CTA * i)])
-        s_h = uint32(ss[sbase + int32(ROWS_PER_CTA * i + 8)])
+        s_g = uint32(ss[uint32(sbase + int32(ROWS_PER_CTA * i))])  # (unsigned: no wraparound)
+        s_h = uint32(ss[uint32(sbase + int32(ROWS_PER_CTA * i + 8))])
         if (s_g & uint32(0x7C00)) == uint32(0x7C00):
             bad |= 1
         if (s_h & uint32(0x7C00)) == uint32(0x7C00):
@@ -214,7 +214,7 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
             for c in range(2):
                 asum = int32(0)
                 for v in range(i * UPB, (i + 1) * UPB):
-                    asum += sa[abase + int32(2 * (8 * q + c) + v)]
+                    asum += sa[uint32(abase + int32(2 * (8 * q + c) + v))]
                 for h in range(2):
                     x = 2 * h + c
                     o = 4 * q * LIMBS + x
@@ -317,7 +317,7 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
         parts = int32(cuda.gridDim.y)
         spl = (ns + parts - int32(1)) // parts
         p0 = int32(cuda.blockIdx.y) * spl
-        p1 = min(p0 + spl, ns)
+        p1 = int32(min(p0 + spl, ns))
         offsets(N, K, M, M0, tid, warp, lane, tile, bsrc, bdst, asrc)
         qc = (tile * ns) * int32(STEP_WORDS) + lane * int32(4)  # the warp's codes at step 0
         qs = (tile * nb) * int32(ROWS_PER_CTA) + lane * int32(8)  # scales: lanes 0 .. 2 BPS - 1
@@ -337,11 +337,11 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
         grid_dep_wait()  # the prepared operands are the prepare's
         cuda.syncthreads()  # the zeroing before any copy lands
         for j in range(S - 1):  # the pipeline's first steps, a group each
-            if p0 + j < p1:
-                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p0 + j, int32(j), kw, nu, nb,
+            if p0 + int32(j) < p1:
+                issue(P32, ASUM, CODES, SCALES, sb, sw, ss, sa, p0 + int32(j), int32(j), kw, nu, nb,
                       tid, lane, copies, bsrc, bdst, asrc, qc, qs, wdst, sdst)  # fmt: skip
             cp_async_commit()
-        p = p0
+        p = int32(p0)
         slot = int32(0)
         while p < p1:
             WAIT()  # this thread's copies of step p are done (the S - 2 newest groups may fly)

@@ -495,14 +495,18 @@ else:
                 ps = _element_pointer(
                     context, builder, SimpleNamespace(args=sig.args[2:]), args[2:]
                 )
-                i64 = ir.IntType(64)
-                pd = builder.ptrtoint(pd, i64)
+                i32, i64 = ir.IntType(32), ir.IntType(64)
+                # The shared address as a 32-bit shared-window offset, by an address-space cast
+                # the compiler folds back to the shared array (no per-copy window conversion);
+                # the global address as it is (a generic global address is the global one).
+                pd = builder.ptrtoint(
+                    builder.addrspacecast(pd, ir.PointerType(pd.type.pointee, 3)), i32
+                )
                 ps = builder.ptrtoint(ps, i64)
                 asm = ir.InlineAsm(
-                    ir.FunctionType(ir.VoidType(), [i64, i64]),
-                    "{.reg .u64 q2d, q2s; cvta.to.shared.u64 q2d, $0; cvta.to.global.u64 q2s, $1;"
-                    f" cp.async.{cache}.shared.global [q2d], [q2s], {size};}}",
-                    "l,l,~{memory}",
+                    ir.FunctionType(ir.VoidType(), [i32, i64]),
+                    f"cp.async.{cache}.shared.global [$0], [$1], {size};",
+                    "r,l,~{memory}",
                     side_effect=True,
                 )
                 builder.call(asm, [pd, ps])
