@@ -379,14 +379,8 @@ for _spec in (
     KernelSpec("q2_0_gemv_vec_batchm_rt2", "q2_0", "seed", _Q2REF + "q2_0_gemv_vec_batchm_rt2",
                "q2_0_vec", 16, Q2_BATCHM_MAX_M, per_m=True, a_align=16, rows_per_warp=2),
     # W4A16, seed contract: the w4a16_gemv_batchm template (q2gemv.cuda.w4a16).
-    # Knobs that change no arithmetic, chosen on an H200 (2026-11-29): medians of
-    # 5 x 100 cold-weight launches, N = K = 5120. Prefetch depth 1/2/4/8 x a_ahead
-    # (rolled decode loop): depth 2 best or within noise for the narrow tiers,
-    # depth 1 for batch8, rt2 and batch32, depth 4 + a_ahead for batch16 (170 us
-    # against 218 us at depth 2). Unrolled words then took batch4 from 36 to 27 us
-    # at M = 1 (38 us at M = 4), batch8 from 79 to 76 us, rt2 from 62 to 59 us,
-    # but batch32 from 423 to 593 us (108 registers, 5 KB of PTX more), so
-    # batch32 keeps the rolled loop.
+    # depth, a_ahead and unroll_words change no arithmetic; each tier's values are the
+    # fastest measured (docs/design_notes.md, kernels). batch32 keeps the rolled loop.
     KernelSpec("w4a16_gemv_batch4", "w4a16", "seed", _W4REF + "w4a16_gemv_batch4",
                "w4a16_batchm", 8, 4),
     KernelSpec("w4a16_gemv_batch5", "w4a16", "seed", _W4REF + "w4a16_gemv_batch5",

@@ -204,7 +204,7 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
     NAV = lay.STEP_UNITS * nt  # noqa: N806 - unit sums held: (unit, tile)
     STEP_WORDS = lay.LANES * lay.WORDS_PER_LANE  # noqa: N806
     # B operands of the next step in flight too, at M <= 2 only: at M = 4 / 8 their
-    # registers cost occupancy (H200 16384^2: M=4 72.5 us with, 59.5 without; M=8 160 / 93)
+    # registers cost occupancy (measured: docs/design_notes.md)
     PREFETCH_B = nt == 1  # noqa: N806
     QS_STRIDE = WARPS * BPS * ROWS_PER_CTA  # noqa: N806 - scale index advance per load
     PIDX_STRIDE = WARPS * lay.STEP_UNITS * 16  # noqa: N806 - limb-word index advance per load
@@ -229,8 +229,8 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
         """Step ``p``'s B operand of each tile and unit sums (``pidx``, ``aidx`` index them).
 
         Lanes of the constant columns (ones, zeros) load nothing: their B
-        registers keep the value :func:`fill_b` gave them before the loop (ncu:
-        the load pipe bounds the kernel when every lane loads its column). A
+        registers keep the value :func:`fill_b` gave them before the loop (the load
+        pipe bounds the kernel when every lane loads its column). A
         unit past K (the padded half of a last step) loads nothing either: its
         codes are 0, so its block sum is 0 whatever B holds. Then ``pidx`` and
         ``aidx`` move to step ``p + WARPS``.

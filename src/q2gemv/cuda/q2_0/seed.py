@@ -61,9 +61,8 @@ def tile_k(max_m: int) -> int:
     A multiple of 512 keeps word w on lane w % 32 in every tile (the per-lane
     order of the reference). The batched kernels are built per M, so a launch
     of M rows stages tile_k(M) codes a tile: 4096 at M=2, 2560 at M=3, 2048
-    at 4, 1536 at 5, 1024 at 6..8 (M=1 loads its activations directly).
-    Measured on the H200 (16384x16384, M=1, staged, before v3): 1024-code
-    tiles made the barriers dominate (189 us against 165 us with 8192).
+    at 4, 1536 at 5, 1024 at 6..8 (M=1 loads its activations directly). Small
+    tiles make the barriers dominate (docs/design_notes.md).
     """
     return (SMEM_TILE_BYTES // (4 * max_m)) // 512 * 512
 
