@@ -18,27 +18,21 @@ from __future__ import annotations
 
 from . import kernels, launch, tiers
 
-# Output rows from which the 4-rows-per-warp M=1 kernel wins (H200, one run with
-# torch bf16 beside it: benchmarks/results/h200_candidates_v4b_gemv.csv, M=1):
-# q2_0_gemv_vec_rt4 56.4 us vs 61.3 us for q2_0_gemv_vec_batchm_rt2 at 16384x16384
-# and 23.9 vs 23.9 us at 17408x5120, but 11.8 vs 10.1 us at 5120x5120 and 33.5 vs
-# 27.6 us at 5120x17408 (N/32 = 160 CTAs for 132 SMs leaves SMs idle).
+# Output rows from which the 4-rows-per-warp M=1 kernel wins (a smaller grid leaves SMs
+# idle; measured: docs/design_notes.md, defaults).
 Q2_RT4_MIN_N = 16384
 
 
 def default_q2_kernel(m: int, n: int = 0) -> str:
     """The Q2_0 kernel :func:`q2gemv.gemv` uses for ``m`` activation rows and ``n`` output rows.
 
-    Every choice here computes the same bits (all share q2_0_gemv_vec's per-row
-    order); the rule only picks the fastest measured on the H200 (same run,
-    benchmarks/results/h200_candidates_v4b_gemv.csv):
+    Every choice computes the same bits (all share q2_0_gemv_vec's per-row order); the
+    rule picks the fastest measured (docs/design_notes.md, defaults):
 
     * M=1 and ``n >= Q2_RT4_MIN_N``: ``q2_0_gemv_vec_rt4``;
-    * otherwise ``q2_0_gemv_vec_batchm_rt2`` in chunks of 8. It is built per
-      M: at M=1 it loads activations directly (2 rows per warp: 10.1 us vs
-      11.2 us for ``q2_0_gemv_vec`` at 5120x5120), and from M=2 on it beats
-      one M=1 launch per row on all four shapes (91.5 us vs 2 x 56.4 us at
-      16384x16384, M=2) and the seed's ``q2_0_gemv_vec_batchm`` at every M.
+    * otherwise ``q2_0_gemv_vec_batchm_rt2`` in chunks of
+      :data:`~q2gemv.kernels.Q2_BATCHM_MAX_M`, built per M (at M=1 it loads
+      activations directly).
     """
     if m == 1 and n >= Q2_RT4_MIN_N:
         return "q2_0_gemv_vec_rt4"

@@ -1,9 +1,8 @@
 """The kernel registry: one :class:`KernelSpec` per kernel, the one place a kernel's identity lives.
 
-Everything that used to restate a kernel (the API's kernel tables, the
-launch geometry, the builds in :mod:`q2gemv.cuda`, the golden generator's
-families, the tier table's rows per launch, the benchmark candidates)
-derives it from here. Pure data: no numba, no NumPy, no device.
+The API's kernel tables, the launch geometry, the builds in :mod:`q2gemv.cuda`, the
+golden generator's families, the tier table and the benchmark candidates derive a
+kernel from here. Pure data: no numba, no NumPy, no device.
 
 A spec says *what* a kernel is: its family (the weight format) and numerics
 contract, its thread map (output rows per 256-thread CTA), how many
@@ -33,10 +32,9 @@ THREADS_PER_CTA = 256
 
 # Activation rows per launch of the batched Q2_0 seed kernels (they stage at most this many).
 Q2_BATCHM_MAX_M = 8
-# q2_0_gemv_exact: activation rows per launch. A 16-row build held about 180
-# registers (one CTA per SM); two 8-row launches measured faster on the H200
-# (16384x16384: 2 x 112.5 us against 253.6 us at M=16; 5120x5120: 2 x 17.8
-# against 37.5 us). Chunking is free under the exact contract.
+# q2_0_gemv_exact: activation rows per launch. A 16-row build runs one CTA per SM
+# (registers); two 8-row launches measured faster (docs/design_notes.md, kernels).
+# Chunking is free under the exact contract.
 Q2_EXACT_MAX_M = 8
 # q2_0_gemv_exact: codes per unit (one activation sum each; both groups are whole units), so
 # K is a multiple of it.
@@ -233,11 +231,9 @@ def resolve(dotted: str):
 class FamilySpec:
     """What one weight family *does*: where its weight classes and launch code live.
 
-    Every caller that used to ask "is this Q2_0?" (the API, the golden
-    harness, the benchmark, the device-array interop, the launcher) looks
-    the family up here (:func:`family`, :func:`family_of`) and reads the
-    answer from the spec. Dotted names are resolved on use, so importing
-    the registry imports neither NumPy nor numba.
+    Callers look a family up (:func:`family`, :func:`family_of`) instead of comparing
+    family names. Dotted names are resolved on use: importing the registry imports
+    neither NumPy nor numba.
 
     Attributes:
         name: the family (``"q2_0"``, ``"w4a16"``): :attr:`KernelSpec.family`.
@@ -383,14 +379,8 @@ for _spec in (
     KernelSpec("q2_0_gemv_vec_batchm_rt2", "q2_0", "seed", _Q2REF + "q2_0_gemv_vec_batchm_rt2",
                "q2_0_vec", 16, Q2_BATCHM_MAX_M, per_m=True, a_align=16, rows_per_warp=2),
     # W4A16, seed contract: the w4a16_gemv_batchm template (q2gemv.cuda.w4a16).
-    # Knobs that change no arithmetic, chosen on an H200 (2026-11-29): medians of
-    # 5 x 100 cold-weight launches, N = K = 5120. Prefetch depth 1/2/4/8 x a_ahead
-    # (rolled decode loop): depth 2 best or within noise for the narrow tiers,
-    # depth 1 for batch8, rt2 and batch32, depth 4 + a_ahead for batch16 (170 us
-    # against 218 us at depth 2). Unrolled words then took batch4 from 36 to 27 us
-    # at M = 1 (38 us at M = 4), batch8 from 79 to 76 us, rt2 from 62 to 59 us,
-    # but batch32 from 423 to 593 us (108 registers, 5 KB of PTX more), so
-    # batch32 keeps the rolled loop.
+    # depth, a_ahead and unroll_words change no arithmetic; each tier's values are the
+    # fastest measured (docs/design_notes.md, kernels). batch32 keeps the rolled loop.
     KernelSpec("w4a16_gemv_batch4", "w4a16", "seed", _W4REF + "w4a16_gemv_batch4",
                "w4a16_batchm", 8, 4),
     KernelSpec("w4a16_gemv_batch5", "w4a16", "seed", _W4REF + "w4a16_gemv_batch5",

@@ -1,15 +1,12 @@
 """The W4A16 NVFP4 tier table: which ``w4a16_gemv_batch{M}`` kernel serves M activation rows.
 
-One kernel template, ``w4a16_gemv_batchm`` with a compile-time ``MAX_M``, is
-built as the tiers batch4 .. batch8. ``MAX_M`` sizes the accumulators, the
-staged activation tile and the unrolled row loop, so it sizes the CODE; the
-run-time ``m < M`` guard skips a dead row's work but not its instructions.
-The seed measured why that matters (NVFP4, N=K=5120, cold weights): batch8
-ran M=4 6.1% slower than batch4 (74.8 vs 70.5 us), and M=5/6 on batch8 at
-~60% of peak bandwidth. Hence the exact-M tiers 5, 6, 7 and a pure decision
-that picks the NARROWEST present tier covering M. Any covering tier gives
-the same bits (every tier keeps the same per-row fp32 order); a wider one is
-only slower.
+One kernel template, ``w4a16_gemv_batchm`` with a compile-time ``MAX_M``, is built as
+the tiers batch4 .. batch8. ``MAX_M`` sizes the code (accumulators, staged tile,
+unrolled row loop); the run-time ``m < M`` guard skips a dead row's work but not its
+instructions, so a wider tier is slower (measured: docs/design_notes.md). Hence the
+exact-M tiers 5, 6, 7 and a pure decision that picks the narrowest present tier
+covering M. Any covering tier gives the same bits (every tier keeps the same per-row
+fp32 order).
 
 What is decided where:
 

@@ -1,63 +1,34 @@
 """torch integration: ``Q2Linear`` / ``Nvfp4Linear`` modules over q2gemv's GEMV (needs torch).
 
-``import q2gemv`` never imports torch; ``import q2gemv.torch`` does (``pip
-install "q2gemv[torch]"``). Two ``torch.nn.Module`` classes replace a
-``torch.nn.Linear`` in inference:
+``import q2gemv`` never imports torch; ``import q2gemv.torch`` does. :class:`Q2Linear`
+(a GGUF ``block_q2_0`` weight) and :class:`Nvfp4Linear` (NVFP4 W4A16) replace a
+``torch.nn.Linear`` in inference: ``forward(x)`` maps bf16 ``[..., K]`` to bf16
+``[..., N]`` with the bits of :func:`q2gemv.gemv` (the default contract unless
+``numerics=`` is given), then adds the bias (stored in bf16) as one bf16 add. Usage,
+graph captures and autograd: ``docs/torch.md``.
 
-* :class:`Q2Linear` holds a GGUF ``block_q2_0`` weight (:class:`~q2gemv.Q2Weight`);
-* :class:`Nvfp4Linear` an NVFP4 W4A16 weight (:class:`~q2gemv.Nvfp4Weight`).
-
-``forward(x)`` takes ``torch.bfloat16`` activations of shape ``[..., K]`` and
-returns ``torch.bfloat16`` ``[..., N]``: ``y = x @ dequantize(W).T`` with the
-bits of :func:`q2gemv.gemv` (the library's default numerics contract unless
-``numerics=`` is given), then ``y = y + bias`` as one bf16 torch add when the
-module has a bias (the bias is stored in bf16).
-
-The packed weight lives in registered buffers (``raw`` for Q2_0, ``packed``
-and ``scales`` for NVFP4; uint8), so ``.to("cuda")`` / ``.cuda()`` moves it
-and ``state_dict()`` / ``load_state_dict()`` round-trip it; ``n``, ``k``,
-``group``, ``global_scale`` and ``numerics`` are plain attributes, saved as the
-module's extra state: a uint8 tensor of JSON, so a state dict is tensors only
-(``safetensors``, ``save_pretrained``; docs/models_save_load.md). ``load_state_dict``
-checks the buffers and the settings together before it writes a byte.
-``Q2Linear.empty`` / ``Nvfp4Linear.empty`` make a layer from its shape alone (on the
-meta device under ``with torch.device("meta"):``), to be filled by loading.
+State: the packed weight is in uint8 buffers (``raw``; ``packed`` and ``scales``), so
+``.to()`` moves it and ``state_dict()`` round-trips it; ``n``, ``k``, ``group``,
+``global_scale`` and ``numerics`` are extra state (a uint8 tensor of JSON), so a state
+dict is tensors only (docs/models_save_load.md). ``load_state_dict`` checks buffers and
+settings together before it writes a byte; ``.empty`` makes a layer from its shape alone
+(on the meta device under ``with torch.device("meta"):``).
 
 The GEMV is a ``torch.library`` custom op (``torch.ops.q2gemv.q2_linear``,
-``torch.ops.q2gemv.nvfp4_linear``) with a fake (meta) implementation, so
-modules using it trace under ``torch.compile`` (the op stays opaque: one
-call per layer in the graph) and can be captured in a CUDA graph:
-
-* CPU tensors run q2gemv's NumPy reference backend (``backend="reference"``),
-  bit-identical to the GPU kernels;
-* CUDA tensors run the numba kernels on torch's current stream over a device
-  weight made from the buffers (``DeviceQ2Weight.from_buffers`` /
-  ``DeviceNvfp4Weight.from_buffers``: no host copy; a snapshot repacked into the
-  kernels' execution layout), writing into a tensor from torch's caching
-  allocator. It is cached per buffer and rebuilt after a write torch records (the
-  buffer's version counter or a new storage: in-place ops, ``copy_``,
-  ``load_state_dict``, ``.to()``, ``.data = t``), and checked against the buffer's
-  bytes once after the layer hands the buffer out (``layer.raw``,
-  ``named_buffers()``, ``state_dict()``: a write through ``.data`` is not counted);
-  see docs/guarantees.md (:func:`clear_device_weight_cache`).
-  An eager CUDA forward calls the op's function without the dispatcher (its
-  Python overhead is as long as a decode GEMV); traced and CPU calls use the op.
-
-CUDA graphs: run each layer once on the capturing stream before the capture
-(that compiles the kernels and, for the exact contract, allocates its
-per-stream workspace: nothing may be allocated with ``cudaMalloc`` while
-capturing).
-
-Autograd (both devices alike): ``y`` requires a gradient when ``x`` does, and
-``backward`` gives ``x`` the transposed GEMV on the dequantized weight,
-``fp32(dy) @ dequantize(W)`` rounded to bf16 (torch's matmul: not part of the
-bit-exact contract); the uint8 weight buffers get none. Registered with
-``torch.library.register_autograd``, so ``torch.compile`` traces it.
+``torch.ops.q2gemv.nvfp4_linear``) with a fake implementation: opaque under
+``torch.compile``, capturable in a CUDA graph after one warm-up call on the capturing
+stream (it compiles the kernels and allocates the exact contract's workspace). CPU
+tensors run the NumPy reference; CUDA tensors run the kernels on torch's current stream
+over a device weight made from the buffers (``from_buffers``: no host copy), cached per
+buffer and rebuilt after a write torch records (version counter or new storage), and
+re-checked against the bytes once after the layer hands a buffer out (docs/guarantees.md,
+:func:`clear_device_weight_cache`). An eager CUDA forward skips the dispatcher (its
+Python overhead is as long as a decode GEMV). ``backward`` gives ``x`` the transposed
+GEMV on the dequantized weight (torch's matmul, not bit-exact), the weights none.
 
 Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
-:func:`load_gguf` / :func:`config_from_gguf`, :func:`load_safetensors`,
-:func:`save_gguf` / :func:`save_safetensors` (:mod:`q2gemv.models.export`) and
-:class:`CapturedDecoder` (the loaders and the decoder need transformers).
+:func:`load_gguf`, :func:`config_from_gguf`, :func:`load_safetensors`, :func:`save_gguf`,
+:func:`save_safetensors` and :class:`CapturedDecoder`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Method (docs/measurements.md, "How to measure"), all in one process and one run:
 
 * **Cold weights.** Every (family, shape) gets C copies of its weight,
   activations and output, C the smallest count >= 2 whose total exceeds
-  2 x the L2 (60 MB on the H200, read from the device); consecutive calls
+  2 x the L2 (its size read from the device); consecutive calls
   rotate through the copies, so no call finds its weight in L2.
 * **GPU time only.** A case is a sequence of L calls (L a multiple of C, so
   the rotation continues unbroken across repeats), captured once into a CUDA

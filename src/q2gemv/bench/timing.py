@@ -7,8 +7,7 @@ seconds per call of each timed repeat.
 
 * :class:`GraphTimer` (default) — captures the whole sequence once into a
   ``torch.cuda.CUDAGraph`` on a torch stream (numba launches enqueue on the
-  same raw stream handle, capturable on the H200 (docs/measurements.md)
-  machine), then records a CUDA event pair around each replay. The host
+  same raw stream handle), then records a CUDA event pair around each replay. The host
   enqueues one graph launch per repeat, so it can never starve the GPU;
   inside the graph kernels run back to back (no host gaps, no overlap).
 * :class:`SleepTimer` — no graphs (torch absent, or capture refused): a

@@ -190,11 +190,8 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
 def check_global_scale(x, name: str = "global_scale") -> float:
     """Validate an NVFP4 global scale and return it as fp32 (a Python float that is exactly one).
 
-    The one validator of every entry point that takes a global scale
-    (:class:`Nvfp4Weight`, :meth:`q2gemv.cuda.DeviceNvfp4Weight.from_buffers`,
-    ``torch.ops.q2gemv.nvfp4_linear``, :class:`q2gemv.torch.Nvfp4Linear`'s
-    ``load_state_dict``, the safetensors loader through :class:`Nvfp4Weight`),
-    so each accepts and refuses the same values with the same messages.
+    The one validator of every entry point that takes a global scale, so each accepts
+    and refuses the same values with the same messages.
 
     Args:
         x: a real scalar (Python or NumPy int/float) or a size-1 real array,
@@ -207,12 +204,9 @@ def check_global_scale(x, name: str = "global_scale") -> float:
     Raises:
         TypeError: naming ``name`` for a bool, a complex number, a string or
             any other non-real value.
-        ValueError: naming ``name`` for an array of more than one element, or
-            a finite value that fp32 cannot represent: one that would round
-            to +-Inf (``2**200``, ``1e39``, or a Python int too large for any
-            float such as ``2**2000``) or a non-zero one that would round to 0
-            (``1e-46``). Silently turning a finite scale into Inf or 0 would
-            change every output.
+        ValueError: naming ``name`` for an array of more than one element, or a
+            finite value that would round to +-Inf (``1e39``, ``2**2000``) or a
+            non-zero one that would round to 0 (``1e-46``) in fp32.
 
     IEEE specials given as such (``inf``, ``nan``) are kept: they propagate as
     documented (:meth:`Nvfp4Weight.validate` reports them).

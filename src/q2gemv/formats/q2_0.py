@@ -49,19 +49,11 @@ def block_bytes(group: int) -> int:
 
 
 def as_size(v, name: str) -> int:
-    """A size argument (``n``, ``k``, ...) as a Python int, before any arithmetic on it.
+    """Size ``v`` (an int, NumPy integer or ``__index__`` object; not a bool) as a Python int.
 
-    Sizes are multiplied together (``n * row_bytes``), so a NumPy fixed-width
-    integer (``np.int16(4000) * 18``) would wrap around silently: every size is
-    converted with :func:`operator.index` first, and the arithmetic is done on
-    Python ints, which do not overflow.
-
-    Args:
-        v: an int, a NumPy integer, or any object with ``__index__``; not a bool.
-        name: the argument named in the error message.
-
-    Raises:
-        TypeError: naming ``name`` when ``v`` is a bool or not an integer.
+    Sizes are multiplied together, and a NumPy fixed-width integer
+    (``np.int16(4000) * 18``) would wrap silently; Python ints do not overflow.
+    Raises TypeError naming ``name`` when ``v`` is a bool or not an integer.
     """
     if isinstance(v, (bool, np.bool_)):
         raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
@@ -72,17 +64,9 @@ def as_size(v, name: str) -> int:
 
 
 def check_group(group: int) -> int:
-    """Validate a ``block_q2_0`` group size and return it as a Python int.
+    """``group`` (codes per block: 64 or 128, a NumPy integer accepted, a bool not) as an int.
 
-    Args:
-        group: codes per block; must be the int 64 or 128 (a NumPy integer is
-            accepted, a bool is not).
-
-    Returns:
-        ``operator.index(group)``.
-
-    Raises:
-        ValueError: naming ``group`` when it is not 64 or 128.
+    Raises ValueError naming ``group`` otherwise.
     """
     try:
         g = as_size(group, "group")
@@ -94,20 +78,10 @@ def check_group(group: int) -> int:
 
 
 def row_bytes(k: int, group: int) -> int:
-    """Bytes of one weight row: ``(k // group) * block_bytes(group)``.
+    """Bytes of one weight row of ``k`` codes: ``(k // group) * block_bytes(group)``, an int.
 
-    Args:
-        k: codes per row (input features); a multiple of ``group`` for a valid
-            row (a remainder is dropped, not rejected). Any integer type; the
-            arithmetic is done on Python ints (:func:`as_size`).
-        group: codes per block, 64 or 128.
-
-    Returns:
-        The row's size in bytes (34 per 128 codes, 18 per 64 codes), a Python int.
-
-    Raises:
-        TypeError: naming ``k`` when it is not an integer.
-        ValueError: when ``group`` is not 64 or 128 (from :func:`check_group`).
+    A remainder of ``k`` is dropped, not rejected. Raises TypeError naming ``k`` when it
+    is not an integer, ValueError when ``group`` is not 64 or 128.
     """
     return (as_size(k, "k") // check_group(group)) * block_bytes(group)
 

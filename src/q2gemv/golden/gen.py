@@ -443,10 +443,9 @@ def _case_id(fam, g, n, k, m, wk, ak):
 
 
 # M values of the M sweep run on the simulator: 0, 2 and both sides of the kernel's
-# width where that is affordable. Measured on the 2-core CI machine: a launch costs
-# ~0.4 s per staged row, so batch32 at M=32/33 took 16-35 s a check and batch16 at
-# M=16 15 s; the wide tiers run M=17 only (one launch of 17 rows on batch32, 16+1 on
-# batch16). All M run on the reference and the GPU.
+# width where that is affordable (simulator cost: docs/design_notes.md); the wide tiers
+# run M=17 only (one launch of 17 rows on batch32, 16+1 on batch16). All M run on the
+# reference and the GPU.
 _SIM_M = {"w4a16_gemv_batch16": (0, 2, 17), "w4a16_gemv_batch32": (0, 2, 17)}
 
 

@@ -224,8 +224,8 @@ def run_host_cases(cases: Iterable[HostCase]) -> list[CheckResult]:
 # -- the simulator in subprocesses ------------------------------------------------------------
 
 
-# A simulator worker's start (Python, numba, the first kernel builds), measured on a 2-core
-# CPU machine: 19 small checks of sim_cost 25 took 33 s with 2 workers.
+# A simulator worker's start in seconds (Python, numba, the first kernel builds), from a
+# 2-core CPU (docs/design_notes.md, golden).
 SIM_START_S = 15.0
 
 

@@ -301,13 +301,10 @@ class GgufFile:
 class GgufArray(Sequence):
     """A metadata array of strings or of arrays, kept compact: its bytes as stored.
 
-    A Python object per element cost up to ~14 times the element's bytes in the
-    file (a NumPy array per 13-byte inner array, a str per short token), so a
-    hostile file could exhaust memory with a few hundred MB of metadata. This
-    keeps one copy of the array's encoded elements and each element's offset
-    (4 bytes, 8 beyond 4 GiB): at most about 1.5 times the array's bytes in the
-    file. The file's encoding was checked when it was read (UTF-8, bool bytes,
-    nesting depth, lengths), so decoding an element cannot fail.
+    One copy of the array's encoded elements and each element's offset (4 bytes, 8
+    beyond 4 GiB), not a Python object per element, so hostile metadata cannot
+    exhaust memory (docs/design_notes.md). The encoding was checked when the file was
+    read, so decoding an element cannot fail.
 
     Elements are decoded on access: a ``str`` for an array of strings; for an
     array of arrays, a read-only NumPy array (numbers, bools) or another

@@ -10,17 +10,12 @@ A safetensors file is::
                              "data_offsets": [begin, end]}, ...}
     data         the tensors, at data_offsets relative to byte 8 + header_len
 
-This module parses that header itself and returns views of a read-only
-memory map: no tensor byte is copied. (The ``safetensors`` package's NumPy
-backend cannot hand out F8_E4M3 tensors, the dtype both layouts use for the
-block scales: ``safe_open(..., framework="np").get_tensor`` raises
-``AttributeError: module 'numpy' has no attribute 'float8_e4m3fn'`` with
-safetensors 0.8.0, and it copies every tensor it returns.) It is the one
-reader of every loader of the package (:class:`SafetensorsCheckpoint`, used
-by :func:`load_nvfp4_weights` and :func:`q2gemv.models.load_safetensors`), so
-a file is accepted or refused the same way everywhere, with a
-:class:`SafetensorsError` naming file and tensor; the ``safetensors`` package
-is not needed to load (the tests use it to write files).
+This module parses that header itself and returns views of a read-only memory map:
+no tensor byte is copied (the ``safetensors`` package's NumPy backend copies, and
+cannot return F8_E4M3 tensors: docs/design_notes.md). It is the one reader of every
+loader (:class:`SafetensorsCheckpoint`, used by :func:`load_nvfp4_weights` and
+:func:`q2gemv.models.load_safetensors`), so a file is accepted or refused the same way
+everywhere, with a :class:`SafetensorsError` naming file and tensor.
 
 The two NVFP4 layouts, per linear layer prefix ``<p>`` (the bit layout of
 the pieces is in :mod:`q2gemv.formats.nvfp4`)::
@@ -32,12 +27,9 @@ the pieces is in :mod:`q2gemv.formats.nvfp4`)::
       a DIVISOR:  w = e2m1 * (s / g_ct)            a MULTIPLIER: w = e2m1 * s * g
 
 The compressed-tensors divisor becomes the multiplier ``fp32(1 / g_ct)``
-(:func:`q2gemv.formats.nvfp4.global_scale_from_divisor`, the convention
-vLLM uses when it loads such a checkpoint): one fp32 division rounded to
-nearest even, exact when ``g_ct`` is a power of two and otherwise within half
-an fp32 ulp of ``1 / g_ct``, so a dequantized weight may differ from
-``fp32(e2m1 * s / g_ct)`` by about one ulp. Activation-side tensors
-(``input_scale``, ``input_global_scale``) are W4A4 state and are ignored.
+(:func:`q2gemv.formats.nvfp4.global_scale_from_divisor` states the rounding).
+Activation-side tensors (``input_scale``, ``input_global_scale``) are W4A4 state and
+are ignored.
 """
 
 from __future__ import annotations
@@ -398,12 +390,9 @@ def load_nvfp4_weights(path: str | os.PathLike) -> dict[str, Nvfp4Weight]:
     result is the prefix (``"model.layers.0.mlp.down_proj"``).
 
     ``packed`` and ``scales`` are read-only views of the mapped file (E4M3
-    scales as their uint8 bits), so nothing is copied. Global scale:
-    ModelOpt's ``weight_scale_2`` is the multiplier as stored
-    (:meth:`Nvfp4Weight.from_parts`); compressed-tensors'
-    ``weight_global_scale`` is a divisor and becomes ``fp32(1 / g_ct)``
-    (:meth:`Nvfp4Weight.from_compressed_tensors`; see the module docstring
-    for the one rounding that implies).
+    scales as their uint8 bits), so nothing is copied. ModelOpt's ``weight_scale_2``
+    is the multiplier as stored; compressed-tensors' ``weight_global_scale`` becomes
+    ``fp32(1 / g_ct)`` (:meth:`Nvfp4Weight.from_compressed_tensors`).
 
     Checked before a weight is built: packed is U8 [n, k/2], scales are
     F8_E4M3 or U8 [n, k/16] with k a multiple of 16, the global scale is an

@@ -1,31 +1,23 @@
 """Greedy decode with a static KV cache and one captured CUDA graph per batch size.
 
-``torch.compile(model.forward, mode="reduce-overhead")`` with transformers'
-``cache_implementation="static"`` failed on an H200 (transformers 5.x, torch 2.11),
-for bf16 and q2gemv layers alike, with "accessing tensor output of CUDAGraphs that
-has been overwritten by a subsequent run". :class:`CapturedDecoder` captures the decode
-step itself instead, with everything it reads and writes in fixed tensors:
-
-* a ``transformers.StaticCache`` of ``max_len`` positions per batch size;
-* the step's inputs: the last tokens ``[B, 1]`` and the position ``[1]`` (int64);
-* the attention mask, made inside the step from the position
-  (``[B, 1, 1, max_len]``, 0 where ``key <= position``, the dtype's minimum elsewhere),
-  passed as a 4-D mask so transformers uses it as it is;
-* the step's outputs: the argmax token, written back into the input tokens, and the
-  position advanced by one, in place.
+:class:`CapturedDecoder` captures the decode step itself (why not
+``torch.compile(mode="reduce-overhead")``: docs/design_notes.md), with everything it
+reads and writes in fixed tensors: a ``transformers.StaticCache`` of ``max_len``
+positions per batch size; the last tokens ``[B, 1]`` and the position ``[1]`` (int64);
+the 4-D attention mask ``[B, 1, 1, max_len]`` made inside the step from the position (0
+where ``key <= position``, the dtype's minimum elsewhere); and the outputs, the argmax
+token written back into the input tokens and the position advanced by one, in place.
 
 A step is ``model(input_ids=tokens, position_ids=pos, cache_position=pos,
-attention_mask=mask, cache=cache)`` (``past_key_values=`` where the model's forward has
-no ``cache`` argument), then ``argmax`` of the last logits. Where the position written in the cache comes
-from ``cache_position`` (older transformers 5.x) or from the cache's own position
-tensor (``StaticLayer.cumulative_length``, transformers 5.24), both are device tensors
-updated in place, so a replay writes the next position. The
-prompt (prefill) runs uncaptured. On CUDA the first decode step runs eagerly on a side
-stream (it compiles the q2gemv kernels and allocates their per-stream workspace, which
-must not happen while capturing), then that stream captures one step into a
-``torch.cuda.CUDAGraph`` and every later token is one ``replay()``; on the CPU (tests)
-every step runs eagerly, the same function. Greedy tokens equal
-``model.generate(do_sample=False)``'s for prompts of equal length (no padding).
+attention_mask=mask, cache=cache)`` (``past_key_values=`` where the forward has no
+``cache`` argument), then ``argmax`` of the last logits; the cache's write position
+(``cache_position`` or ``StaticLayer.cumulative_length``) is a device tensor updated in
+place, so a replay writes the next position. The prefill runs uncaptured. On CUDA the
+first decode step runs eagerly on a side stream (it compiles the kernels and allocates
+their per-stream workspace, which must not happen while capturing), then that stream
+captures one step and every later token is one ``replay()``; on the CPU every step runs
+eagerly. Greedy tokens equal ``model.generate(do_sample=False)``'s for prompts of equal
+length (no padding).
 """
 
 from __future__ import annotations

@@ -339,22 +339,9 @@ def save_gguf(
         progress: one step per tensor written (None: shown on a terminal for large
             models; see :mod:`q2gemv._progress`).
 
-    What is written (llama.cpp's converter conventions): ``general.architecture``
-    ``llama`` or ``qwen2``; ``<arch>.vocab_size``, ``context_length``,
-    ``embedding_length``, ``block_count``, ``feed_forward_length``,
-    ``attention.head_count``, ``attention.head_count_kv``, ``rope.dimension_count``
-    (and ``attention.key_length``/``value_length`` when the head dim is not
-    hidden/heads) as u32; ``rope.freq_base`` and ``attention.layer_norm_rms_epsilon``
-    as f32; the config's bos/eos/pad ids as ``tokenizer.ggml.*`` u32. Tensors:
-    ``token_embd``, ``output_norm``, ``output`` (absent when tied to the embeddings),
-    ``blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
-    ffn_up, ffn_down}`` (``.weight``; Qwen2's ``attn_{q,k,v}.bias`` too). Q2Linear
-    weights are their ``block_q2_0`` bytes, type 142 (PQ2_0) for group 128 and 42
-    for group 64, each with a ``q2gemv.q2_0.group.<name>`` key; norms and biases F32;
-    other float tensors in their dtype (BF16, F16, F32), bits unchanged. Llama's
-    ``q_proj``/``k_proj`` rows are reordered as llama.cpp's converter does
-    (:func:`gguf_rows_from_hf`); Qwen2's are not (llama.cpp ropes them as
-    transformers does).
+    What is written (llama.cpp's converter conventions: metadata keys, tensor names,
+    type 142 for group 128 and 42 for group 64 with a ``q2gemv.q2_0.group.<name>`` key,
+    Llama's Q/K rows reordered by :func:`gguf_rows_from_hf`): ``docs/export.md``.
 
     Not written without ``tokenizer_from``: a tokenizer vocabulary (llama.cpp needs
     ``tokenizer.ggml.*`` to run the file; see ``docs/export.md``).

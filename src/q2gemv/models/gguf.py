@@ -42,17 +42,10 @@ llama.cpp's converter does not permute them for the "neox" rope it runs Qwen2 wi
 ``rope_freqs.weight`` (Llama 3.1 rope scaling, not described by the metadata) is
 refused.
 
-Checked before any model is built or changed (:func:`check_metadata`): every
-metadata value read has a GGUF integer type (counts, sizes, token ids) or a number
-type (epsilon, rope base) and lies in range (sizes 1 .. 2**31 - 1, floats finite and
-> 0); the values agree with the tensors present (``embedding_length`` and
-``vocab_size`` with ``token_embd.weight``, ``block_count`` with the layer indices of
-the ``blk.{i}.`` names, head counts, head dim and ``feed_forward_length`` with the
-rows of each layer's tensors). A layer index is spelled in canonical ASCII decimal
-(``blk.0.``, never ``blk.00.``, ``blk.+0.`` or a non-ASCII digit), so no second name
-can stand for the same weight. Into a given model, its head counts and head dim must
-be the file's (they split Q/K/V into heads and, for llama files, decide how the Q/K
-rows are un-permuted).
+Checked before any model is built or changed: the metadata's types, ranges and
+agreement with the tensors (:func:`check_metadata`); layer indices in canonical ASCII
+decimal (``blk.0.``, never ``blk.00.``), so no second name can stand for a weight; a
+given model's head counts and head dim equal to the file's.
 """
 
 from __future__ import annotations

@@ -1,51 +1,41 @@
-"""numba.cuda kernels of the exact contract: int8 tensor cores, exact integer sums.
+"""numba.cuda kernels of the Q2_0 exact contract: int8 tensor cores, exact integer sums.
 
-The contract is defined as a value in :mod:`q2gemv.reference.exact` (and
-``docs/numerics.md``); any order of the exact integer additions below gives
-the same bits, so the kernels may split K and chunk M freely.
+The contract is a value (:mod:`q2gemv.reference.exact`, ``docs/numerics.md``): any order
+of the exact integer additions below gives the same bits, so the kernels may split K
+and chunk M freely.
 
-Two kernels:
+* ``exact_prepare`` — CTAs over (activation row m, span of :data:`PREP_THREADS` limb
+  words of 4 codes), each finding ``E_m`` of its whole row (:data:`SPECIAL_ROW` for a
+  row holding NaN/Inf), the fixed-point ``A_k`` as three unsigned byte limbs of
+  ``A_k + 2**23`` (in ``[0, 2**24)``; three signed limbs cannot hold +255 * 2**15), and
+  the sum of ``A_k`` over each unit of :data:`UNIT` codes. Once per activation batch,
+  shareable by every GEMV on that input (:class:`ExactOperands`).
+* ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps (:func:`warps_for`),
+  on the weight's execution layout (:mod:`q2gemv.formats.q2_0_layout`); warp w of W
+  takes the steps of 128 codes w, w + W, ..., the next step's operands in flight. One
+  16-byte load per lane and step brings the warp 16 x 128 codes: per unit of 64 codes,
+  lane (g, t) (g = lane / 4, t = lane % 4) holds word t of rows g and g + 8;
+  ``(word >> 2j) & 0x03030303`` puts 4 codes in the bytes of a register, the A operand
+  of ``mma.m16n8k32`` (u8 x u8 -> s32) as is. The order of k within a block is free
+  (integer sums), so the prepared limbs use the same permutation: byte ``4i + b`` of
+  word w holds code ``16w + 4b + i``.
 
-* ``exact_prepare`` — CTAs over (activation row m, span of :data:`PREP_THREADS`
-  limb words of 4 codes), each finding ``E_m`` of its whole row: ``E_m`` (or :data:`SPECIAL_ROW` for a
-  row holding NaN/Inf), the fixed-point ``A_k`` as three unsigned byte limbs
-  of the offset value ``A_k + 2**23`` (in ``[0, 2**24)``; three signed limbs
-  cannot hold +255 * 2**15), and the sum of ``A_k`` over each unit of
-  :data:`UNIT` codes. Computed once per activation batch and shareable by
-  every GEMV on that input (:class:`ExactOperands`).
-* ``q2_0_gemv_exact`` — 16 weight rows per CTA of :data:`WARPS` warps (:data:`WIDE_WARPS`
-  for a grid too small to fill the GPU: :func:`warps_for`), on the
-  weight's execution layout (:mod:`q2gemv.formats.q2_0_layout`); the warps
-  split the row's steps of 128 codes (warp w of W takes steps w, w + W, ...), the
-  next step's operands in flight while one is multiplied (two register sets
-  taking turns). One 16-byte load per lane and step brings the warp the
-  step's 16 x 128 codes: per unit of 64 codes, lane (g, t) (g = lane / 4,
-  t = lane % 4) holds word t of rows g and g + 8; ``(word >> 2j) & 0x03030303``
-  puts 4 codes in the 4 bytes of a register, which is the A operand of
-  ``mma.m16n8k32`` (u8 x u8 -> s32) as is. Within a block the order of k is
-  free (integer sums), so the prepared activation limbs are stored in that
-  same permuted order: byte ``4i + b`` of word w holds code ``16w + 4b + i``.
-
-  The 8 columns of B tile j are activation rows 2j (columns 0-3) and 2j + 1
-  (columns 4-7): limbs 0, 1, 2 and a column of ones (the block's code sum).
-  Lane (g, t) ends a block with columns 2t, 2t + 1 of weight rows g and g + 8;
-  it weighs them (1 and 2**8, or 2**16 and -2**23) into one partial per row, keeps
-  the one of weight row g + 8 * (t % 2) and swaps the other with lane t ^ 1, which
-  holds the other two columns of activation row 2j + t // 2::
+  B tile j's 8 columns are activation rows 2j (columns 0-3) and 2j + 1 (columns 4-7):
+  limbs 0, 1, 2 and a column of ones (the block's code sum). Lane (g, t) ends a block
+  with columns 2t, 2t + 1 of weight rows g and g + 8, weighs them (1 and 2**8, or 2**16
+  and -2**23) into one partial per row, keeps weight row g + 8 * (t % 2) and swaps the
+  other with lane t ^ 1::
 
       S = C0 + 2**8 C1 + 2**16 C2 - 2**23 * sum(codes) - sum(A)   # sum_k (code - 1) A_k
 
-  exact in 32 bits (``|S| < 2**31``). ``S * mantissa(d_b)`` is shifted by the
-  scale's exponent into a split accumulator (``hi * 2**32 + lo``, exact for
-  any K); the warps' accumulators are summed in shared memory and rounded
-  once to bf16 (:func:`round_fixed_bf16`).
+  exact in 32 bits (``|S| < 2**31``). ``S * mantissa(d_b)`` is shifted by the scale's
+  exponent into a split accumulator (``hi * 2**32 + lo``, exact for any K); the warps'
+  accumulators are summed in shared memory and rounded once (:func:`round_fixed_bf16`).
 
-The GEMV is launched with programmatic dependent launch where the driver allows
-(:mod:`q2gemv.cuda.runtime.prebound`): it loads its first weights while the prepare
-still runs and waits (``grid_dep_wait``) before reading the prepared operands.
-
-Up to :data:`MAX_M` activation rows per launch (built for 1, 2 or 4 tiles of
-2 rows); more rows are chunked by the launcher, which changes no bit.
+The GEMV may start under programmatic dependent launch
+(:mod:`q2gemv.cuda.runtime.prebound`) and waits (``grid_dep_wait``) before it reads the
+prepared operands. Up to :data:`MAX_M` rows per launch (builds of 1, 2 or 4 B tiles of
+2 rows); the launcher chunks more, which changes no bit.
 """
 
 from __future__ import annotations
@@ -84,8 +74,7 @@ from ..runtime.dev import (
 PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a multiple of 32
 WARPS = 8  # warps per CTA, splitting K
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
-# Rows of a launch up to which a small grid takes WIDE_WARPS: an 8B model's decode on the
-# H200 (benchmarks/NOTES.md) was faster with 16 warps at batch 4, with 8 at batch 8.
+# Rows of a launch up to which a small grid takes WIDE_WARPS (measured: docs/design_notes.md).
 WIDE_MAX_M = 4
 ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 MAX_M = kernels.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
@@ -195,19 +184,13 @@ WIDE_TILES = tile_counts(tiles_for, WIDE_MAX_M)  # those a 16-warp launch can ta
 
 def _make_q2_body(nt: int, group: int, warps: int = WARPS):
     """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``,
-    ``warps`` warps a CTA splitting K (:func:`warps_for`).
+    ``warps`` warps a CTA splitting K (:func:`warps_for`); the operand map is the module's.
 
-    The weight is read in its execution layout (:mod:`q2gemv.formats.q2_0_layout`):
-    one 16-byte load per lane and step brings the warp the 16 x 128 codes of
-    the step (rows g, g + 8 of units 2p, 2p + 1), the next step's load in
-    flight while this one is multiplied; the scales come from their own array.
-
-    B tile j, column c: activation row 2j + c // 4 and, for c % 4 = 0, 1, 2,
-    its limb c % 4; c % 4 = 3 is a column of ones (the block's code sum). So
-    lane (g, t) holds the limbs 0, 1 (t even) or limb 2 and the code sum (t
-    odd) of activation row 2j + t // 2 for weight rows g and g + 8; one
-    exchange with lane t ^ 1 gives lane t everything for weight row
-    ``g + 8 * (t % 2)``: one exact block sum per lane and tile.
+    B tile j, column c: activation row 2j + c // 4 and, for c % 4 = 0, 1, 2, its limb
+    c % 4; c % 4 = 3 is the column of ones. Lane (g, t) holds limbs 0, 1 (t even) or limb
+    2 and the code sum (t odd) of activation row 2j + t // 2 for weight rows g and g + 8;
+    one exchange with lane t ^ 1 gives it one exact block sum for weight row
+    ``g + 8 * (t % 2)`` per tile.
     """
     MM = 2 * nt  # noqa: N806 - activation rows per launch at most
     WARPS = warps  # noqa: N806 - this build's warps a CTA
@@ -221,7 +204,7 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
     NAV = lay.STEP_UNITS * nt  # noqa: N806 - unit sums held: (unit, tile)
     STEP_WORDS = lay.LANES * lay.WORDS_PER_LANE  # noqa: N806
     # B operands of the next step in flight too, at M <= 2 only: at M = 4 / 8 their
-    # registers cost occupancy (H200 16384^2: M=4 72.5 us with, 59.5 without; M=8 160 / 93)
+    # registers cost occupancy (measured: docs/design_notes.md)
     PREFETCH_B = nt == 1  # noqa: N806
     QS_STRIDE = WARPS * BPS * ROWS_PER_CTA  # noqa: N806 - scale index advance per load
     PIDX_STRIDE = WARPS * lay.STEP_UNITS * 16  # noqa: N806 - limb-word index advance per load
@@ -246,8 +229,8 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
         """Step ``p``'s B operand of each tile and unit sums (``pidx``, ``aidx`` index them).
 
         Lanes of the constant columns (ones, zeros) load nothing: their B
-        registers keep the value :func:`fill_b` gave them before the loop (ncu:
-        the load pipe bounds the kernel when every lane loads its column). A
+        registers keep the value :func:`fill_b` gave them before the loop (the load
+        pipe bounds the kernel when every lane loads its column). A
         unit past K (the padded half of a last step) loads nothing either: its
         codes are 0, so its block sum is 0 whatever B holds. Then ``pidx`` and
         ``aidx`` move to step ``p + WARPS``.

@@ -10,8 +10,7 @@ state the operation order):
 * ``q2_0_gemv_vec`` — candidate B: 1 warp per row, 8 rows per CTA, 16 codes
   (two 16-bit halves) per lane per step. Each lane loads its own words'
   activations (two 16-byte loads per word, :func:`~q2gemv.cuda.runtime.dev.ld_bf16x8`;
-  ``a`` must be 16-byte aligned, checked before launch). The seed staged them
-  in shared memory; the order of the arithmetic is the same either way.
+  ``a`` must be 16-byte aligned, checked before launch), in the seed's order.
 * ``q2_0_gemv_vec_batchm`` — the same thread map and per-row order for up
   to :data:`~q2gemv.launch.Q2_BATCHM_MAX_M` activation rows, built once per
   M (:func:`compiled`): at M=1 the direct-load body, from M=2 on activations
@@ -62,9 +61,8 @@ def tile_k(max_m: int) -> int:
     A multiple of 512 keeps word w on lane w % 32 in every tile (the per-lane
     order of the reference). The batched kernels are built per M, so a launch
     of M rows stages tile_k(M) codes a tile: 4096 at M=2, 2560 at M=3, 2048
-    at 4, 1536 at 5, 1024 at 6..8 (M=1 loads its activations directly).
-    Measured on the H200 (16384x16384, M=1, staged, before v3): 1024-code
-    tiles made the barriers dominate (189 us against 165 us with 8192).
+    at 4, 1536 at 5, 1024 at 6..8 (M=1 loads its activations directly). Small
+    tiles make the barriers dominate (docs/design_notes.md).
     """
     return (SMEM_TILE_BYTES // (4 * max_m)) // 512 * 512
 
@@ -138,14 +136,10 @@ def _q2_0_gemv_body(A, B16, Bh, C, N, K, group, M):  # noqa: N803 - seed names
         C[0, row] = f32_to_bf16(fadd_rn(s_part[warp], s_part[warp + 1]))
 
 
-# Words (16 codes) each lane loads per row before it multiplies any of them: the
-# loads of a batch are all in flight at once. Keyed by (max_m, rows per warp);
-# 1 (the default) is one word, then its products. Measured on the H200 with
-# benchmarks/sweep_words.py (M=1, results/h200_sweep_words.csv): q2_0_gemv_vec
-# 91.9 / 89.9 / 88.9 us at 1 / 4 / 8 words (16384x16384); q2_0_gemv_vec_rt4
-# 79.9 / 84.9 / 104.0 us at 1 / 2 / 4 (its 4 rows already give 4 loads in
-# flight). Batches of the batchm kernels spill their accumulators to local
-# memory (tests/cuda/test_ptx.py), so they stay at 1.
+# Words (16 codes) each lane loads per row before it multiplies any of them (all of a
+# batch in flight at once), keyed by (max_m, rows per warp); absent keys take 1. 8 is
+# fastest for q2_0_gemv_vec (benchmarks/sweep_words.py; docs/design_notes.md); batches of
+# the batchm kernels spill their accumulators to local memory, so they stay at 1.
 WORDS_IN_FLIGHT: dict[tuple[int, int], int] = {(1, 1): 8}
 
 
@@ -430,7 +424,7 @@ def _make_vec_body(
 
 # The batched kernels (spec.per_m) are compiled once per M actually launched (1..8),
 # with that M as a compile-time constant: no run-time row guards in the inner loop
-# (14% fewer instructions at M=8 in the sm_90 SASS) and activation tiles of
+# (fewer instructions in the SASS) and activation tiles of
 # tile_k(M) codes (fewer barriers at small M). At M=1 that is the direct-load
 # body. The thread map and every row's order do not depend on M. The kernels and
 # their knobs are the registry's Q2_0 seed specs (q2gemv.kernels); the vec kernels

@@ -1,15 +1,10 @@
 """Device helpers shared by every kernel, each with a simulator twin.
 
-Kernels call only these names for bit casts, rounding-explicit arithmetic
-and warp reduction; they never ask whether they run in the simulator. The
-choice is made once, here, from numba's ``ENABLE_CUDASIM`` (which numba
-reads when it is first imported: the simulator must be selected in the
-environment before that).
-
-Why twins (numba-cuda 0.30.4, ``NUMBA_ENABLE_CUDASIM=1``): the simulator has
-no warp shuffles, its ``libdevice`` functions return None, and its
-``cuda.fma`` multiplies then adds (two roundings). Each twin below has the
-device semantics exactly:
+Kernels call only these names for bit casts, rounding-explicit arithmetic and warp
+reduction, never asking whether they run in the simulator; the choice is made once,
+here, from numba's ``ENABLE_CUDASIM`` (set it in the environment before numba is
+imported). The simulator has no warp shuffles, its ``libdevice`` functions return
+None and its ``cuda.fma`` rounds twice, so each twin has the device semantics exactly:
 
 =================  ==================================  ===========================
 helper             device                              simulator twin
@@ -46,25 +41,19 @@ grid_dep_wait      griddepcontrol.wait (sm_90: wait     nothing (the simulator r
 grid_dep_launch    griddepcontrol.launch_dependents     nothing
 =================  ==================================  ===========================
 
-The grid-dependency pair is programmatic dependent launch (PDL, Hopper): a kernel
-launched with the programmatic-serialization attribute may start while the kernel
-before it in the stream still runs, and ``grid_dep_wait`` holds it until that kernel
-has finished and its writes are visible; ``grid_dep_launch`` lets the next kernel
-start early. Without the attribute (numba's own launches, other GPUs' code paths)
-the wait returns at once: the stream order already holds. So a kernel reads what an
-earlier launch wrote only after ``grid_dep_wait``, and that is all the twins need.
+``grid_dep_wait`` holds a kernel launched with programmatic dependent launch (PDL,
+:mod:`q2gemv.cuda.runtime.prebound`) until the launch before it has finished and its
+writes are visible; without PDL it returns at once. So a kernel reads what an earlier
+launch wrote only after ``grid_dep_wait``, and that is all the twins need.
 
-Two fixes to the simulator itself. Its simulated threads run with NumPy's overflow warnings
-off (device arithmetic wraps where NumPy scalars warn). And its ``cuda.shared.array`` (``FakeCUDAShared.array``)
-creates a launch's shared array with an unlocked check-then-set, so two threads that
-interleave there each get an array of their own, and one thread's shared-memory writes
-are never seen by the others (it reads ``np.empty`` garbage). Below it is replaced, in
-the simulator only, by the same allocation under a lock.
+Two fixes to the simulator itself: its threads run with NumPy's overflow warnings off
+(device arithmetic wraps), and its ``cuda.shared.array`` (``FakeCUDAShared.array``),
+whose unlocked check-then-set can give two threads separate arrays, is replaced (in the
+simulator only) by the same allocation under a lock.
 
-Derived helpers (bf16 conversions, ``warp_sum``) are written once
-on top of these, so they are identical in both worlds. Integer operands are
-cast to uint32 explicitly: under NumPy 2 the simulator keeps a uint16 scalar
-16 bits wide, so ``h << 16`` would be 0 there.
+Derived helpers (bf16 conversions, ``warp_sum``) are written once on top of these.
+Integer operands are cast to uint32 explicitly: under NumPy 2 the simulator keeps a
+uint16 scalar 16 bits wide, so ``h << 16`` would be 0 there.
 """
 
 from __future__ import annotations

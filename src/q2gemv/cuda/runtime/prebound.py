@@ -1,51 +1,28 @@
 """Pre-bound kernel launches: everything but the stream decided once, then one driver call.
 
-What a launch through numba's dispatcher costs on the host (~28 us a call
-on the H200 machine, docs/measurements.md): the launch-configuration lookup, typing
-the Python arguments to pick an overload, marshalling every argument into
-numba's flattened kernel ABI (an array becomes meminfo, parent, nitems,
-itemsize, data, shape..., strides...), and ``cuda.core``'s own packing.
-For a GEMV of 10-50 us that is as long as the kernel: a decode loop that
-launches this way is host-bound.
+A launch through numba's dispatcher pays on the host for the configuration lookup,
+overload typing, marshalling every argument into numba's flattened kernel ABI and
+``cuda.core``'s packing; for a decode GEMV that is as long as the kernel
+(docs/design_notes.md). :class:`PreboundLaunch` pays it once, at construction: the
+dispatcher's single compiled overload, bound to the current context; the arguments
+flattened by numba's own ``_Kernel._prepare_args`` (the ABI is numba's by construction)
+into ctypes values that live as long as the object, with a ``void*[]`` of their
+addresses (checked against ``cuda.core``'s parameter sizes when it reports them: a
+mismatch raises here, not on the GPU); grid, block, shared memory and the
+``CUfunction``. ``__call__`` is then one ``cuLaunchKernel`` plus an error check. It only
+enqueues on the stream it is given, so it is capturable in a CUDA graph.
 
-:class:`PreboundLaunch` pays all of that once, at construction:
+Programmatic dependent launch (``pdl=True``, sm_90+): ``cuLaunchKernelEx`` with the
+programmatic-stream-serialization attribute, so the kernel may start while the launch
+before it still runs; it must read that launch's results only after ``grid_dep_wait``
+(:mod:`q2gemv.cuda.runtime.dev`; :attr:`q2gemv.kernels.KernelSpec.grid_wait` says which
+kernels do). Before sm_90, or with ``Q2GEMV_PDL=0`` (side-by-side timing), it is an
+ordinary launch. In a CUDA graph it becomes a programmatic edge (CUDA 12.3+).
 
-* the overload is the dispatcher's single compiled one (the kernels here
-  are compiled eagerly for one signature) and its module is bound to the
-  current context;
-* the arguments are flattened by numba's own ``_Kernel._prepare_args`` (so
-  the ABI is numba's by construction), each into a ctypes value that lives
-  as long as the object, and a ``void*[]`` of their addresses is built; when
-  ``cuda.core`` reports the kernel's parameter sizes they are checked
-  against the flattened values (a mismatch raises here, not on the GPU);
-* grid, block, shared memory and the ``CUfunction`` of the current context
-  are resolved.
-
-``__call__`` is then a single ``cuda.bindings.driver.cuLaunchKernel`` with
-that parameter-array address, plus an error check. That is what the
-benchmark's "pre-bound" host figure measures: one Python call into the
-driver binding and the driver's own launch cost, nothing of numba's.
-
-The launch is capturable in a CUDA graph: it does nothing but enqueue on
-the stream it is given (e.g. a torch stream that ``torch.cuda.CUDAGraph``
-is capturing).
-
-Programmatic dependent launch (``pdl=True``, Hopper and later): the launch
-goes through ``cuLaunchKernelEx`` with the programmatic-stream-serialization
-attribute, so the kernel may start while the launch before it in the stream
-still runs; it must then read that launch's results only after
-``grid_dep_wait`` (:mod:`q2gemv.cuda.runtime.dev`; the kernel specs say which
-kernels do: :attr:`q2gemv.kernels.KernelSpec.grid_wait`). On a GPU before sm_90,
-or with ``Q2GEMV_PDL=0`` in the environment (for side-by-side timing), it is
-an ordinary launch: the stream order then holds by itself. Captured in a CUDA
-graph it becomes a programmatic edge (CUDA 12.3+).
-
-Limits: the device buffers are fixed at construction (build one object per
-rotated weight copy; the object keeps them alive); scalars are fixed too.
-Host arrays are refused (they would need a copy back). Under the CUDA
-simulator there is no driver: the object falls back to launching through
-the dispatcher (``mode == "simulator"``), which keeps callers' code paths
-identical for smoke tests.
+Limits: device buffers and scalars are fixed at construction (one object per rotated
+weight copy; the object keeps them alive); host arrays are refused. Under the CUDA
+simulator there is no driver: the object launches through the dispatcher
+(``mode == "simulator"``), so callers' code paths stay the same.
 """
 
 from __future__ import annotations

@@ -1,54 +1,43 @@
 """``w4a16_gemv_exact``: NVFP4 weights under the exact contract, on the int8 tensor cores.
 
-The contract (a value, :mod:`q2gemv.reference.exact`) is the same as for
-Q2_0: activations in the 22-bit fixed point of their row, weights as exact
-values ``e2m1 * e4m3(s_b) * g``, one rounding. Here ``2 * e2m1`` is an int8
-in [-12, 12] and a block is 16 weights: exactly the k of one
-``mma.m16n8k16`` (s8 x u8 -> s32), so each IMMA computes whole blocks and
-every one of its 8 columns is useful work (``docs/numerics.md``, "NVFP4 on
-the tensor cores").
+The contract (a value, :mod:`q2gemv.reference.exact`) is Q2_0's: activations in the
+22-bit fixed point of their row, weights as exact values ``e2m1 * e4m3(s_b) * g``, one
+rounding. Here ``2 * e2m1`` is an int8 in [-12, 12] and a block is 16 weights: the k of
+one ``mma.m16n8k16`` (s8 x u8 -> s32), so each IMMA computes whole blocks
+(``docs/numerics.md``, "NVFP4 on the tensor cores").
 
-Two kernels:
-
-* ``w4a16_exact_prepare`` -- CTAs over (activation row, span of
-  :data:`PREP_THREADS` groups of 8 elements): E_m
-  (:func:`q2gemv.cuda.exact_contract.row_exponent`) and the three unsigned byte
-  limbs of ``A_k + 2**23`` (as for Q2_0), each limb row in the order the
-  GEMV's B fragments are read: element ``k = 64 s + 16 b + 4 t + i`` at byte
-  ``64 s + 16 t + 4 b + i`` (so lane t's B words of a step's 4 blocks are one
-  16-byte load). K is padded to a multiple of 64 with ``A = 0``.
-* ``w4a16_gemv_exact`` -- one tile of 16 weight rows per CTA, on the weight's
-  execution layout (:mod:`q2gemv.formats.nvfp4_layout`); :func:`warps_for` warps
-  split the row's steps of 64 elements (4 blocks). One 16-byte load per lane
-  and step brings the warp 16 rows x 64 codes: word b of lane (g, t) holds
-  elements ``4t..4t+3`` of block b for rows g (low half) and g + 8 (high
-  half), which :func:`decode_codes` turns into the A fragments ``a0``, ``a1``
-  of ``mma.m16n8k16`` as they stand. B column j of column tile c is limb
-  ``l`` of activation row ``r`` with ``3 r + l = 8 c + j`` (1, 2 or 3 tiles for
-  up to 2, 5 or 8 rows). Each IMMA gives, per (weight row, column), the block's
-  ``D = sum_k (2 e2m1_k) L_k`` exactly (``|D| < 2**16``); the lane adds
-  ``D * scale_b`` (the scale table: ``+-mant << (e - 1)``, the global sign
-  folded in) into a 64-bit accumulator per (row, column): no per-block limb
-  combination, no lane exchange, no scan of the scales for NaN (the row
-  sums mark such rows). The CTA's warps sum their accumulators in
-  shared memory (integer atomics: any order, the same value), and one thread
-  per output combines the limbs, removes the offset through the weight's row
-  sums (``2**23 * zsum``, made once with the layout), multiplies by the global
-  scale's mantissa and rounds once (:func:`round_fixed_bf16`)::
+* ``w4a16_exact_prepare`` -- CTAs over (activation row, span of :data:`PREP_THREADS`
+  groups of 8 elements): E_m (:func:`q2gemv.cuda.exact_contract.row_exponent`) and the
+  three unsigned byte limbs of ``A_k + 2**23`` (as for Q2_0), each limb row in the order
+  the GEMV's B fragments are read: element ``k = 64 s + 16 b + 4 t + i`` at byte
+  ``64 s + 16 t + 4 b + i`` (lane t's B words of a step's 4 blocks are one 16-byte
+  load). K is padded to a multiple of 64 with ``A = 0``.
+* ``w4a16_gemv_exact`` -- one tile of 16 weight rows per CTA, on the weight's execution
+  layout (:mod:`q2gemv.formats.nvfp4_layout`); :func:`warps_for` warps split the row's
+  steps of 64 elements (4 blocks). One 16-byte load per lane and step brings the warp
+  16 rows x 64 codes: word b of lane (g, t) holds elements ``4t..4t+3`` of block b for
+  rows g (low half) and g + 8 (high half), which :func:`decode_codes` turns into the A
+  fragments ``a0``, ``a1`` as they stand. B column j of column tile c is limb ``l`` of
+  activation row ``r`` with ``3 r + l = 8 c + j`` (1, 2 or 3 tiles for up to 2, 5 or 8
+  rows). Each IMMA gives per (weight row, column) ``D = sum_k (2 e2m1_k) L_k`` exactly
+  (``|D| < 2**16``); the lane adds ``D * scale_b`` (scale table: ``+-mant << (e - 1)``,
+  the global sign folded in) into a 64-bit accumulator per (row, column); rows with a
+  NaN scale are marked by the row sums, not by a scan. The warps sum their accumulators
+  in shared memory (integer atomics: any order), and one thread per output combines the
+  limbs, removes the offset through the weight's row sums (``2**23 * zsum``, made with
+  the layout), multiplies by the global scale's mantissa and rounds once
+  (:func:`round_fixed_bf16`)::
 
       sum_k w_k A_k = acc_0 + 2**8 acc_1 + 2**16 acc_2 - 2**23 zsum   (units of 2**-10 g)
 
-Codes to int8 without a branch: ``prmt`` looks up the 8 magnitudes (its
-selector nibbles are the codes; a set sign bit selects 0 instead), once for
-the codes and once with their sign bits flipped; ``(P + 0x80 - Q) ^ 0x80``
-per byte is the signed value.
+Codes to int8 without a branch: ``prmt`` looks up the 8 magnitudes (selector nibbles =
+codes; a set sign bit selects 0), once for the codes and once with their sign bits
+flipped; ``(P + 0x80 - Q) ^ 0x80`` per byte is the signed value.
 
-The GEMV is launched with programmatic dependent launch where the driver allows
-(:mod:`q2gemv.cuda.runtime.prebound`): it loads its first weights while the prepare
-still runs and waits (``grid_dep_wait``) before reading the prepared operands.
-
-Up to :data:`MAX_M` activation rows per launch; the launcher chunks more. K up
-to :data:`MAX_K` (the 64-bit accumulators then cannot overflow).
+The GEMV may start under programmatic dependent launch
+(:mod:`q2gemv.cuda.runtime.prebound`) and waits (``grid_dep_wait``) before it reads the
+prepared operands. Up to :data:`MAX_M` rows per launch; the launcher chunks more. K up to
+:data:`MAX_K` (the 64-bit accumulators then cannot overflow).
 """
 
 from __future__ import annotations
@@ -87,8 +76,7 @@ from .scales import scale_entry
 
 WARPS = 8  # warps per CTA, splitting K (at least 8: the scale table has 256 entries)
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
-# Rows of a launch up to which a small grid takes WIDE_WARPS: an 8B model's decode on the
-# H200 (benchmarks/NOTES.md) was faster with 16 warps at batch 1, with 8 at batch 4.
+# Rows of a launch up to which a small grid takes WIDE_WARPS (measured: docs/design_notes.md).
 WIDE_MAX_M = 2
 ROWS_PER_CTA = kernels.get("w4a16_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 STEP = lay.STEP  # elements of a row per warp step: 4 blocks

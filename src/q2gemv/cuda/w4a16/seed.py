@@ -1,54 +1,35 @@
-"""numba.cuda kernels of the W4A16 NVFP4 GEMV family, and their host launch wrappers.
+"""numba.cuda kernels of the W4A16 NVFP4 seed contract, and their host launch wrappers.
 
 Every kernel here is reproduced bit for bit by :func:`q2gemv.reference.w4a16.w4a16_gemv`,
 whose docstring states the contract (thread map and fp32 operation order).
 
-One template, ``w4a16_gemv_batchm`` (:func:`_make_batchm_body`), with
-compile-time knobs (:class:`KernelSpec`; each compiled kernel is cached by name):
+One template, ``w4a16_gemv_batchm`` (:func:`_make_batchm_body`), with the compile-time
+knobs of its :class:`KernelSpec` (each compiled kernel is cached by name):
 
-* ``max_m`` sizes the per-row accumulators, the staged activation tile and
-  the unrolled per-row loop; a run-time ``m < M`` guard skips dead rows.
-  Tiers ``w4a16_gemv_batch4`` .. ``_batch8`` (the table in
-  :mod:`q2gemv.tiers`) and the wide tiers ``_batch16`` / ``_batch32``
-  (not in the table) are this template at max_m = 4..8, 16, 32.
-* ``cols`` — output columns per warp. ``w4a16_gemv_batch8_rt2`` is the
-  register-tiled batch8 (cols = 2): each staged activation is loaded once
-  from shared memory and fed to two columns. Every column keeps the
-  per-lane order of the classic kernel, so the bits are identical.
-* ``depth`` / ``a_ahead`` — latency hiding only (register look-ahead of
-  weights and of the next activation tile); they change no arithmetic.
+* ``max_m`` sizes the per-row accumulators, the staged activation tile and the unrolled
+  per-row loop; a run-time ``m < M`` guard skips dead rows. The tiers
+  ``w4a16_gemv_batch4`` .. ``_batch8`` (:mod:`q2gemv.tiers`) and the wide ``_batch16`` /
+  ``_batch32`` are this template at max_m = 4..8, 16, 32.
+* ``cols`` — output columns per warp. ``w4a16_gemv_batch8_rt2`` (cols = 2) loads each
+  staged activation once from shared memory for two columns; every column keeps the
+  per-lane order, so the bits are identical.
+* ``depth`` / ``a_ahead`` — latency hiding only (register look-ahead of weights and of
+  the next activation tile); no change to the arithmetic.
 
-Thread map (fixed by the contract): 256-thread CTAs of 8 warps; warp w of
-CTA b computes columns ``(8 b + w) * cols + t`` (t < cols); lane l owns the
-16-weight groups q = l, l+32, ... of those columns. Grid ``ceil(N / (8 * cols))``;
-a warp wholly past N only helps stage activations; rt2's second column past
-N reads a valid (clamped) row and writes nothing.
+Thread map (fixed by the contract): 256-thread CTAs of 8 warps; warp w of CTA b computes
+columns ``(8 b + w) * cols + t`` (t < cols); lane l owns the 16-weight groups q = l,
+l+32, ... of those columns. Grid ``ceil(N / (8 * cols))``; a warp wholly past N only
+helps stage activations; rt2's second column past N reads a valid (clamped) row and
+writes nothing.
 
-Per K tile of ``TILE_K`` = 512 elements (32 whole groups: lane l takes the
-tile's group l, so it still meets exactly the groups q = l (mod 32)), the
-CTA stages the live activation rows in shared memory TRANSPOSED to
-``[m][i][group]`` with a padded group stride (33): lane l reading element i
-of its group hits consecutive words, no bank conflicts (the natural
-``[m][k]`` layout puts lanes l and l+2 in one bank, a 16-way conflict).
-Rows are staged as fp32 where that fits the 48 KB static shared-memory limit
-(max_m <= 16: 33.8 KB at 16) and as raw bf16 bits otherwise (max_m = 32,
-33.8 KB; widened exactly at use).
-
-Per group: the two 32-bit words of its 16 nibbles are read once per column
-and each E2M1 value is decoded once (a bit trick, exact) and used for all
-live rows; the E4M3 scale likewise. Why the template is issue/shared-memory
-bound and what rt2 buys: every FMA needs one shared-memory word, and an SM
-serves 32 words per clock against 128 FMA lanes, so the classic kernel tops
-out near a quarter of the FMA peak; rt2 feeds two FMAs per word.
-
-Measured (H200, N = K = 5120, cold weights, see :data:`SPECS`): 27 us at
-M = 1 on batch4, 38 us at M = 4, 76 us at M = 8 (59 us on rt2), ~175 us at
-M = 16, ~425 us at M = 32, against 16.5 us for torch's bf16 ``linear`` at
-any of these M. These kernels are correct, not yet fast. ncu on batch4 at
-M = 1: issue-bound (0.90 warps issued per scheduler per cycle, SM 82%,
-DRAM 9%): dead rows still issue their predicated LDS/FFMA (the cost the
-exact-M tiers exist to avoid), and numba's 64-bit loop counters add uniform
-instructions; the shared-memory word per FMA bounds the wider tiers.
+Per K tile of :data:`TILE_K` = 512 elements (32 groups: lane l takes the tile's group l),
+the CTA stages the live activation rows in shared memory transposed to
+``[m][i][group]`` with group stride 33, so lane l reading element i of its group hits
+consecutive words (``[m][k]`` would be a 16-way bank conflict). Rows are staged as fp32
+where that fits the 48 KB static limit (max_m <= 16: 33.8 KB at 16), as raw bf16 bits
+otherwise (max_m = 32, 33.8 KB; widened exactly at use). Per group the two words of its
+16 nibbles are read once per column, each E2M1 value and the E4M3 scale decoded once
+(exact bit tricks) and used for all live rows.
 """
 
 from __future__ import annotations
