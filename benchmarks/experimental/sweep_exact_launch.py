@@ -54,13 +54,13 @@ def candidates(n: int, k: int, m: int, full: bool = True):
                     out.append((True, warps, parts, 1, None))
         return out
     ng = -(-min(m, 32) // 8)
-    for warps, cols, regs in ((4, 1, None), (8, 1, None), (8, 2, None), (8, 2, 128),
-                              (8, 4, None), (16, 4, None), (16, 2, 128), (4, 2, None)):  # fmt: skip
-        if ng % cols == 0 or cols <= ng:
+    for warps, cols, regs in ((4, 1, None), (4, 1, 128), (8, 1, None), (8, 1, 128),
+                              (8, 2, 128), (16, 2, 128)):  # fmt: skip
+        if cols <= ng:
             out.append((True, warps, 1, cols, regs))
-    for parts in (2, 4):
+    for parts in (2, 4, 8):
         if steps // parts >= 4:
-            out.append((True, 8, parts, 2, 128))
+            out.append((True, 4, parts, 1, None))
     return out
 
 
