@@ -267,7 +267,7 @@ def cta_variant(fmt: str) -> str:
     if base == "q2_0":
         from q2gemv.cuda.q2_0 import exact as mod
     else:
-        from q2gemv.cuda.w4a16 import exact as mod
+        from q2gemv.cuda.nvfp4 import exact as mod
     _FORCED[mod] = mod.warps_for
     mod.warps_for = lambda n, k, m: mod.WARPS
     return base

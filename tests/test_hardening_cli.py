@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from q2gemv import backends, cli
 from q2gemv import bench as B
+from q2gemv import cli
+from q2gemv.host import backends
 from tests.bench.test_formulas import _report, synthetic_rows
 
 

@@ -16,8 +16,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from q2gemv.backends import gpu_present
 from q2gemv.formats.q2_0 import quantize_q2_0
+from q2gemv.host.backends import gpu_present
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -152,8 +152,8 @@ def test_seed_reference_memory_is_bounded_by_its_chunk_not_by_m(monkeypatch, fam
     from q2gemv import reference
     from q2gemv.formats.bf16 import bits_to_bf16
     from q2gemv.formats.nvfp4 import Nvfp4Weight
+    from q2gemv.reference import nvfp4 as ref_w4
     from q2gemv.reference import q2_0 as ref_q2
-    from q2gemv.reference import w4a16 as ref_w4
 
     rng = np.random.default_rng(10)
     m, n = 20000, 64

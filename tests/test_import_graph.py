@@ -12,30 +12,25 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from q2gemv import kernels
+from q2gemv.dispatch import registry as kernels
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "q2gemv"
 
 # module (or package prefix) -> prefixes it must never import
 LOWER = (
     "formats",
-    "fpmath",
     "reference",
-    "launch",
-    "tiers",
-    "kernels",
-    "defaults",
-    "arrays",
-    "check",
+    "dispatch",
+    "host.arrays",
+    "golden.check",
 )
 HIGHER = (
     "cuda",
     "api",
     "bench",
-    "device",
-    "prepared",
-    "golden",
-    "verify",
+    "host.device",
+    "host.prepared",
+    "golden.verify",
     "cli",
     "io",
     "torch",
@@ -43,21 +38,21 @@ HIGHER = (
 )
 FORBIDDEN = {low: HIGHER for low in LOWER}
 # The kernels and their launchers: below the public entry points, the golden suite and the CLI.
-FORBIDDEN["cuda"] = ("api", "prepared", "golden", "verify", "cli", "torch", "models")
+FORBIDDEN["cuda"] = ("api", "host.prepared", "golden", "cli", "torch", "models")
 # The model level builds on q2gemv.torch's layers; the machinery swap.py holds is below
 # them (torch.py imports it) and so imports none of them.
-FORBIDDEN["models.swap"] = ("torch", "models.quantize", "models.gguf", "models.decode")
+FORBIDDEN["nn.swap"] = ("torch", "models.quantize", "models.gguf", "models.decode")
 # The public entry points import api; api imports nothing that imports it back.
-FORBIDDEN["device"] = ("api", "prepared")
+FORBIDDEN["host.device"] = ("api", "host.prepared")
 # api imports prepared (PreparedActivations); both take their stream and device-array checks
-# from q2gemv.arrays, so prepared never imports api.
-FORBIDDEN["prepared"] = ("api",)
+# from q2gemv.host.arrays, so prepared never imports api.
+FORBIDDEN["host.prepared"] = ("api",)
 # Explicit, documented exceptions: (importer, imported) -> why. None today.
 ALLOWED: dict[tuple[str, str], str] = {}
 # The runtime under the kernels knows no family: it reaches a family's code through its
 # kernels.FamilySpec (looked up by name), never by importing a family package.
 FORBIDDEN["cuda.runtime"] = (
-    *FORBIDDEN["cuda"], "cuda.q2_0", "cuda.w4a16", "cuda.exact_contract", "cuda.ptx",
+    *FORBIDDEN["cuda"], "cuda.q2_0", "cuda.nvfp4", "cuda.exact_contract", "cuda.ptx",
 )  # fmt: skip
 # Import circles (counting imports inside functions) still present, each with its why.
 ALLOWED_CYCLES: dict[tuple[str, ...], str] = {
@@ -195,7 +190,7 @@ def _under(name: str, prefix: str) -> bool:
 
 def test_the_graph_is_parsed():
     g = _graph()
-    assert "launch" in g["cuda.q2_0.seed"] and "kernels" in g["launch"]
+    assert "dispatch.plan" in g["cuda.q2_0.seed"] and "dispatch.registry" in g["dispatch.plan"]
     assert "cuda.runtime.launcher" in g["api"]  # a function-level import is seen
     assert "cuda.runtime.launcher" in g["cuda.q2_0.exact"]  # ... and inside a family
 
@@ -235,7 +230,7 @@ def test_runtime_imports_no_family():
         f"{m} imports {t}"
         for m in runtime
         for t in sorted(g[m])
-        if any(_under(t, f) for f in ("cuda.q2_0", "cuda.w4a16", "cuda.exact_contract"))
+        if any(_under(t, f) for f in ("cuda.q2_0", "cuda.nvfp4", "cuda.exact_contract"))
     ]
     assert bad == []
 
@@ -255,7 +250,7 @@ def test_lower_layers_import_without_numba():
 FAMILY_NAMES = frozenset(kernels.FAMILIES) | {f"{f}_exact" for f in kernels.FAMILIES}
 # Where a family may be named in a comparison: the registry states the families, a format
 # module its own.
-FAMILY_HOME = ("kernels", "formats")
+FAMILY_HOME = ("dispatch.registry", "formats")
 
 
 def _family_valued(node: ast.expr) -> bool:
@@ -315,7 +310,7 @@ def test_family_comparison_finder_sees_each_form():
 
 def test_no_family_string_comparisons_outside_the_registry():
     """Dispatch goes through ``kernels.family(...)`` and per-family data (issue 20): no module
-    outside ``kernels.py`` and ``formats/`` decides which family it holds by comparing names."""
+    outside ``dispatch/registry.py`` and ``formats/`` decides which family it holds by comparing names."""
     bad = [
         f"{path.relative_to(PKG)}:{line}"
         for path in sorted(PKG.rglob("*.py"))

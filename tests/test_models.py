@@ -41,7 +41,7 @@ def u16(t: torch.Tensor) -> np.ndarray:
 
 def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert got.shape == want.shape, what
-    q2gemv.check.assert_bits_equal(u16(got), u16(want), what)
+    q2gemv.golden.check.assert_bits_equal(u16(got), u16(want), what)
 
 
 class ReferenceLinear(torch.nn.Module):
@@ -429,8 +429,8 @@ def test_bench_decode_arguments():
 
 
 def test_bench_decode_cta_variants_force_8_warps_then_restore():
+    from q2gemv.cuda.nvfp4 import exact as xw
     from q2gemv.cuda.q2_0 import exact as xq
-    from q2gemv.cuda.w4a16 import exact as xw
 
     bench = _bench()
     assert bench.parse_args(["--out", "x", "--formats", "nvfp4_w8"]).formats == ("nvfp4_w8",)

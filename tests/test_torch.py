@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import q2gemv  # noqa: E402
-from q2gemv.check import assert_bits_equal  # noqa: E402
+from q2gemv.golden.check import assert_bits_equal  # noqa: E402
 from q2gemv.torch import Nvfp4Linear, Q2Linear, replace_linears  # noqa: E402
 
 from .q2_cases import random_acts, random_weight  # noqa: E402

@@ -15,7 +15,8 @@ qt = pytest.importorskip("q2gemv.torch")
 def built(monkeypatch):
     """Count DeviceQ2Weight / DeviceNvfp4Weight.from_buffers calls (the CPU has no CUDA
     buffers to repack)."""
-    from q2gemv.cuda import q2_0, w4a16
+    from q2gemv.cuda import nvfp4 as w4a16
+    from q2gemv.cuda import q2_0
 
     calls = []
 

@@ -79,7 +79,7 @@ from .formats.bf16 import BF16
 from .formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from .formats.nvfp4 import E2M1_VALUES, E4M3_VALUES, Nvfp4Weight, check_global_scale
 from .formats.q2_0 import SCALE_BYTES, Q2Weight, as_size, check_group, quantize_q2_0, row_bytes
-from .models.swap import find_linears, swap_linears
+from .nn.swap import find_linears, swap_linears
 
 __all__ = [
     "Q2Linear",
@@ -241,7 +241,7 @@ def _q2_unchanged(dw, raw: torch.Tensor) -> bool:
 
 def _nvfp4_unchanged(dw, packed: torch.Tensor, scales: torch.Tensor) -> bool:
     """Are ``packed`` and ``scales`` what ``dw``'s layout was made from? (on the device)"""
-    from .cuda.w4a16 import layout
+    from .cuda.nvfp4 import layout
 
     wp, sc = layout.unpack(dw.codes, dw.xscales, dw.n, dw.k)
     wp = torch.as_tensor(wp, device=packed.device).view(torch.uint8)
@@ -277,7 +277,7 @@ def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scal
     )
 
     def build():
-        from .cuda.w4a16 import DeviceNvfp4Weight
+        from .cuda.nvfp4 import DeviceNvfp4Weight
 
         return DeviceNvfp4Weight.from_buffers(
             _CudaBuffer(packed), _CudaBuffer(scales), global_scale
@@ -306,7 +306,7 @@ def _run_cuda(x2: torch.Tensor, device_weight: Callable[[], object], numerics: s
 def _gemv_cuda(api, x2: torch.Tensor, dw, numerics: str | None) -> torch.Tensor:
     out = torch.empty((x2.shape[0], dw.n), dtype=torch.bfloat16, device=x2.device)
     if x2.shape[0]:
-        # stream=None: for torch tensors q2gemv.arrays.numba_stream launches on
+        # stream=None: for torch tensors q2gemv.host.arrays.numba_stream launches on
         # torch.cuda.current_stream(x2.device), so the launches order with the
         # surrounding torch work and are captured by torch.cuda.graph.
         api.gemv(x2, dw, out=out, numerics=numerics)
@@ -1154,7 +1154,7 @@ def replace_linears(
     A Linear shared by several parents is replaced everywhere by one new module.
     Linears whose parent reads their ``.weight`` directly (``torch.nn.MultiheadAttention``'s
     ``out_proj``, ``torch.nn.TransformerEncoderLayer``'s ``linear1``/``linear2``) are left
-    as they are, with a ``UserWarning`` naming them (see :mod:`q2gemv.models.swap`).
+    as they are, with a ``UserWarning`` naming them (see :mod:`q2gemv.nn.swap`).
 
     Returns ``{qualified name: new module}`` of what was replaced (``module`` itself
     is never replaced, even when it is a Linear: build that one directly).

@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from .._atomic import atomic_write
 from ..formats.q2_0 import GGUF_TYPE_PQ2_0, GGUF_TYPE_Q2_0, GROUPS, Q2Weight, block_bytes
+from ..tools.atomic import atomic_write
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -1118,7 +1118,7 @@ def save_q2_weights(
         rel += _align_up(w.nbytes, alignment)
 
     head = GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(items), n_kv) + kv + infos
-    with atomic_write(path) as f:  # never truncates ``path`` in place: see q2gemv._atomic
+    with atomic_write(path) as f:  # never truncates ``path`` in place: see q2gemv.tools.atomic
         f.write(head)
         f.write(b"\0" * (_align_up(len(head), alignment) - len(head)))
         for w in items:

@@ -7,7 +7,7 @@ included: it takes a tensor type id it does not know (42, 142) as ``raw_dtype`` 
 data is handed over as bytes of a non-uint8 dtype with the logical ``(n, k)`` shape
 given, so no byte of the layout is written here. What this module adds:
 
-* the file goes through :func:`q2gemv._atomic.atomic_write` (a temporary file beside
+* the file goes through :func:`q2gemv.tools.atomic.atomic_write` (a temporary file beside
   the target, renamed over it at the end): ``GGUFWriter`` is given that open file
   instead of opening ``path`` itself, so a failure part-way leaves no partial target;
 * tensors are produced one at a time (``GgufTensorOut.data`` is called when the tensor
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from .._atomic import atomic_write
-from .._progress import Progress
 from ..formats.q2_0 import block_bytes
+from ..tools.atomic import atomic_write
+from ..tools.progress import Progress
 from .gguf import GGML_MAX_NAME, GGUF_UINT32, KEY_Q2_GROUP_PREFIX, Q2_TYPES
 
 GGUF_F32, GGUF_F16, GGUF_BF16 = 0, 1, 30  # ggml tensor type ids of the float tensors written
@@ -94,7 +94,7 @@ def write_gguf(
             ``element_type`` for arrays, else None). A ``q2gemv.q2_0.group.<name>`` u32 is
             added for every Q2 tensor.
         tensors: in file order (see :class:`GgufTensorOut`).
-        progress: one step per tensor written (see :mod:`q2gemv._progress`).
+        progress: one step per tensor written (see :mod:`q2gemv.tools.progress`).
 
     Raises:
         ImportError: the ``gguf`` package is not installed.

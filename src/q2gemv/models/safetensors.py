@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._progress import track, wants_progress
 from ..io.safetensors import SafetensorsCheckpoint, SafetensorsError
+from ..tools.progress import track, wants_progress
 from ..torch import Nvfp4Linear
 from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
 from .meta import finish_meta_model

@@ -35,7 +35,7 @@ goes through ``cuLaunchKernelEx`` with the programmatic-stream-serialization
 attribute, so the kernel may start while the launch before it in the stream
 still runs; it must then read that launch's results only after
 ``grid_dep_wait`` (:mod:`q2gemv.cuda.runtime.dev`; the kernel specs say which
-kernels do: :attr:`q2gemv.kernels.KernelSpec.grid_wait`). On a GPU before sm_90,
+kernels do: :attr:`q2gemv.dispatch.registry.KernelSpec.grid_wait`). On a GPU before sm_90,
 or with ``Q2GEMV_PDL=0`` in the environment (for side-by-side timing), it is
 an ordinary launch: the stream order then holds by itself. Captured in a CUDA
 graph it becomes a programmatic edge (CUDA 12.3+).
