@@ -41,10 +41,10 @@ from ..io.gguf import (
 )
 from ..io.gguf_write import GGUF_BF16, GGUF_F16, GGUF_F32, GgufTensorOut, write_gguf
 from ..io.safetensors_write import SafetensorsOut, write_safetensors
+from ..nn.layers import Nvfp4Linear, Q2Linear
 from ..tools import atomic as _atomic
 from ..tools.progress import wants_progress
-from ..torch import Nvfp4Linear, Q2Linear
-from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
+from . import fuse as fusion
 
 # llama.cpp's tensor names, one table for reading and writing (models/gguf.py reads them).
 from .gguf import _BLOCK_NAMES, _GLOBAL_NAMES
