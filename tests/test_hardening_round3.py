@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from q2gemv.formats.q2_0 import quantize_q2_0
-from q2gemv.io.gguf import load_q2_weights, save_q2_weights
+from q2gemv.io.gguf.reader import load_q2_weights
+from q2gemv.io.gguf.writer import save_q2_weights
 from q2gemv.tools import atomic as _atomic
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -25,7 +25,8 @@ EXIT_BROKEN_PIPE = 141
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .io.gguf import GgufError, format_inspect
+    from .io.gguf.inspect import format_inspect
+    from .io.gguf.reader import GgufError
 
     try:
         text = format_inspect(args.file)

@@ -12,7 +12,7 @@ A fused layer (``qkv_proj``, ``gate_up_proj``: :mod:`q2gemv.models.fuse`) is wri
 its members, each with its own rows and name (:func:`layers_of`), as llama.cpp and
 compressed-tensors / ModelOpt expect them. The layers' quantized state is read through :func:`q2_weight_of`, :func:`nvfp4_weight_of`,
 :func:`bias_of` and :func:`dims_of` only (the one place that knows how a layer keeps it). The file
-writers are :mod:`q2gemv.io.gguf_write` and :mod:`q2gemv.io.safetensors_write`; both
+writers are :mod:`q2gemv.io.gguf.writer` and :mod:`q2gemv.io.safetensors.writer`; both
 write through :func:`q2gemv.tools.atomic.atomic_write`. Recipes: ``docs/export.md``.
 """
 
@@ -31,16 +31,16 @@ import torch
 from .. import __version__
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight, divisor_from_global_scale
 from ..formats.q2_0 import Q2Weight
-from ..io.gguf import (
-    GGUF_ARRAY,
-    GGUF_FLOAT32,
-    GGUF_STRING,
-    GGUF_UINT32,
+from ..io.gguf.reader import GGUF_ARRAY, GGUF_FLOAT32, GGUF_STRING, GGUF_UINT32, read_gguf
+from ..io.gguf.writer import (
+    GGUF_BF16,
+    GGUF_F16,
+    GGUF_F32,
+    GgufTensorOut,
     default_q2_type_id,
-    read_gguf,
+    write_gguf,
 )
-from ..io.gguf_write import GGUF_BF16, GGUF_F16, GGUF_F32, GgufTensorOut, write_gguf
-from ..io.safetensors_write import SafetensorsOut, write_safetensors
+from ..io.safetensors.writer import SafetensorsOut, write_safetensors
 from ..nn.layers import Nvfp4Linear, Q2Linear
 from ..tools import atomic as _atomic
 from ..tools.progress import wants_progress

@@ -66,8 +66,8 @@ import numpy as np
 import torch
 
 from ..formats.q2_0 import Q2Weight
-from ..io import gguf as _io
-from ..io.gguf import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
+from ..io.gguf import reader as _io
+from ..io.gguf.reader import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
 from ..nn.layers import Q2Linear
 from ..tools.progress import track, wants_progress
 from . import fuse as fusion

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io.safetensors import SafetensorsCheckpoint, SafetensorsError
+from ..io.safetensors.reader import SafetensorsCheckpoint, SafetensorsError
 from ..nn.layers import Nvfp4Linear
 from ..tools.progress import track, wants_progress
 from . import fuse as fusion

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..tools.atomic import atomic_write
-from ..tools.progress import Progress
-from .safetensors import DTYPE_SIZES
+from ...tools.atomic import atomic_write
+from ...tools.progress import Progress
+from .reader import DTYPE_SIZES
 
 
 @dataclass(frozen=True)
