@@ -136,7 +136,8 @@ def test_architecture_doc_names_only_what_exists():
 
     text = (ROOT / "docs" / "architecture.md").read_text()
     pat = (
-        r"\b((?:api|tiers|launch|check|fpmath|backends|formats\.\w+|golden\.\w+|cuda(?:\.\w+)+)"
+        r"\b((?:api|dispatch\.\w+|host\.\w+|reference\.\w+|io(?:\.\w+)+|nn\.\w+|formats\.\w+"
+        r"|golden\.\w+|cuda(?:\.\w+)+)"
         r"\.(\w+))"
     )
     names = {m[0] for m in re.findall(pat, text) if m[1] != "py"}

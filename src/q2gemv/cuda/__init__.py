@@ -10,7 +10,7 @@ Layout (``docs/architecture.md``, "Where to add things"):
 * :mod:`.runtime` — the launcher, pre-bound launches, device-array interop
   and device helpers; it knows no family (a family is looked up in
   :mod:`q2gemv.dispatch.registry`, never imported).
-* :mod:`.q2_0`, :mod:`.w4a16` — one package per weight family: ``weight``
+* :mod:`.q2_0`, :mod:`.nvfp4` — one package per weight family: ``weight``
   (the device weight), ``seed`` (the seed-contract kernels and their
   launch arguments), ``exact`` (the exact-contract kernel and its prepare).
 * :mod:`.exact_contract` — the exact contract's device code every exact

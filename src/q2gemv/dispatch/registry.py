@@ -11,7 +11,7 @@ activation rows one launch serves, whether it is compiled once per M,
 the activation alignment it needs, the width of its weight indexing, the
 dotted name of its NumPy reference, the template knobs its build takes, and
 the golden family whose vectors cover it. *How* it is built and launched
-stays in the family's module (:mod:`q2gemv.cuda.q2_0`, ``.w4a16``,
+stays in the family's module (:mod:`q2gemv.cuda.q2_0`, ``.nvfp4``,
 ``.exact``), which reads the knobs from the spec.
 
 Adding a kernel: :func:`register` a spec (``docs/architecture.md``, "Where
