@@ -113,8 +113,8 @@ def to_f64(total: np.ndarray, p: np.ndarray) -> np.ndarray:
 def seed_fp32(a, weight) -> np.ndarray:
     """The seed contract's fp32 value before bf16 rounding (``q2_0_gemv_vec``'s own helpers)."""
     from q2gemv.formats.bf16 import bf16_bits_to_f32
-    from q2gemv.fpmath import warp_tree_sum_f32
     from q2gemv.reference import q2_0 as seed
+    from q2gemv.reference.fpmath import warp_tree_sum_f32
 
     lanes, width = 32, 16  # q2_0_gemv_vec: one warp, 16 codes per lane and word
     a32 = bf16_bits_to_f32(a.view(np.uint16))

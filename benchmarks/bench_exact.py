@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from q2gemv.bench import timing
     from q2gemv.cuda.q2_0 import seed as q2_0
     from q2gemv.cuda.runtime import launcher
-    from q2gemv.defaults import default_q2_kernel
+    from q2gemv.dispatch.seed_rules import default_q2_kernel
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     args.out.mkdir(parents=True, exist_ok=True)

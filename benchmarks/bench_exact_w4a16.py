@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     import q2gemv
     from q2gemv import bench
     from q2gemv.bench import timing
+    from q2gemv.cuda.nvfp4 import exact as xw
+    from q2gemv.cuda.nvfp4 import seed as w4a16
     from q2gemv.cuda.runtime import launcher
-    from q2gemv.cuda.w4a16 import exact as xw
-    from q2gemv.cuda.w4a16 import seed as w4a16
     from q2gemv.reference.exact import w4a16_gemv_exact
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))

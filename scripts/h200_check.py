@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from q2gemv import Q2Weight, reference
-from q2gemv.check import compare_bits
 from q2gemv.cuda.q2_0 import seed as q2cuda
 from q2gemv.cuda.runtime.launcher import run_kernel
 from q2gemv.formats.bf16 import BF16
+from q2gemv.golden.check import compare_bits
 
 SHAPES = ((5120, 5120), (17408, 5120), (5120, 17408))
 MS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17)
@@ -106,7 +106,7 @@ def exact_rows(rng, quick: bool) -> list[dict]:
 
 def w4_exact_rows(rng, quick: bool) -> list[dict]:
     from q2gemv import Nvfp4Weight
-    from q2gemv.cuda.w4a16 import seed as wcuda
+    from q2gemv.cuda.nvfp4 import seed as wcuda
     from q2gemv.reference.exact import w4a16_gemv_exact
 
     rows = []
@@ -132,9 +132,9 @@ def w4_exact_rows(rng, quick: bool) -> list[dict]:
 
 def w4a16_rows(rng, quick: bool) -> list[dict]:
     try:
-        from q2gemv.cuda.w4a16 import seed as wcuda
+        from q2gemv.cuda.nvfp4 import seed as wcuda
         from q2gemv.formats.nvfp4 import Nvfp4Weight
-        from q2gemv.reference.w4a16 import w4a16_gemv
+        from q2gemv.reference.nvfp4 import w4a16_gemv
     except ImportError as e:
         print(f"W4A16 family not available: {e}", file=sys.stderr)
         return []

@@ -29,9 +29,9 @@ export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 declare -A CMD=(
   [check]="python3 scripts/h200_check.py --out $OUT"
   [verify]="python3 -m q2gemv.cli verify --brief"
-  [pytest-seed]="python3 -m pytest -q -p no:cacheprovider tests/cuda/q2_0/test_seed.py tests/cuda/w4a16/test_seed.py"
+  [pytest-seed]="python3 -m pytest -q -p no:cacheprovider tests/cuda/q2_0/test_seed.py tests/cuda/nvfp4/test_seed.py"
   [pytest]="python3 -m pytest -q -p no:cacheprovider tests/golden/test_harness.py tests/cuda/q2_0/test_exact.py tests/test_api_edges_runtime.py"
-  [pytest-api]="python3 -m pytest -q -p no:cacheprovider tests/cuda/runtime/test_dev.py tests/cuda/w4a16/test_exact.py tests/test_torch.py tests/cuda/runtime/test_launch_cache.py tests/test_device_weight.py tests/cuda/runtime/test_interop.py tests/test_api_exact.py"
+  [pytest-api]="python3 -m pytest -q -p no:cacheprovider tests/cuda/runtime/test_dev.py tests/cuda/nvfp4/test_exact.py tests/test_torch.py tests/cuda/runtime/test_launch_cache.py tests/test_device_weight.py tests/cuda/runtime/test_interop.py tests/test_api_exact.py"
   [fuzz]="python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_fuzz.py --hypothesis-show-statistics"
   [san-race-q2]="python3 scripts/sanitize_h200.py --tools racecheck --families q2_0,q2_0_exact --timeout $((LIMIT - 20)) --log-dir $OUT"
   [san-race-w4]="python3 scripts/sanitize_h200.py --tools racecheck --families w4a16,w4a16_exact --timeout $((LIMIT - 20)) --log-dir $OUT"

@@ -69,7 +69,7 @@ def _q2_cases():
 
 def _w4_cases():
     """(kernel or None for the automatic plan, n, k, m) for the W4A16 family."""
-    from q2gemv.cuda.w4a16 import seed as w4cuda
+    from q2gemv.cuda.nvfp4 import seed as w4cuda
 
     cases = []
     for name in w4cuda.KERNEL_NAMES:
@@ -137,11 +137,11 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
 
     from q2gemv import Nvfp4Weight, Q2Weight
     from q2gemv import reference as ref
-    from q2gemv.check import compare_bits
+    from q2gemv.cuda.nvfp4 import seed as w4cuda
     from q2gemv.cuda.q2_0 import seed as q2cuda
-    from q2gemv.cuda.w4a16 import seed as w4cuda
+    from q2gemv.dispatch.nvfp4_tiers import W4a16BatchmTiers, plan_w4a16
     from q2gemv.formats.bf16 import BF16
-    from q2gemv.tiers import W4a16BatchmTiers, plan_w4a16
+    from q2gemv.golden.check import compare_bits
 
     rng = np.random.default_rng(2026)
     specials = np.array([0x7FC0, 0x7F80, 0xFF80, 0x8000, 0x0001, 0x7F7F], np.uint16)

@@ -172,7 +172,7 @@ def u16(t: torch.Tensor) -> np.ndarray:
 
 def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert got.shape == want.shape, what
-    q2gemv.check.assert_bits_equal(u16(got), u16(want), what)
+    q2gemv.golden.check.assert_bits_equal(u16(got), u16(want), what)
 
 
 def prompts(batch: int = 2, length: int = 5, seed: int = 0) -> torch.Tensor:

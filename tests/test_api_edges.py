@@ -17,14 +17,14 @@ import pytest
 
 import q2gemv
 from q2gemv import Nvfp4Weight, Q2Weight
-from q2gemv import tiers as T
 from q2gemv.api import check_out
-from q2gemv.backends import cuda_kind, simulator_active
+from q2gemv.cuda.nvfp4 import seed as w4cuda
 from q2gemv.cuda.q2_0 import seed as q2cuda
-from q2gemv.cuda.w4a16 import seed as w4cuda
+from q2gemv.dispatch import nvfp4_tiers as T
+from q2gemv.dispatch.nvfp4_tiers import W4a16BatchmTiers, select_tier
 from q2gemv.formats._frozen import frozen, is_frozen
 from q2gemv.formats.bf16 import BF16
-from q2gemv.tiers import W4a16BatchmTiers, select_tier
+from q2gemv.host.backends import cuda_kind, simulator_active
 
 N, K = 3, 128
 

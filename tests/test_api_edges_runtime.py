@@ -18,9 +18,9 @@ import pytest
 import q2gemv
 from q2gemv import Nvfp4Weight, quantize_q2_0
 from q2gemv import reference as ref
-from q2gemv.backends import gpu_present, simulator_active
-from q2gemv.check import assert_bits_equal
 from q2gemv.formats.bf16 import BF16
+from q2gemv.golden.check import assert_bits_equal
+from q2gemv.host.backends import gpu_present, simulator_active
 from q2gemv.reference import q2_0 as ref_q2
 from q2gemv.reference.exact import q2_0_gemv_exact
 
@@ -133,8 +133,8 @@ def test_simulator_calls_from_four_threads_are_serialised_with_the_same_bits():
 def test_simulator_lock_is_held_by_one_call_at_a_time(monkeypatch):
     if not simulator_active():
         pytest.skip("the lock is a no-op on a GPU")
-    from q2gemv.backends import SIMULATOR_LOCK
     from q2gemv.cuda.runtime import launcher
+    from q2gemv.host.backends import SIMULATOR_LOCK
 
     inside, most = [0], [0]
     real = launcher.launch_all  # every gemv on the cuda backend enqueues through it
@@ -165,7 +165,7 @@ def test_gpu_threads_and_streams():
     w, w4, a = _case(4096, 2048, 9, seed=13)
     want_q2 = q2_0_gemv_exact(a, w).view(np.uint16)  # Q2_0's default contract
     want_w4 = ref.w4a16_gemv(a, w4).view(np.uint16)
-    from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
+    from q2gemv.cuda.nvfp4 import DeviceNvfp4Weight
 
     dw, dw4 = w.to_device(), DeviceNvfp4Weight.upload(w4)  # shared by every thread
 

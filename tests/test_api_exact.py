@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 
 import q2gemv
-from q2gemv import api, launch, tiers
+from q2gemv import api
 from q2gemv import reference as ref
-from q2gemv.check import assert_bits_equal
+from q2gemv.dispatch import nvfp4_tiers as tiers
+from q2gemv.dispatch import plan as launch
 from q2gemv.formats.bf16 import BF16
+from q2gemv.golden.check import assert_bits_equal
 from q2gemv.reference.exact import q2_0_gemv_exact
 from tests.q2_cases import random_acts, random_weight
 

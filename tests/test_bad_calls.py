@@ -22,13 +22,13 @@ import pytest
 import q2gemv
 from q2gemv import Nvfp4Weight, Q2Weight, quantize_q2_0
 from q2gemv import reference as ref
-from q2gemv.check import assert_bits_equal
+from q2gemv.cuda.nvfp4 import seed as w4cuda
 from q2gemv.cuda.q2_0 import seed as q2cuda
 from q2gemv.cuda.runtime import launcher
-from q2gemv.cuda.w4a16 import seed as w4cuda
+from q2gemv.dispatch.nvfp4_tiers import W4a16BatchmTiers, plan_w4a16, select_tier
 from q2gemv.formats.bf16 import BF16
+from q2gemv.golden.check import assert_bits_equal
 from q2gemv.io import load_nvfp4_weights, load_q2_weights, read_gguf, save_q2_weights
-from q2gemv.tiers import W4a16BatchmTiers, plan_w4a16, select_tier
 
 N, K, M = 7, 128, 2
 
@@ -195,7 +195,7 @@ CASES = [
     ("run_kernel/q2-a-K-mismatch", lambda t: launcher.run_kernel("q2_0_gemv_vec", C.a.view(U16)[:, :64], C.w), ValueError, r"a_bits: expected shape \[M, K\] = \[M, 128\]"),
     ("run_kernel/q2-weight", lambda t: launcher.run_kernel("q2_0_gemv_vec", C.a.view(U16), C.w4), TypeError, r"weight: expected a Q2Weight or DeviceQ2Weight"),
     ("q2.upload/weight", lambda t: q2cuda.DeviceQ2Weight.upload(C.w4), TypeError, r"weight: expected a Q2Weight"),
-    # -- W4A16 kernel entry points (q2gemv.cuda.w4a16) ---------------------------------
+    # -- W4A16 kernel entry points (q2gemv.cuda.nvfp4) ---------------------------------
     ("w4.launch_raw/batch8-M9", lambda t: _w4_raw("w4a16_gemv_batch8", 9), ValueError, r"m: kernel w4a16_gemv_batch8 serves 1\.\.8 rows per launch, got 9"),
     ("w4.launch_raw/batch4-M5", lambda t: _w4_raw("w4a16_gemv_batch4", 5), ValueError, r"m: kernel w4a16_gemv_batch4 serves 1\.\.4"),
     ("w4.launch_raw/rt2-M9", lambda t: _w4_raw("w4a16_gemv_batch8_rt2", 9), ValueError, r"m: kernel w4a16_gemv_batch8_rt2 serves 1\.\.8"),

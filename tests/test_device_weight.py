@@ -10,8 +10,8 @@ import pytest
 from numba import cuda
 
 import q2gemv
-from q2gemv.check import assert_bits_equal
 from q2gemv.cuda import DeviceNvfp4Weight, DeviceQ2Weight
+from q2gemv.golden.check import assert_bits_equal
 
 from .q2_cases import random_acts, random_weight
 

@@ -61,7 +61,7 @@ def test_kernels_page_explain_outputs_are_what_explain_prints(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     for var in ("Q2GEMV_NO_BATCH8_RT", "ATLAS_NO_BATCH8_RT"):
         monkeypatch.delenv(var, raising=False)
-    from q2gemv import tiers
+    from q2gemv.dispatch import nvfp4_tiers as tiers
 
     tiers.reload_env()
     try:

@@ -2,7 +2,7 @@
 
 Public means: the names in ``q2gemv.__all__``, ``q2gemv.reference.__all__``
 and ``q2gemv.io.__all__``, and the public (non-underscore) functions and
-classes defined in ``q2gemv.tiers``, ``q2gemv.launch`` and every
+classes defined in ``q2gemv.dispatch.nvfp4_tiers``, ``q2gemv.dispatch.plan`` and every
 ``q2gemv.formats`` module, together with their public methods. A docstring is
 "non-trivial" when it has at least :data:`MIN_WORDS` words. An argument counts
 as mentioned when its name appears in the docstring of the function (or, for
@@ -25,11 +25,11 @@ EXEMPT_ARGS = {"self", "cls", "args", "kwargs"}
 
 EXPORTING_MODULES = ("q2gemv", "q2gemv.reference", "q2gemv.io")
 DEFINING_MODULES = (
-    "q2gemv.tiers",
-    "q2gemv.kernels",
-    "q2gemv.defaults",
-    "q2gemv.arrays",
-    "q2gemv.launch",
+    "q2gemv.dispatch.nvfp4_tiers",
+    "q2gemv.dispatch.registry",
+    "q2gemv.dispatch.seed_rules",
+    "q2gemv.host.arrays",
+    "q2gemv.dispatch.plan",
     "q2gemv.formats.q2_0",
     "q2gemv.formats.nvfp4",
     "q2gemv.formats.bf16",
@@ -167,8 +167,8 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_docs_name_every_kernel_switch_and_placeholder():
-    from q2gemv import tiers
     from q2gemv.api import Q2_KERNELS, W4A16_KERNELS
+    from q2gemv.dispatch import nvfp4_tiers as tiers
 
     docs = README.parent / "docs"
     wanted = {

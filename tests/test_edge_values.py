@@ -18,10 +18,10 @@ import pytest
 import q2gemv
 from q2gemv import Nvfp4Weight, Q2Weight
 from q2gemv import reference as ref
-from q2gemv.check import assert_bits_equal
+from q2gemv.cuda.nvfp4 import seed as w4cuda
 from q2gemv.cuda.q2_0 import seed as q2cuda
-from q2gemv.cuda.w4a16 import seed as w4cuda
 from q2gemv.formats.bf16 import BF16
+from q2gemv.golden.check import assert_bits_equal
 
 NAN, PINF, NINF, ZERO = 0x7FC0, 0x7F80, 0xFF80, 0x0000
 ONE = 0x3F80

@@ -27,12 +27,7 @@ from hypothesis import strategies as st
 import q2gemv
 from q2gemv import Nvfp4Weight, Q2Weight, api
 from q2gemv import reference as ref
-from q2gemv.check import assert_bits_equal
-from q2gemv.formats import nvfp4 as nv
-from q2gemv.formats import q2_0 as q2fmt
-from q2gemv.formats.bf16 import BF16
-from q2gemv.launch import batchm_launch_chunks, batchm_row_chunks
-from q2gemv.tiers import (
+from q2gemv.dispatch.nvfp4_tiers import (
     BATCH16,
     BATCH32,
     EXACT_M_LAST,
@@ -43,6 +38,11 @@ from q2gemv.tiers import (
     plan_w4a16,
     select_tier,
 )
+from q2gemv.dispatch.plan import batchm_launch_chunks, batchm_row_chunks
+from q2gemv.formats import nvfp4 as nv
+from q2gemv.formats import q2_0 as q2fmt
+from q2gemv.formats.bf16 import BF16
+from q2gemv.golden.check import assert_bits_equal
 
 _COMMON = dict(
     derandomize=True,
@@ -170,7 +170,7 @@ def _w4_property(data, max_n, max_groups, max_m, exact=False):
     if kernel is None:  # the seed contract's automatic tier plan
         got = q2gemv.gemv(a, w, backend="cuda", numerics="seed")
     else:  # a forced tier, chunked by its own max_m
-        from q2gemv.cuda.w4a16 import seed as w4cuda
+        from q2gemv.cuda.nvfp4 import seed as w4cuda
 
         got = w4cuda.w4a16_gemv(a, w, kernel=kernel)
     assert_bits_equal(got.view(np.uint16), want, label=f"{kernel} n={w.n} k={w.k} m={m}")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from q2gemv import backends, cli
 from q2gemv import bench as B
+from q2gemv import cli
+from q2gemv.host import backends
 from tests.bench.test_formulas import _report, synthetic_rows
 
 
@@ -135,7 +136,8 @@ def test_architecture_doc_names_only_what_exists():
 
     text = (ROOT / "docs" / "architecture.md").read_text()
     pat = (
-        r"\b((?:api|tiers|launch|check|fpmath|backends|formats\.\w+|golden\.\w+|cuda(?:\.\w+)+)"
+        r"\b((?:api|dispatch\.\w+|host\.\w+|reference\.\w+|io(?:\.\w+)+|nn\.\w+|formats\.\w+"
+        r"|golden\.\w+|cuda(?:\.\w+)+)"
         r"\.(\w+))"
     )
     names = {m[0] for m in re.findall(pat, text) if m[1] != "py"}

@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from q2gemv import _atomic
 from q2gemv.formats.q2_0 import quantize_q2_0
-from q2gemv.io.gguf import load_q2_weights, save_q2_weights
+from q2gemv.io.gguf.reader import load_q2_weights
+from q2gemv.io.gguf.writer import save_q2_weights
+from q2gemv.tools import atomic as _atomic
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -183,11 +184,11 @@ def test_the_writer_scan_finds_writers():
 
 
 def test_every_package_writer_goes_through_the_atomic_helper():
-    """No module of the package writes a file itself: q2gemv._atomic is the one place."""
+    """No module of the package writes a file itself: q2gemv.tools.atomic is the one place."""
     pkg = SRC / "q2gemv"
     bad = []
     for path in sorted(pkg.rglob("*.py")):
-        if path.name != "_atomic.py":
+        if path != pkg / "tools" / "atomic.py":
             text = path.read_text()
             bad += [f"{path.relative_to(pkg)}:{i}" for i in _writers(ast.parse(text))]
     assert bad == []
@@ -237,7 +238,7 @@ def test_device_weight_refuses_what_the_host_weight_refuses(g):
     complex, and to raise OverflowError for 2**2000."""
     from numba import cuda
 
-    from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
+    from q2gemv.cuda.nvfp4 import DeviceNvfp4Weight
 
     packed, scales = _nvfp4_parts()
     want_type, want_msg = _host_error(g)
@@ -254,7 +255,7 @@ def test_device_weight_accepts_what_the_host_weight_accepts(g):
     """A size-1 array used to be refused by from_buffers though Nvfp4Weight takes it."""
     from numba import cuda
 
-    from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
+    from q2gemv.cuda.nvfp4 import DeviceNvfp4Weight
     from q2gemv.formats.nvfp4 import Nvfp4Weight
 
     packed, scales = _nvfp4_parts()
@@ -535,7 +536,7 @@ def test_prepared_bits_cannot_be_made_writeable():
 
 
 def _tiers():
-    from q2gemv.tiers import W4a16BatchmTiers
+    from q2gemv.dispatch.nvfp4_tiers import W4a16BatchmTiers
 
     return W4a16BatchmTiers.resolve([f"w4a16_gemv_batch{w}" for w in (4, 5, 6, 7, 8)])
 
@@ -544,7 +545,7 @@ def test_plan_w4a16_of_the_largest_m_costs_no_memory():
     """plan_w4a16(2**31 - 1, tiers) built a 67-million-entry list (over 2 GiB)."""
     import tracemalloc
 
-    from q2gemv.tiers import plan_w4a16
+    from q2gemv.dispatch.nvfp4_tiers import plan_w4a16
 
     m = 2**31 - 1
     tracemalloc.start()
@@ -570,8 +571,8 @@ def test_plan_w4a16_of_the_largest_m_costs_no_memory():
 def test_tier_planning_refuses_m_beyond_plan_bound(m):
     """plan_w4a16(2**40) and explain_tier(2**31) were accepted where q2gemv.plan refuses."""
     import q2gemv
+    from q2gemv.dispatch.nvfp4_tiers import explain_tier, plan_w4a16, select_tier
     from q2gemv.formats.nvfp4 import Nvfp4Weight
-    from q2gemv.tiers import explain_tier, plan_w4a16, select_tier
 
     w = Nvfp4Weight.from_float(np.ones((1, 16), np.float32))
     with pytest.raises(ValueError) as want:
@@ -588,7 +589,7 @@ def test_tier_planning_refuses_m_beyond_plan_bound(m):
 
 
 def test_explain_tier_of_the_largest_m_is_short():
-    from q2gemv.tiers import explain_tier
+    from q2gemv.dispatch.nvfp4_tiers import explain_tier
 
     text = explain_tier(2**31 - 1, _tiers())
     assert "67108864 launches in all" in text and len(text) < 4000
@@ -597,7 +598,7 @@ def test_explain_tier_of_the_largest_m_is_short():
 @pytest.mark.parametrize("bad", ["no", "", 1, 0, 1.0, [True]])
 def test_exact_m_must_be_a_bool(bad):
     """plan_w4a16(exact_m="no") treated the string as True (exact-M tiers on)."""
-    from q2gemv.tiers import plan_w4a16
+    from q2gemv.dispatch.nvfp4_tiers import plan_w4a16
 
     t = _tiers()
     for call in (
@@ -610,7 +611,7 @@ def test_exact_m_must_be_a_bool(bad):
 
 
 def test_tier_planning_argument_types():
-    from q2gemv.tiers import explain_tier, plan_w4a16
+    from q2gemv.dispatch.nvfp4_tiers import explain_tier, plan_w4a16
 
     t = _tiers()
     assert plan_w4a16(5, t, exact_m=np.bool_(True)) == [(0, 5, "w4a16_gemv_batch5")]

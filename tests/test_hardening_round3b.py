@@ -16,8 +16,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from q2gemv.backends import gpu_present
 from q2gemv.formats.q2_0 import quantize_q2_0
+from q2gemv.host.backends import gpu_present
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -152,8 +152,8 @@ def test_seed_reference_memory_is_bounded_by_its_chunk_not_by_m(monkeypatch, fam
     from q2gemv import reference
     from q2gemv.formats.bf16 import bits_to_bf16
     from q2gemv.formats.nvfp4 import Nvfp4Weight
+    from q2gemv.reference import nvfp4 as ref_w4
     from q2gemv.reference import q2_0 as ref_q2
-    from q2gemv.reference import w4a16 as ref_w4
 
     rng = np.random.default_rng(10)
     m, n = 20000, 64
@@ -201,7 +201,7 @@ def _gguf_with_alignment(path: Path, layout: int, claimed: int, n_tensors: int =
 
 
 def test_gguf_read_with_its_own_alignment(tmp_path):
-    from q2gemv.io.gguf import read_gguf
+    from q2gemv.io.gguf.reader import read_gguf
 
     p = tmp_path / "ok.gguf"
     _gguf_with_alignment(p, 64, 64)
@@ -214,7 +214,7 @@ def test_gguf_read_with_its_own_alignment(tmp_path):
 
 @pytest.mark.parametrize(("layout", "claimed"), [(64, 32), (64, 128), (32, 64)])
 def test_gguf_whose_alignment_disagrees_with_its_layout_is_refused(tmp_path, layout, claimed):
-    from q2gemv.io.gguf import GgufError, read_gguf
+    from q2gemv.io.gguf.reader import GgufError, read_gguf
 
     for n_tensors in (1, 2, 3):  # header ends at different offsets: some agree by chance
         p = tmp_path / f"bad{n_tensors}.gguf"
@@ -256,7 +256,7 @@ def test_smallest_divisor_with_a_finite_reciprocal_is_kept():
 def test_safetensors_load_refuses_a_divisor_with_an_infinite_reciprocal(tmp_path):
     from safetensors.numpy import save_file
 
-    from q2gemv.io.safetensors import load_nvfp4_weights
+    from q2gemv.io.safetensors.reader import load_nvfp4_weights
 
     p = tmp_path / "ct.safetensors"
     save_file(

@@ -4,7 +4,7 @@ Lower layers know nothing of higher ones: the formats, the references, the
 registry, the pure geometry and tier logic never import the CUDA kernels, the
 API or the benchmark; the kernels never import the API. Where a lower layer
 needs something of a higher one, it is injected (``formats._upload``,
-``tiers.set_default_resolver``).
+``dispatch.nvfp4_tiers.set_default_resolver``). The package has no import circle.
 """
 
 from __future__ import annotations
@@ -12,72 +12,60 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from q2gemv import kernels
+from q2gemv.dispatch import registry as kernels
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "q2gemv"
 
-# module (or package prefix) -> prefixes it must never import
-LOWER = (
-    "formats",
-    "fpmath",
-    "reference",
-    "launch",
-    "tiers",
-    "kernels",
-    "defaults",
-    "arrays",
-    "check",
-)
-HIGHER = (
-    "cuda",
-    "api",
-    "bench",
-    "device",
-    "prepared",
-    "golden",
-    "verify",
-    "cli",
-    "io",
-    "torch",
-    "models",
-)
-FORBIDDEN = {low: HIGHER for low in LOWER}
-# The kernels and their launchers: below the public entry points, the golden suite and the CLI.
-FORBIDDEN["cuda"] = ("api", "prepared", "golden", "verify", "cli", "torch", "models")
-# The model level builds on q2gemv.torch's layers; the machinery swap.py holds is below
-# them (torch.py imports it) and so imports none of them.
-FORBIDDEN["models.swap"] = ("torch", "models.quantize", "models.gguf", "models.decode")
-# The public entry points import api; api imports nothing that imports it back.
-FORBIDDEN["device"] = ("api", "prepared")
-# api imports prepared (PreparedActivations); both take their stream and device-array checks
-# from q2gemv.arrays, so prepared never imports api.
-FORBIDDEN["prepared"] = ("api",)
+# The layers, bottom to top (docs/architecture.md draws them):
+#   tools, dispatch           shared helpers; pure policy (registry, plan, seed rules, NVFP4 tiers)
+#   formats                   layouts, weight classes (may read registry constants)
+#   reference                 NumPy references (fpmath included)
+#   host.backends/.arrays     what this process has; device arrays and streams as passed
+#   cuda                      runtime (no family), exact_contract, q2_0/, nvfp4/, ptx
+#   host.device/.prepared     device weights, prepared activations (cuda imported lazily)
+#   api, io                   the calls users make; file readers and writers
+#   golden, bench, nn         the golden suite, the benchmark, the torch ops and layers
+#   models                    the model level over nn
+#   torch, cli, q2gemv        the faces: re-exports and the command
+# module (or package prefix) -> prefixes it must never import (not even inside a function)
+TOP = ("torch", "cli")
+FACES = ("api", "io", "golden", "bench", "nn", "models", *TOP)
+ABOVE_CUDA = ("host.device", "host.prepared", *FACES)
+ABOVE_HOST = ("host", "cuda", *FACES)
+FORBIDDEN = {
+    "tools": ("dispatch", "formats", "reference", *ABOVE_HOST),
+    # dispatch is below host/ and cuda/: pure policy, no numba at module level
+    "dispatch": ("formats", "reference", *ABOVE_HOST),
+    "formats": ("reference", *ABOVE_HOST),
+    "reference": ABOVE_HOST,
+    "host.backends": ("host.arrays", "cuda", *ABOVE_CUDA),
+    "host.arrays": ("cuda", *ABOVE_CUDA),
+    # The kernels and their launchers: below the device weights, the public entry points, the
+    # golden suite and the CLI.
+    "cuda": ABOVE_CUDA,
+    # The public entry points import api; api imports nothing that imports it back.
+    "host.device": ("host.prepared", *FACES),
+    # api imports prepared (PreparedActivations); both take their stream and device-array
+    # checks from q2gemv.host.arrays, so prepared never imports api.
+    "host.prepared": FACES,
+    "api": ("io", "golden", "bench", "nn", "models", *TOP),
+    "io": ("host", "cuda", "api", "golden", "bench", "nn", "models", *TOP),
+    "golden": ("bench", "nn", "models", *TOP),
+    "bench": ("golden", "nn", "models", *TOP),
+    # nn is below models: the layers never reach the model level, which builds on them.
+    "nn": ("golden", "bench", "models", *TOP),
+    # models import nn (the layers), never q2gemv.torch (the face that re-exports them).
+    "models": ("golden", "bench", *TOP),
+}
+# The runtime under the kernels knows no family: it reaches a family's code through its
+# dispatch.registry.FamilySpec (looked up by name), never by importing a family package.
+FORBIDDEN["cuda.runtime"] = (
+    *FORBIDDEN["cuda"], "cuda.q2_0", "cuda.nvfp4", "cuda.exact_contract", "cuda.ptx",
+)  # fmt: skip
+# Imported in a fresh interpreter without loading numba (test_lower_layers_import_without_numba).
+LOWER = ("tools", "dispatch", "formats", "reference", "host.backends", "host.arrays")
 # Explicit, documented exceptions: (importer, imported) -> why. None today.
 ALLOWED: dict[tuple[str, str], str] = {}
-# The runtime under the kernels knows no family: it reaches a family's code through its
-# kernels.FamilySpec (looked up by name), never by importing a family package.
-FORBIDDEN["cuda.runtime"] = (
-    *FORBIDDEN["cuda"], "cuda.q2_0", "cuda.w4a16", "cuda.exact_contract", "cuda.ptx",
-)  # fmt: skip
-# Import circles (counting imports inside functions) still present, each with its why.
-ALLOWED_CYCLES: dict[tuple[str, ...], str] = {
-    (
-        "models.export",
-        "models.fuse",
-        "models.gguf",
-        "models.quantize",
-        "models.safetensors",
-        "models.saved",
-        "torch",
-    ): (
-        "q2gemv.torch re-exports the model level (issue 23 names q2gemv.torch.quantize_model, "
-        "load_gguf, load_safetensors; issue 34 save_gguf, save_safetensors; quantize_model "
-        "records the quantization_config of models.saved; issue 32 fuses projections, "
-        "models.fuse), which builds on q2gemv.torch's layers; torch.py imports "
-        "those modules last, after its layers exist. Splitting the layers into a module of their "
-        "own would end it."
-    ),
-}
 
 
 def _module_name(path: Path) -> str:
@@ -195,9 +183,10 @@ def _under(name: str, prefix: str) -> bool:
 
 def test_the_graph_is_parsed():
     g = _graph()
-    assert "launch" in g["cuda.q2_0.seed"] and "kernels" in g["launch"]
+    assert "dispatch.plan" in g["cuda.q2_0.seed"] and "dispatch.registry" in g["dispatch.plan"]
     assert "cuda.runtime.launcher" in g["api"]  # a function-level import is seen
     assert "cuda.runtime.launcher" in g["cuda.q2_0.exact"]  # ... and inside a family
+    assert "nn.layers" in g["models.quantize"] and "nn.ops" in g["torch"]
 
 
 def test_no_back_edges():
@@ -213,16 +202,43 @@ def test_no_back_edges():
     assert bad == [], "\n".join(bad)
 
 
+def _cycle_path(edges: dict[str, set[str]], comp: list[str]) -> list[str]:
+    """One circle through the component ``comp``, as ``[a, b, ..., a]`` (each imports the next)."""
+    members = set(comp)
+    start = comp[0]
+    paths = {start: [start]}
+    queue = [start]
+    while queue:  # breadth first: the shortest way from start back to start
+        v = queue.pop(0)
+        for w in sorted(edges[v] & members):
+            if w == start:
+                return [*paths[v], start]
+            if w not in paths:
+                paths[w] = [*paths[v], w]
+                queue.append(w)
+    return [*comp, start]
+
+
+def _cycle_report(edges: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{', '.join(c)} import each other, e.g. " + " -> ".join(_cycle_path(edges, c))
+        for c in _cycles(edges)
+    ]
+
+
 def test_no_import_cycles():
     """No circle of modules importing each other, counting imports inside functions."""
-    cycles = [tuple(c) for c in _cycles(_module_edges())]
-    assert [c for c in cycles if c not in ALLOWED_CYCLES] == []
+    edges = _module_edges()
+    assert {"models.quantize", "nn.layers", "torch"} <= edges.keys()
+    report = _cycle_report(edges)
+    assert report == [], "import circles (q2gemv.<module>):\n" + "\n".join(report)
 
 
 def test_the_cycle_finder_sees_function_level_circles():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(edges) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+    assert _cycle_report(edges) == ["a, b, c import each other, e.g. a -> b -> c -> a"]
 
 
 def test_runtime_imports_no_family():
@@ -235,7 +251,7 @@ def test_runtime_imports_no_family():
         f"{m} imports {t}"
         for m in runtime
         for t in sorted(g[m])
-        if any(_under(t, f) for f in ("cuda.q2_0", "cuda.w4a16", "cuda.exact_contract"))
+        if any(_under(t, f) for f in ("cuda.q2_0", "cuda.nvfp4", "cuda.exact_contract"))
     ]
     assert bad == []
 
@@ -255,7 +271,7 @@ def test_lower_layers_import_without_numba():
 FAMILY_NAMES = frozenset(kernels.FAMILIES) | {f"{f}_exact" for f in kernels.FAMILIES}
 # Where a family may be named in a comparison: the registry states the families, a format
 # module its own.
-FAMILY_HOME = ("kernels", "formats")
+FAMILY_HOME = ("dispatch.registry", "formats")
 
 
 def _family_valued(node: ast.expr) -> bool:
@@ -315,7 +331,7 @@ def test_family_comparison_finder_sees_each_form():
 
 def test_no_family_string_comparisons_outside_the_registry():
     """Dispatch goes through ``kernels.family(...)`` and per-family data (issue 20): no module
-    outside ``kernels.py`` and ``formats/`` decides which family it holds by comparing names."""
+    outside ``dispatch/registry.py`` and ``formats/`` decides which family it holds by comparing names."""
     bad = [
         f"{path.relative_to(PKG)}:{line}"
         for path in sorted(PKG.rglob("*.py"))

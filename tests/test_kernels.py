@@ -1,4 +1,4 @@
-"""The kernel registry (q2gemv.kernels) and every table derived from it.
+"""The kernel registry (q2gemv.dispatch.registry) and every table derived from it.
 
 Each registered kernel must have: a NumPy reference that exists, golden vectors in
 the shipped file of its golden family, and a PTX build entry (compiled by
@@ -11,7 +11,10 @@ import importlib
 
 import pytest
 
-from q2gemv import api, kernels, launch, tiers
+from q2gemv import api
+from q2gemv.dispatch import nvfp4_tiers as tiers
+from q2gemv.dispatch import plan as launch
+from q2gemv.dispatch import registry as kernels
 from q2gemv.golden import gen
 from q2gemv.golden.store import default_data_dir, meta_from_array, read_npz
 
@@ -163,7 +166,7 @@ def test_an_exact_kernel_variant_is_its_module_and_its_spec():
     import numpy as np
 
     import q2gemv
-    from q2gemv.check import assert_bits_equal
+    from q2gemv.golden.check import assert_bits_equal
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     name = "test_only_q2_0_exact_variant"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from q2gemv import launch
+from q2gemv.dispatch import plan as launch
 
 
 @pytest.mark.parametrize("m", range(0, 70))

@@ -41,7 +41,7 @@ def u16(t: torch.Tensor) -> np.ndarray:
 
 def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert got.shape == want.shape, what
-    q2gemv.check.assert_bits_equal(u16(got), u16(want), what)
+    q2gemv.golden.check.assert_bits_equal(u16(got), u16(want), what)
 
 
 class ReferenceLinear(torch.nn.Module):

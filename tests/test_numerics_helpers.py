@@ -8,9 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from q2gemv.check import assert_bits_equal
 from q2gemv.formats.bf16 import BF16_NAN, bf16_bits_to_f32, f32_to_bf16_bits
-from q2gemv.fpmath import fma_f32, warp_tree_sum_f32
+from q2gemv.golden.check import assert_bits_equal
+from q2gemv.reference.fpmath import fma_f32, warp_tree_sum_f32
 
 
 def test_bf16_rounding_matches_ml_dtypes_on_random_and_special_values():

@@ -1,4 +1,4 @@
-"""Progress on long model-level work (q2gemv._progress): off, on with tqdm, on without tqdm."""
+"""Progress on long model-level work (q2gemv.tools.progress): off, on with tqdm, on without tqdm."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from q2gemv._progress import AUTO_MIN_STEPS, Progress, track, wants_progress
+from q2gemv.tools.progress import AUTO_MIN_STEPS, Progress, track, wants_progress
 
 
 def test_wants_progress_auto_needs_a_terminal_and_many_steps():

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from q2gemv import tiers as T
-from q2gemv.tiers import (
+from q2gemv.dispatch import nvfp4_tiers as T
+from q2gemv.dispatch.nvfp4_tiers import (
     BATCH8_RT2,
     BATCH16,
     BATCH32,

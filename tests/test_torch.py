@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import q2gemv  # noqa: E402
-from q2gemv.check import assert_bits_equal  # noqa: E402
+from q2gemv.golden.check import assert_bits_equal  # noqa: E402
 from q2gemv.torch import Nvfp4Linear, Q2Linear, replace_linears  # noqa: E402
 
 from .q2_cases import random_acts, random_weight  # noqa: E402
@@ -427,7 +427,7 @@ def test_bad_inputs_name_the_argument():
 def test_eager_direct_only_for_plain_cuda_calls():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    import q2gemv.torch as qt
+    import q2gemv.nn.ops as qt
 
     assert not qt._eager_direct(torch.zeros(2, dtype=torch.bfloat16))  # CPU: the registered op
     with FakeTensorMode():  # a fake CUDA tensor (no GPU needed) under a dispatch mode
@@ -599,7 +599,7 @@ def _gpu_layers(rng, n=256, k=512):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(512,), (1, 512), (5, 512), (2, 9, 512)])
 def test_cuda_eager_bits_equal_reference(shape):
-    import q2gemv.torch as qt
+    import q2gemv.nn.ops as qt
 
     rng = np.random.default_rng(20)
     for layer, w, bias in _gpu_layers(rng):
@@ -763,7 +763,7 @@ def test_autograd_gives_x_the_transposed_gemv_on_the_dequantized_weight():
 
 
 def test_torch_dequantizers_equal_the_host_weights_bit_for_bit():
-    import q2gemv.torch as qt
+    import q2gemv.nn.ops as qt
 
     rng = np.random.default_rng(34)
     codes = rng.integers(0, 4, (3, 256), dtype=np.uint8)
@@ -803,7 +803,7 @@ def test_eager_cuda_calls_that_need_a_gradient_take_the_registered_op():
     while the CPU raised. A (fake) CUDA tensor needing a gradient goes through the op."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    import q2gemv.torch as qt
+    import q2gemv.nn.ops as qt
 
     with FakeTensorMode():
         fake = torch.empty(2, 128, device="cuda", dtype=torch.bfloat16)

@@ -8,14 +8,16 @@ import weakref
 import pytest
 
 torch = pytest.importorskip("torch")
-qt = pytest.importorskip("q2gemv.torch")
+qt = pytest.importorskip("q2gemv.nn.ops")
+layers = pytest.importorskip("q2gemv.nn.layers")
 
 
 @pytest.fixture
 def built(monkeypatch):
     """Count DeviceQ2Weight / DeviceNvfp4Weight.from_buffers calls (the CPU has no CUDA
     buffers to repack)."""
-    from q2gemv.cuda import q2_0, w4a16
+    from q2gemv.cuda import nvfp4 as w4a16
+    from q2gemv.cuda import q2_0
 
     calls = []
 
@@ -105,7 +107,7 @@ def _q2_layer():
     from q2gemv import quantize_q2_0
 
     w = np.random.default_rng(9).standard_normal((4, 128)).astype(np.float32)
-    return qt.Q2Linear(quantize_q2_0(w, group=128))
+    return layers.Q2Linear(quantize_q2_0(w, group=128))
 
 
 def test_a_data_write_through_the_layer_attribute_rebuilds_the_layout(built):
@@ -128,8 +130,8 @@ def test_a_data_write_through_the_layer_attribute_rebuilds_the_layout(built):
 def test_nvfp4_buffers_read_through_the_layer_drop_the_layout(built):
     import numpy as np
 
-    w = qt.Nvfp4Weight.from_float(np.ones((4, 32), np.float32))
-    layer = qt.Nvfp4Linear(w)
+    w = layers.Nvfp4Weight.from_float(np.ones((4, 32), np.float32))
+    layer = layers.Nvfp4Linear(w)
     packed, scales = layer._buffers["packed"], layer._buffers["scales"]
     a = qt._nvfp4_device_weight(packed, scales, layer.global_scale)
     layer.get_buffer("scales").data.fill_(0x38)
@@ -179,7 +181,7 @@ def test_cuda_forward_follows_a_data_write():
 
     rng = np.random.default_rng(19)
     w1, w2 = (quantize_q2_0(rng.standard_normal((64, 256)).astype(np.float32)) for _ in "ab")
-    layer = qt.Q2Linear(w1).cuda()
+    layer = layers.Q2Linear(w1).cuda()
     x = torch.randn(2, 256).to(torch.bfloat16)
     layer(x.cuda())  # the layout of w1 is cached
     layer.raw.data.copy_(torch.from_numpy(np.array(w2.raw)).view(64, -1))

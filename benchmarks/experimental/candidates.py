@@ -5,7 +5,7 @@
 
 Each candidate is a :func:`q2gemv.cuda.q2_0.seed._make_vec_body` setting (rows per
 warp, activation rows per launch, words in flight). This script registers
-them in the kernel registry (:func:`q2gemv.kernels.register`, ``golden=False``)
+them in the kernel registry (:func:`q2gemv.dispatch.registry.register`, ``golden=False``)
 for this process only, then runs ``benchmarks/run_h200.py``, so torch bf16 and the read
 ceiling are timed in the same run (``bench``), or ``scripts/h200_check.py``,
 which compares every kernel, candidates included, bit for bit with the NumPy
@@ -19,7 +19,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from q2gemv import kernels
+from q2gemv.dispatch import registry as kernels
 
 HERE = Path(__file__).resolve().parent
 # name -> (max_m, rows per warp, words in flight or None for the default, compiled per M)

@@ -23,7 +23,7 @@ from numba import cuda
 
 from q2gemv.cuda.q2_0 import exact_batched as xb
 from q2gemv.cuda.runtime import launcher
-from q2gemv.launch import ChunkPlan
+from q2gemv.dispatch.plan import ChunkPlan
 
 
 def sass(ng: int, group: int, warps: int) -> int:

@@ -14,8 +14,8 @@ import numpy as np
 from numba import cuda
 
 from q2gemv import Nvfp4Weight
+from q2gemv.cuda.nvfp4 import seed as w4a16
 from q2gemv.cuda.runtime import launcher
-from q2gemv.cuda.w4a16 import seed as w4a16
 
 
 def main(argv: list[str]) -> int:

@@ -50,7 +50,7 @@ def main() -> int:
     }
     launchers = {"q2_0": q2_0.launch_raw}
     if any(spec.startswith("w4a16") for spec in args.kernels.split(",")):
-        from q2gemv.cuda.w4a16 import seed as w4a16
+        from q2gemv.cuda.nvfp4 import seed as w4a16
         from q2gemv.formats.nvfp4 import Nvfp4Weight
 
         packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)

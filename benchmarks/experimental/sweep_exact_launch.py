@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     from q2gemv.cuda.q2_0 import exact as ex
     from q2gemv.cuda.q2_0 import exact_batched as xb
     from q2gemv.cuda.runtime import launcher
-    from q2gemv.launch import ChunkPlan
+    from q2gemv.dispatch.plan import ChunkPlan
     from q2gemv.reference import exact as rex
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

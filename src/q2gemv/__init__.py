@@ -10,19 +10,19 @@ first use.
 ``__all__`` is what a user calls: :func:`gemv`, :func:`plan`, :func:`explain`,
 :func:`prepare`, :func:`to_device`, the weight classes and their quantizers,
 the loaders and the bit checks. The W4A16 tier machinery (``select_tier``,
-``plan_w4a16``, the kill switches) lives in :mod:`q2gemv.tiers`.
+``plan_w4a16``, the kill switches) lives in :mod:`q2gemv.dispatch.nvfp4_tiers`.
 """
 
 from __future__ import annotations
 
 from .api import explain, gemv, plan
-from .check import assert_bits_equal, compare_bits
-from .device import DeviceWeight, to_device
 from .formats.bf16 import BF16
 from .formats.nvfp4 import Nvfp4Weight, global_scale_from_divisor
 from .formats.q2_0 import Q2Weight, quantize_q2_0
+from .golden.check import assert_bits_equal, compare_bits
+from .host.device import DeviceWeight, to_device
+from .host.prepared import PreparedActivations, prepare
 from .io import load_nvfp4_weights, load_q2_weights
-from .prepared import PreparedActivations, prepare
 
 __version__ = "0.1.0"
 

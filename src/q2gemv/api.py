@@ -21,24 +21,20 @@ import functools
 
 import numpy as np
 
-from . import kernels, launch, tiers
-from .arrays import call_key, check_stream, is_device_array, numba_stream
-from .backends import (
-    BACKENDS,
-    default_backend,
-    describe_default,
-    require_cuda,
-    simulator_lock,
-)
-from .defaults import (  # noqa: F401 - the seed rules, re-exported under their old api names
+from .dispatch import nvfp4_tiers as tiers
+from .dispatch import plan as launch
+from .dispatch import registry as kernels
+from .dispatch.seed_rules import (  # noqa: F401 - the seed rules, re-exported under their old api names
     Q2_RT4_MIN_N,
     default_q2_kernel,
     default_w4a16_tiers,
 )
 from .formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
-from .prepared import PreparedActivations
+from .host.arrays import call_key, check_stream, is_device_array, numba_stream
+from .host.backends import BACKENDS, default_backend, describe_default, require_cuda, simulator_lock
+from .host.prepared import PreparedActivations
 
-# Live read-only views of the registry (q2gemv.kernels): kernel -> activation rows per launch.
+# Live read-only views of the registry (q2gemv.dispatch.registry): kernel -> activation rows per launch.
 Q2_KERNELS = kernels.table("q2_0", "seed")
 # The exact contract's kernels (chunks cut by the launcher, after one exact_prepare over all rows).
 Q2_EXACT_KERNELS = kernels.table("q2_0", "exact")
@@ -167,9 +163,9 @@ def plan(
     ``w4a16_gemv_exact`` in chunks of 16 (the contract's activation prepare
     runs once over all rows before them; it is not a plan entry). Q2_0, seed: the default kernel (or ``kernel``) in chunks of its
     rows per launch (1 for the M=1 kernels: one launch per activation row).
-    W4A16, seed: the tier plan of :func:`q2gemv.tiers.plan_w4a16`, or one forced
+    W4A16, seed: the tier plan of :func:`q2gemv.dispatch.nvfp4_tiers.plan_w4a16`, or one forced
     tier, which must cover ``m`` (a forced tier is never chunked silently).
-    Empty for m == 0. Returned as a :class:`q2gemv.launch.ChunkPlan`: a
+    Empty for m == 0. Returned as a :class:`q2gemv.dispatch.plan.ChunkPlan`: a
     sequence of those tuples (equal to the list of them) that is computed
     entry by entry, so even ``m = 2**31 - 1`` costs nothing to describe;
     :func:`explain` summarises long plans instead of listing them.
@@ -194,7 +190,7 @@ def _plan_iter(weight, family: str, mode: str, m: int, kernel: str | None):
 
 
 def _serialised_in_simulator(fn):
-    """Run ``fn`` under :func:`q2gemv.backends.simulator_lock` unless its backend is the reference.
+    """Run ``fn`` under :func:`q2gemv.host.backends.simulator_lock` unless its backend is the reference.
 
     numba's CUDA simulator cannot run two calls at once (see that function);
     on a GPU the lock is a no-op. All arguments pass through unchanged.
@@ -409,7 +405,7 @@ def _gemv_prepared(p, weight, family: str, on_device: bool, mode: str, *, backen
                 "a: these activations were prepared for the reference backend (no device "
                 "operands); call q2gemv.prepare(a, backend='cuda') for the cuda backend"
             )
-        from .prepared import run_prepared_cuda
+        from .host.prepared import run_prepared_cuda
 
         y = run_prepared_cuda(p, weight, numba_stream(stream))
     result = bits_to_bf16(y.reshape(shape))
@@ -445,7 +441,7 @@ def _launches_line(launches, count: int, m: int) -> str:
     """``launches (count): rows a..b on K, ...`` for the ``count`` launches serving ``m`` rows.
 
     Beyond :data:`EXPLAIN_MAX_LAUNCHES` launches: the first ones, how many are
-    left out, and the last (``launches`` is a :class:`~q2gemv.launch.ChunkPlan`:
+    left out, and the last (``launches`` is a :class:`~q2gemv.dispatch.plan.ChunkPlan`:
     indexing it builds nothing else).
     """
     if count == 0:
@@ -472,7 +468,7 @@ def explain(weight, m: int, kernel: str | None = None, *, numerics: str | None =
     Returns a multi-line string: the weight, the backend, the numerics
     contract it picked and why, the chosen kernel or tier and the reason
     (for NVFP4 under the seed contract: the tier table, its present mask and
-    the kill switches, from :func:`q2gemv.tiers.explain_tier`), and the launches. Long plans are
+    the kill switches, from :func:`q2gemv.dispatch.nvfp4_tiers.explain_tier`), and the launches. Long plans are
     summarised (the first :data:`EXPLAIN_MAX_LAUNCHES` launches and a count),
     never built in full. Raises the same errors as :func:`plan`.
     """

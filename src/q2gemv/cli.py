@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from ._command import one_line
+from .tools.command import one_line
 
 DESCRIPTION = (
     "Bit-exact low-bit decode GEMV kernels (GGUF Q2_0, NVFP4 W4A16). "
@@ -25,7 +25,8 @@ EXIT_BROKEN_PIPE = 141
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .io.gguf import GgufError, format_inspect
+    from .io.gguf.inspect import format_inspect
+    from .io.gguf.reader import GgufError
 
     try:
         text = format_inspect(args.file)
@@ -37,8 +38,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__, bench, verify
+    from . import __version__, bench
     from .golden import regen as golden_regen
+    from .golden import verify
 
     p = argparse.ArgumentParser(prog="q2gemv", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"q2gemv {__version__}")

@@ -47,7 +47,7 @@ def test_a_refused_run_leaves_no_out_folder(tmp_path, capsys, monkeypatch):
     assert "too large for the CUDA simulator" in capsys.readouterr().err
     assert not (tmp_path / "a").exists()
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
-    monkeypatch.setattr("q2gemv.backends.gpu_present", lambda: False)
+    monkeypatch.setattr("q2gemv.host.backends.gpu_present", lambda: False)
     assert B.run(_args(["--m", "1", "--out", str(out)])) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "a").exists()
@@ -63,7 +63,7 @@ def test_an_out_that_cannot_be_made_is_still_refused_before_the_run(tmp_path, ca
 
 
 def test_kernels_takes_every_registered_kernel_and_builds_its_cases():
-    from q2gemv import kernels
+    from q2gemv.dispatch import registry as kernels
 
     names = [s.name for s in kernels.specs()]
     assert {"q2_0_gemv_exact", "w4a16_gemv_exact"} <= set(names)
@@ -141,8 +141,8 @@ def test_plot_draws_what_the_run_measured(tmp_path, monkeypatch, capsys):
     pytest.importorskip("matplotlib")
     from q2gemv.bench import plot, runner
 
-    monkeypatch.setattr("q2gemv.backends.simulator_requested", lambda: False)
-    monkeypatch.setattr("q2gemv.backends.gpu_present", lambda: True)
+    monkeypatch.setattr("q2gemv.host.backends.simulator_requested", lambda: False)
+    monkeypatch.setattr("q2gemv.host.backends.gpu_present", lambda: True)
     monkeypatch.setattr(runner, "execute", lambda st, cases: _measured_report(st))
     argv = ["--plot", "--shapes", "5120x5120", "--m", "1,2,8", "--prefix", "t"]
     assert B.run(_args([*argv, "--out", str(tmp_path)])) == 0

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from q2gemv import bench as B
+from q2gemv.dispatch.nvfp4_tiers import W4a16BatchmTiers
 from q2gemv.formats.nvfp4 import Nvfp4Weight
 from q2gemv.formats.q2_0 import Q2Weight
-from q2gemv.tiers import W4a16BatchmTiers
 
 ROOT = Path(__file__).resolve().parents[2]
 Q2_KERNELS = {"q2_0_gemv": 1, "q2_0_gemv_vec": 1, "q2_0_gemv_vec_batchm": 8}

@@ -6,9 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from q2gemv.check import assert_bits_equal
 from q2gemv.formats import nvfp4 as fmt
 from q2gemv.formats.nvfp4 import Nvfp4Weight
+from q2gemv.golden.check import assert_bits_equal
 
 F4 = ml_dtypes.float4_e2m1fn
 F8 = ml_dtypes.float8_e4m3fn

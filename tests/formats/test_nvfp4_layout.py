@@ -43,7 +43,7 @@ def test_scale_units_every_byte():
 
 
 def test_constants_and_sizes():
-    from q2gemv import kernels
+    from q2gemv.dispatch import registry as kernels
 
     assert lay.TILE_ROWS == kernels.get("w4a16_gemv_exact").rows_per_cta == 16
     assert (lay.STEP, lay.BLOCKS_PER_STEP, lay.LANES) == (64, 4, 32)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from q2gemv import Q2Weight, quantize_q2_0
-from q2gemv.check import assert_bits_equal
 from q2gemv.formats import q2_0 as fmt
+from q2gemv.golden.check import assert_bits_equal
 
 
 def _ggml():

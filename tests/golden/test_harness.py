@@ -104,7 +104,7 @@ def test_w4_exact_cases_cross_every_seam_of_the_kernel(full_suite):
     """w4a16_gemv_exact: 16-row tiles, steps of 64 elements split over 8 warps (a padded last
     step when K % 64), 1 to 3 column tiles (M up to 2, 5, 8), 8 rows a launch; every scale and
     global-scale kind."""
-    from q2gemv.cuda.w4a16 import exact as xw
+    from q2gemv.cuda.nvfp4 import exact as xw
 
     mine = [c for c in full_suite.gemv if c.family == "w4a16_exact"]
     assert {c.file for c in mine} <= {"gemv_w4a16_exact.npz", suite.MODEL_FILE}
@@ -169,9 +169,9 @@ def test_exact_boundary_case_hits_ties_subnormals_and_overflow(full_suite):
 
 
 def test_golden_kernel_table_matches_the_kernel_modules():
+    from q2gemv.cuda.nvfp4 import seed as w4cuda
     from q2gemv.cuda.q2_0 import exact
     from q2gemv.cuda.q2_0 import seed as q2cuda
-    from q2gemv.cuda.w4a16 import seed as w4cuda
 
     assert (
         gen.EXACT_KERNELS == ("q2_0_gemv_exact",) and gen.MAX_M[gen.EXACT_KERNELS[0]] == exact.MAX_M
@@ -195,7 +195,7 @@ def test_w4a16_shapes_cross_the_activation_tile(full_suite):
     a partial second tile) and by scripts/h200_check.py (K = 5120 and 17408,
     M up to 17: several tiles).
     """
-    from q2gemv.cuda.w4a16 import seed as w4cuda
+    from q2gemv.cuda.nvfp4 import seed as w4cuda
 
     for kernel in gen.W4A16_KERNELS:
         tile = w4cuda.TILE_K

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from q2gemv import cli, verify
-from q2gemv.golden import harness, report, suite
+from q2gemv import cli
+from q2gemv.golden import harness, report, suite, verify
 
 
 def test_help_names_the_cost_and_the_quick_form(capsys):

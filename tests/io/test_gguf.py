@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from q2gemv.formats.q2_0 import Q2Weight, block_bytes, quantize_q2_0
-from q2gemv.io.gguf import (
+from q2gemv.io.gguf.inspect import format_inspect
+from q2gemv.io.gguf.reader import (
     GgufError,
-    format_inspect,
     load_q2_weights,
     q2_groups_for_room,
     q2_sizes,
     read_gguf,
-    save_q2_weights,
 )
+from q2gemv.io.gguf.writer import save_q2_weights
 
 from .mapping import mmap_of
 

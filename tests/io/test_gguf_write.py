@@ -1,4 +1,4 @@
-"""q2gemv.io.gguf_write.write_gguf: GGUFWriter's file, read back by q2gemv's reader."""
+"""q2gemv.io.gguf.writer.write_gguf: GGUFWriter's file, read back by q2gemv's reader."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ pytest.importorskip("gguf")
 
 from q2gemv.formats.q2_0 import quantize_q2_0  # noqa: E402
 from q2gemv.io import load_q2_weights, read_gguf  # noqa: E402
-from q2gemv.io.gguf import GGUF_STRING, GGUF_UINT32  # noqa: E402
-from q2gemv.io.gguf_write import GgufTensorOut, write_gguf  # noqa: E402
+from q2gemv.io.gguf.reader import GGUF_STRING, GGUF_UINT32  # noqa: E402
+from q2gemv.io.gguf.writer import GgufTensorOut, write_gguf  # noqa: E402
 
 
 def _tensors():

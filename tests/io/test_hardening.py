@@ -12,14 +12,10 @@ import pytest
 
 from q2gemv import cli
 from q2gemv.formats.q2_0 import quantize_q2_0
-from q2gemv.io.gguf import (
-    GgufError,
-    format_inspect,
-    load_q2_weights,
-    read_gguf,
-    save_q2_weights,
-)
-from q2gemv.io.safetensors import SafetensorsError, load_nvfp4_weights
+from q2gemv.io.gguf.inspect import format_inspect
+from q2gemv.io.gguf.reader import GgufError, load_q2_weights, read_gguf
+from q2gemv.io.gguf.writer import save_q2_weights
+from q2gemv.io.safetensors.reader import SafetensorsError, load_nvfp4_weights
 from tests.io.test_gguf import ARR, F32, STR, U8, U32, spec_gguf, write
 
 

@@ -10,11 +10,7 @@ import numpy as np
 import pytest
 
 from q2gemv.formats.nvfp4 import Nvfp4Weight, e2m1_decode, e4m3_decode
-from q2gemv.io.safetensors import (
-    SafetensorsError,
-    find_nvfp4_layers,
-    load_nvfp4_weights,
-)
+from q2gemv.io.safetensors.reader import SafetensorsError, find_nvfp4_layers, load_nvfp4_weights
 
 from .mapping import mmap_of
 

@@ -1,4 +1,4 @@
-"""q2gemv.io.safetensors_write.write_safetensors: the reference reader and q2gemv's agree."""
+"""q2gemv.io.safetensors.writer.write_safetensors: the reference reader and q2gemv's agree."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from q2gemv.io.safetensors import _parse_header
-from q2gemv.io.safetensors_write import SafetensorsOut, write_safetensors
+from q2gemv.io.safetensors.reader import _parse_header
+from q2gemv.io.safetensors.writer import SafetensorsOut, write_safetensors
 
 
 def _tensors():

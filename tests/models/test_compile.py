@@ -106,7 +106,7 @@ def test_compiled_forward_equals_eager_step_after_step(fuse):
         for step in range(3):
             got = compiled(**step_kwargs(tokens, pos + step, cache)).logits
             want = model(**step_kwargs(eager_tokens, pos + step, eager_cache)).logits
-            q2gemv.check.assert_bits_equal(u16(got), u16(want), f"step {step}")
+            q2gemv.golden.check.assert_bits_equal(u16(got), u16(want), f"step {step}")
             tokens, eager_tokens = got.argmax(-1), want.argmax(-1)
     assert len(graphs) == 1  # one graph for every position: no recompilation per step
     gemvs = [n for n in graphs[0].graph.nodes if str(n.target).startswith(GEMV_OPS)]
@@ -160,7 +160,7 @@ def test_cuda_compiled_decode_with_cuda_graphs_equals_eager(fmt):
             torch.compiler.cudagraph_mark_step_begin()
             got = compiled(**step_kwargs(tokens, p, cache)).logits.clone()
             want = model(**step_kwargs(eager_tokens, p, eager_cache)).logits
-            q2gemv.check.assert_bits_equal(u16(got.cpu()), u16(want.cpu()), f"step {step}")
+            q2gemv.golden.check.assert_bits_equal(u16(got.cpu()), u16(want.cpu()), f"step {step}")
             tokens, eager_tokens = got.argmax(-1), want.argmax(-1)
     ids = torch.randint(0, 192, (2, 5), generator=torch.Generator().manual_seed(4)).cuda()
     kw = dict(

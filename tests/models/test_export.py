@@ -51,7 +51,7 @@ def assert_same_logits(got_model, want_model, seed: int = 3) -> None:
     with torch.no_grad():
         got, want = got_model(ids).logits, want_model(ids).logits
     assert got.shape == want.shape
-    q2gemv.check.assert_bits_equal(u16(got), u16(want), "logits after the round trip")
+    q2gemv.golden.check.assert_bits_equal(u16(got), u16(want), "logits after the round trip")
 
 
 def tiny(arch: str, **kw):
@@ -339,7 +339,7 @@ def test_save_safetensors_of_a_plain_module_writes_no_config(tmp_path):
     load_safetensors(tmp_path / "m", fresh)
     x = torch.randn(3, 32).to(torch.bfloat16)
     with torch.no_grad():
-        q2gemv.check.assert_bits_equal(u16(fresh[0](x)), u16(net[0](x)), "layer")
+        q2gemv.golden.check.assert_bits_equal(u16(fresh[0](x)), u16(net[0](x)), "layer")
     assert torch.equal(fresh[1].weight, net[1].weight)
 
 

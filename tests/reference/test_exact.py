@@ -301,7 +301,7 @@ def _acts(rng, m, k):
 def _check(a, w, label=""):
     got = _bits(rex.q2_0_gemv_exact(a, w))
     want = oracle_q2_gemv(_bits(a).reshape(-1, w.k), w)
-    from q2gemv.check import assert_bits_equal
+    from q2gemv.golden.check import assert_bits_equal
 
     assert_bits_equal(got.reshape(want.shape), want, label)
     return got

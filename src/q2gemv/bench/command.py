@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from .._command import int_at_least, one_line
+from ..tools.command import int_at_least, one_line
 from .matrix import (
     MAX_M,
     QUICK_MS,
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         print("q2gemv bench: no cases selected", file=sys.stderr)
         return 2
-    from ..backends import gpu_present, simulator_requested
+    from ..host.backends import gpu_present, simulator_requested
 
     simulated = simulator_requested()
     if not simulated and not gpu_present():

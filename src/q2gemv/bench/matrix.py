@@ -14,16 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .. import kernels
-from ..formats import q2_0 as q2fmt
-from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
-from ..tiers import (
+from ..dispatch import registry as kernels
+from ..dispatch.nvfp4_tiers import (
     BATCH8_RT2,
     W4A16_BATCHM_WIDTHS,
     W4a16BatchmTiers,
     plan_w4a16,
     tier_kernel_name,
 )
+from ..formats import q2_0 as q2fmt
+from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from .formulas import FAMILIES, NVFP4_GROUP, TORCH_KERNEL
 
 # -- the matrix ---------------------------------------------------------------------
@@ -86,7 +86,7 @@ class Case:
 
 
 def q2_kernel_table() -> dict[str, int]:
-    """Every Q2_0 seed kernel of the registry (:mod:`q2gemv.kernels`) and its rows per launch."""
+    """Every Q2_0 seed kernel of the registry (:mod:`q2gemv.dispatch.registry`) and its rows per launch."""
     return dict(kernels.table("q2_0", "seed"))
 
 
@@ -100,7 +100,7 @@ def _family_of(name: str) -> str:
 
 
 def kernel_names() -> tuple[str, ...]:
-    """Every kernel ``--kernels`` takes: each registered kernel (:mod:`q2gemv.kernels`)."""
+    """Every kernel ``--kernels`` takes: each registered kernel (:mod:`q2gemv.dispatch.registry`)."""
     return tuple(s.name for s in kernels.specs())
 
 
@@ -139,7 +139,7 @@ def build_cases(
       (``q2_0_gemv_vec_batchm``, ...) at every M, chunked by their row limit.
     * W4A16 on ``sweep_shapes``: every table tier (batch4..8, rt2) at every M
       of ``ms`` it serves (the seed's table); on every shape: the launches
-      :func:`~q2gemv.tiers.plan_w4a16` dispatches for each M (``selected``).
+      :func:`~q2gemv.dispatch.nvfp4_tiers.plan_w4a16` dispatches for each M (``selected``).
     * a W4A16 seed kernel named in ``kernels`` (a tier off the sweep shapes,
       ``w4a16_gemv_batch16`` at M <= 8, a run-time candidate): at every M of
       ``ms`` it serves, on every shape.

@@ -27,7 +27,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from .. import kernels
+from ..dispatch import registry as kernels
 from .formulas import TORCH_KERNEL
 from .matrix import GROUPED_FAMILIES, Q2_M1_REFERENCE
 from .results import read_csv

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import _atomic
+from ..tools import atomic as _atomic
 from .formulas import (
     BYTES_FORMULA,
     FMA_FLOOR_FORMULA,

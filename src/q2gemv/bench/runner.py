@@ -23,9 +23,10 @@ import warnings
 import numpy as np
 from numba import config, cuda
 
-from .. import api, kernels
+from .. import api
 from ..cuda.q2_0 import seed as q2cuda
 from ..cuda.runtime import launcher, prebound
+from ..dispatch import registry as kernels
 from ..formats.bf16 import BF16
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.q2_0 import Q2Weight, block_bytes
@@ -296,7 +297,7 @@ class _W4Pool(_KernelPool):
 
     @staticmethod
     def _upload(w):
-        from ..cuda.w4a16 import seed as w4a16
+        from ..cuda.nvfp4 import seed as w4a16
 
         return w4a16.DeviceNvfp4Weight.upload(w)
 

@@ -9,8 +9,8 @@ Layout (``docs/architecture.md``, "Where to add things"):
 
 * :mod:`.runtime` — the launcher, pre-bound launches, device-array interop
   and device helpers; it knows no family (a family is looked up in
-  :mod:`q2gemv.kernels`, never imported).
-* :mod:`.q2_0`, :mod:`.w4a16` — one package per weight family: ``weight``
+  :mod:`q2gemv.dispatch.registry`, never imported).
+* :mod:`.q2_0`, :mod:`.nvfp4` — one package per weight family: ``weight``
   (the device weight), ``seed`` (the seed-contract kernels and their
   launch arguments), ``exact`` (the exact-contract kernel and its prepare).
 * :mod:`.exact_contract` — the exact contract's device code every exact
@@ -18,8 +18,8 @@ Layout (``docs/architecture.md``, "Where to add things"):
 * :mod:`.ptx` — compile every registered kernel to PTX.
 """
 
+from .nvfp4 import DeviceNvfp4Weight
+from .nvfp4.seed import w4a16_gemv
 from .q2_0 import DeviceQ2Weight
-from .w4a16 import DeviceNvfp4Weight
-from .w4a16.seed import w4a16_gemv
 
 __all__ = ["DeviceQ2Weight", "DeviceNvfp4Weight", "w4a16_gemv"]

@@ -5,7 +5,7 @@ activation row m has an exponent ``E_m`` (the largest of its bf16
 exponents, or :data:`SPECIAL_ROW` for a row holding NaN or Inf); each
 activation becomes the integer ``A_k = round_half_even(a_k * 2**(FRAC_BITS -
 E_m))``; the exact integer sum is rounded once to bf16. Every family's
-exact module (:mod:`q2gemv.cuda.q2_0.exact`, :mod:`q2gemv.cuda.w4a16.exact`)
+exact module (:mod:`q2gemv.cuda.q2_0.exact`, :mod:`q2gemv.cuda.nvfp4.exact`)
 prepares its activations with :func:`row_exponent` and :func:`fixed_point_one`
 and ends with :func:`round_fixed_bf16`; a new exact kernel imports them from
 here (plain integer code: identical on the GPU and in the simulator).

@@ -17,7 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from .. import _atomic, kernels
+from ..dispatch import registry as kernels
+from ..tools import atomic as _atomic
 
 COMPILER_HINT = (
     "PTX needs numba's real CUDA target with NVVM and NVRTC: pip install 'q2gemv[cu13]' "

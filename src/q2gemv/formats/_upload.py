@@ -2,7 +2,7 @@
 
 Formats know nothing of CUDA: ``Q2Weight.to_device()`` and
 ``Nvfp4Weight.to_device()`` call :func:`upload`, which calls the uploader
-that :mod:`q2gemv.device` registers when the package is imported (importing
+that :mod:`q2gemv.host.device` registers when the package is imported (importing
 ``q2gemv.formats.*`` always imports ``q2gemv`` first, so it is always set).
 """
 
@@ -20,7 +20,7 @@ def register_uploader(fn: Callable) -> None:
 
 
 def upload(weight, stream=0, **options):
-    """The device-resident form of host ``weight`` (see :func:`q2gemv.device.to_device`)."""
+    """The device-resident form of host ``weight`` (see :func:`q2gemv.host.device.to_device`)."""
     if _uploader is None:  # only if q2gemv/__init__.py did not run: a broken install
         raise RuntimeError("weight: no device uploader registered (import q2gemv first)")
     return _uploader(weight, stream, **options)

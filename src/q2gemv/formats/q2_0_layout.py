@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import Q2_EXACT_UNIT as UNIT  # codes per unit: 4 words of 16 codes
+from ..dispatch.registry import Q2_EXACT_UNIT as UNIT  # codes per unit: 4 words of 16 codes
 from . import q2_0 as fmt
 
 TILE_ROWS = 16  # weight rows per tile: the m16 of mma.m16n8k32 (q2_0_gemv_exact's rows per CTA)

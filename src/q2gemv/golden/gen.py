@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import kernels
+from ..dispatch import registry as kernels
 from ..formats import q2_0 as q2fmt
 from ..formats.bf16 import BF16_MAX
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
@@ -56,7 +56,7 @@ _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
 
 # -- kernels the suite covers, with rows served per launch (launch wrappers chunk beyond) ----
-# All from the registry (q2gemv.kernels): one family per (format, contract) with golden=True;
+# All from the registry (q2gemv.dispatch.registry): one family per (format, contract) with golden=True;
 # a new family is a new expected file gemv_<family>.npz (golden.suite.expected_files).
 FAMILY_KERNELS: dict[str, tuple[str, ...]] = kernels.golden_families()
 Q2_KERNELS = FAMILY_KERNELS["q2_0"]
@@ -85,7 +85,7 @@ def weight_format(family: str) -> str:
 
 
 def grouped(family: str) -> bool:
-    """Whether ``family``'s weights carry a group (:attr:`q2gemv.kernels.FamilySpec.grouped`).
+    """Whether ``family``'s weights carry a group (:attr:`q2gemv.dispatch.registry.FamilySpec.grouped`).
 
     A grouped family's case ids and weight labels name the group.
     """

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import kernels
-from ..backends import gpu_present, simulator_requested
+from ..dispatch import registry as kernels
+from ..host.backends import gpu_present, simulator_requested
 from . import gen, host
 from .report import BackendRun, CheckResult, result_from_bits
 from .suite import GemvCase, HostCase, Selection, Suite
@@ -258,7 +258,7 @@ def sim_cost(case: GemvCase, kernel: str) -> float:
     s = case.spec
     if s.m == 0:
         return 0.05
-    from ..launch import Q2_ROWS_PER_CTA
+    from ..dispatch.plan import Q2_ROWS_PER_CTA
 
     width = gen.MAX_M[kernel]
     cols = Q2_ROWS_PER_CTA.get(kernel, 16 if kernel.endswith(("_rt2", "_exact")) else 8)

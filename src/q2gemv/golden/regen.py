@@ -236,7 +236,7 @@ def regen(
     one, e.g. ``--sets`` with a manifest that lacks another set's entry).
     An I/O error is one line on ``out`` and status 1.
     """
-    from .._command import one_line
+    from ..tools.command import one_line
 
     err = sys.stderr if out is None else out  # refusals and errors: stderr on the command line
     out = sys.stdout if out is None else out

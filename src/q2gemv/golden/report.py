@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..check import BitReport, compare_bits
+from .check import BitReport, compare_bits
 
 STATUSES = ("pass", "fail", "error", "skip")
 
@@ -85,7 +85,7 @@ class CheckResult:
 def result_from_bits(
     case: str, kernel: str, backend: str, got, want, seconds: float = 0.0, size: str = "small"
 ) -> CheckResult:
-    """Compare bit patterns (:func:`q2gemv.check.compare_bits`) and wrap the BitReport."""
+    """Compare bit patterns (:func:`q2gemv.golden.check.compare_bits`) and wrap the BitReport."""
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
         return CheckResult(

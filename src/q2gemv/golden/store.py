@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _atomic
+from ..tools import atomic as _atomic
 
 MANIFEST = "manifest.json"
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -126,7 +126,7 @@ def write_manifest(data_dir: Path, man: dict) -> None:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder, then rename.
 
-    :func:`q2gemv._atomic.write_bytes` (fsync'd; the temporary file removed on failure).
+    :func:`q2gemv.tools.atomic.write_bytes` (fsync'd; the temporary file removed on failure).
     """
     _atomic.write_bytes(path, data)
 

@@ -1,9 +1,9 @@
 """File loading and saving, memory-mapped and copy-free.
 
 * :mod:`q2gemv.io.gguf`: GGUF v2/v3 reader, ``block_q2_0`` (types 42, 142)
-  loader and v3 writer, and the ``inspect`` text.
+  loader (``reader``), v3 writers (``writer``) and the ``inspect`` text (``inspect``).
 * :mod:`q2gemv.io.safetensors`: NVFP4 linear layers from ModelOpt and
-  compressed-tensors safetensors checkpoints.
+  compressed-tensors safetensors checkpoints (``reader``), and the writer (``writer``).
 
 Importing this package reads no file.
 """

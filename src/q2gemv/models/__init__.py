@@ -1,7 +1,5 @@
 """Model-level torch integration (needs torch; the loaders and the decoder need transformers).
 
-* :mod:`.swap`: find a module's ``torch.nn.Linear`` layers, check every one, then swap
-  (the machinery under :func:`q2gemv.torch.replace_linears` and :func:`quantize_model`);
 * :mod:`.quantize`: :func:`quantize_model`;
 * :mod:`.fuse`: q/k/v and gate/up as one quantized layer each (``FusedSlice`` members);
 * :mod:`.gguf`: :func:`load_gguf`, :func:`config_from_gguf` (llama.cpp GGUF files);
@@ -11,5 +9,6 @@
 * :mod:`.hf`: the ``"q2gemv"`` transformers quantizer (``from_pretrained`` of a saved model),
   registered by :mod:`.hf_hook` when transformers loads its quantizers.
 
-The public names are re-exported by :mod:`q2gemv.torch`.
+Built on the layers of :mod:`q2gemv.nn` (the Linear swap is :mod:`q2gemv.nn.swap`); never
+imports :mod:`q2gemv.torch`, which re-exports the public names.
 """

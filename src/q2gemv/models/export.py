@@ -12,8 +12,8 @@ A fused layer (``qkv_proj``, ``gate_up_proj``: :mod:`q2gemv.models.fuse`) is wri
 its members, each with its own rows and name (:func:`layers_of`), as llama.cpp and
 compressed-tensors / ModelOpt expect them. The layers' quantized state is read through :func:`q2_weight_of`, :func:`nvfp4_weight_of`,
 :func:`bias_of` and :func:`dims_of` only (the one place that knows how a layer keeps it). The file
-writers are :mod:`q2gemv.io.gguf_write` and :mod:`q2gemv.io.safetensors_write`; both
-write through :func:`q2gemv._atomic.atomic_write`. Recipes: ``docs/export.md``.
+writers are :mod:`q2gemv.io.gguf.writer` and :mod:`q2gemv.io.safetensors.writer`; both
+write through :func:`q2gemv.tools.atomic.atomic_write`. Recipes: ``docs/export.md``.
 """
 
 from __future__ import annotations
@@ -28,22 +28,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import __version__, _atomic
-from .._progress import wants_progress
+from .. import __version__
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight, divisor_from_global_scale
 from ..formats.q2_0 import Q2Weight
-from ..io.gguf import (
-    GGUF_ARRAY,
-    GGUF_FLOAT32,
-    GGUF_STRING,
-    GGUF_UINT32,
+from ..io.gguf.reader import GGUF_ARRAY, GGUF_FLOAT32, GGUF_STRING, GGUF_UINT32, read_gguf
+from ..io.gguf.writer import (
+    GGUF_BF16,
+    GGUF_F16,
+    GGUF_F32,
+    GgufTensorOut,
     default_q2_type_id,
-    read_gguf,
+    write_gguf,
 )
-from ..io.gguf_write import GGUF_BF16, GGUF_F16, GGUF_F32, GgufTensorOut, write_gguf
-from ..io.safetensors_write import SafetensorsOut, write_safetensors
-from ..torch import Nvfp4Linear, Q2Linear
-from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
+from ..io.safetensors.writer import SafetensorsOut, write_safetensors
+from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..tools import atomic as _atomic
+from ..tools.progress import wants_progress
+from . import fuse as fusion
 
 # llama.cpp's tensor names, one table for reading and writing (models/gguf.py reads them).
 from .gguf import _BLOCK_NAMES, _GLOBAL_NAMES
@@ -337,7 +338,7 @@ def save_gguf(
             metadata (vocabulary, merges, token types, special ids, chat template) is
             copied with its stored types; these keys replace the config's ids.
         progress: one step per tensor written (None: shown on a terminal for large
-            models; see :mod:`q2gemv._progress`).
+            models; see :mod:`q2gemv.tools.progress`).
 
     What is written (llama.cpp's converter conventions: metadata keys, tensor names,
     type 142 for group 128 and 42 for group 64 with a ``q2gemv.q2_0.group.<name>`` key,
@@ -523,7 +524,7 @@ def save_safetensors(
             About one multiplier in nine has no such divisor: ``"raise"`` (default)
             refuses the model, naming the layers; ``"nearest"`` writes ``fp32(1 / g)``
             and warns (those layers load back with a multiplier one ulp away).
-        progress: one step per tensor written (see :mod:`q2gemv._progress`).
+        progress: one step per tensor written (see :mod:`q2gemv.tools.progress`).
 
     Tied parameters are written once (a tied ``lm_head.weight`` is left out, as
     ``save_pretrained`` does); buffers (rotary tables) are not written. One file, no

@@ -30,7 +30,7 @@ import struct
 
 import torch
 
-from ..torch import Nvfp4Linear, Q2Linear
+from ..nn.layers import Nvfp4Linear, Q2Linear
 
 # (fused layer's name, its members in row order), as vLLM names them
 FUSABLE: tuple[tuple[str, tuple[str, ...]], ...] = (

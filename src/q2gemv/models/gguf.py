@@ -58,12 +58,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._progress import track, wants_progress
 from ..formats.q2_0 import Q2Weight
-from ..io import gguf as _io
-from ..io.gguf import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
-from ..torch import Q2Linear
-from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
+from ..io.gguf import reader as _io
+from ..io.gguf.reader import GgufError, GgufFile, GgufTensorInfo, load_q2_weights, read_gguf
+from ..nn.layers import Q2Linear
+from ..tools.progress import track, wants_progress
+from . import fuse as fusion
 from .meta import finish_meta_model
 from .saved import record_quantization_config
 

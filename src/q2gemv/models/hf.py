@@ -33,7 +33,7 @@ from transformers.quantizers.auto import (
 from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
-from ..torch import Nvfp4Linear, Q2Linear
+from ..nn.layers import Nvfp4Linear, Q2Linear
 from .saved import QUANT_METHOD, check_config, replace_with_empty_layers, unloaded_layers
 
 

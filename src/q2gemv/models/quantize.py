@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import kernels
-from .._progress import Progress, wants_progress
 from ..api import resolve_numerics
+from ..dispatch import registry as kernels
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
-from ..torch import Nvfp4Linear, Q2Linear
-from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
+from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..nn.swap import LinearTarget, find_linears, swap_linears
+from ..tools.progress import Progress, wants_progress
+from . import fuse as fusion
 from .saved import record_quantization_config
-from .swap import LinearTarget, find_linears, swap_linears
 
 # fmt= -> (its weight family in the registry, the layer it makes)
 _LAYERS = {"q2_0": ("q2_0", Q2Linear), "nvfp4": ("w4a16", Nvfp4Linear)}
@@ -55,7 +55,7 @@ class QuantizeReport:
         return "\n".join(lines)
 
 
-# The activation dtypes the q2gemv layers take (q2gemv.torch._check_x); the one check below.
+# The activation dtypes the q2gemv layers take (q2gemv.nn.ops._check_x); the one check below.
 ACTIVATION_DTYPES = (torch.bfloat16,)
 
 

@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._progress import track, wants_progress
-from ..io.safetensors import SafetensorsCheckpoint, SafetensorsError
-from ..torch import Nvfp4Linear
-from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
+from ..io.safetensors.reader import SafetensorsCheckpoint, SafetensorsError
+from ..nn.layers import Nvfp4Linear
+from ..tools.progress import track, wants_progress
+from . import fuse as fusion
 from .meta import finish_meta_model
 from .saved import record_quantization_config
 

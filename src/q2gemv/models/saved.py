@@ -31,13 +31,13 @@ import warnings
 
 import torch
 
-from .. import kernels
 from ..api import resolve_numerics
+from ..dispatch import registry as kernels
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
-from ..torch import Nvfp4Linear, Q2Linear
-from . import fuse as fusion  # the module: fuse imports q2gemv.torch, which imports this one
-from .swap import find_linears, swap_linears
+from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..nn.swap import find_linears, swap_linears
+from . import fuse as fusion
 
 QUANT_METHOD = "q2gemv"
 CONFIG_VERSION = 1

@@ -5,14 +5,7 @@ Exact contract (``exact``): the value every exact kernel computes, in exact inte
 """
 
 from .exact import q2_0_gemv_exact
-from .q2_0 import (
-    q2_0_gemv,
-    q2_0_gemv_vec,
-    q2_0_gemv_vec_batchm,
-    q2_0_gemv_vec_batchm_rt2,
-    q2_0_gemv_vec_rt4,
-)
-from .w4a16 import (
+from .nvfp4 import (
     w4a16_gemv,
     w4a16_gemv_batch4,
     w4a16_gemv_batch5,
@@ -23,6 +16,13 @@ from .w4a16 import (
     w4a16_gemv_batch16,
     w4a16_gemv_batch32,
     w4a16_gemv_batchm,
+)
+from .q2_0 import (
+    q2_0_gemv,
+    q2_0_gemv_vec,
+    q2_0_gemv_vec_batchm,
+    q2_0_gemv_vec_batchm_rt2,
+    q2_0_gemv_vec_rt4,
 )
 
 __all__ = [

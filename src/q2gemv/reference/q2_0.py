@@ -25,7 +25,7 @@ import numpy as np
 
 from ..formats.bf16 import as_bf16_rows, bf16_bits_to_f32, bits_to_bf16, f32_to_bf16_bits
 from ..formats.q2_0 import Q2Weight, row_bytes, unpack_codes, unpack_scales
-from ..fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
+from .fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
 
 # Memory bounds (peak ~40 bytes per element of one step, f64 fma temporaries included):
 # weight rows decoded at once, and activation rows x weight rows x lanes per step. Both

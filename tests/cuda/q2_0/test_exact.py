@@ -13,11 +13,11 @@ import pytest
 from numba import cuda
 
 from q2gemv import Q2Weight
-from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.q2_0 import as_device_weight
 from q2gemv.cuda.q2_0 import exact as ex
 from q2gemv.cuda.runtime import launcher
 from q2gemv.formats.bf16 import BF16
+from q2gemv.golden.check import assert_bits_equal
 from q2gemv.reference import exact as rex
 
 NAN, INF, NEG_INF = 0x7FC0, 0x7F80, 0xFF80

@@ -14,13 +14,13 @@ import pytest
 from numba import cuda
 
 import q2gemv
-from q2gemv import kernels
-from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.q2_0 import as_device_weight
 from q2gemv.cuda.q2_0 import exact as ex
 from q2gemv.cuda.q2_0 import exact_batched as xb
 from q2gemv.cuda.runtime import launcher
+from q2gemv.dispatch import registry as kernels
 from q2gemv.formats.bf16 import BF16
+from q2gemv.golden.check import assert_bits_equal
 from q2gemv.reference import exact as rex
 
 from .test_exact import _acts, _special_case, _weight

@@ -45,7 +45,7 @@ def test_host_layout_round_trip_and_code_positions(n, k, group):
 
 
 def test_layout_tiles_are_the_exact_kernels_rows():
-    from q2gemv import kernels
+    from q2gemv.dispatch import registry as kernels
 
     assert lay.TILE_ROWS == kernels.get("q2_0_gemv_exact").rows_per_cta == 16
     assert lay.UNIT * 2 == lay.UNIT * lay.STEP_UNITS == 128  # a step is one g128 block

@@ -11,8 +11,8 @@ import pytest
 
 import q2gemv
 from q2gemv import reference
-from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.q2_0 import seed as q2cuda
+from q2gemv.golden.check import assert_bits_equal
 from tests.q2_cases import random_acts, random_weight
 
 M1_KERNELS = ("q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_rt4")
@@ -70,7 +70,7 @@ def batchm_m17(request):
 
 
 def test_batchm_m17_crosses_both_chunk_boundaries(batchm_m17):
-    """M=17 is launched as rows 0-7, 8-15 and 16 (:func:`q2gemv.launch.batchm_row_chunks`).
+    """M=17 is launched as rows 0-7, 8-15 and 16 (:func:`q2gemv.dispatch.plan.batchm_row_chunks`).
 
     One run crosses what M = 8, 9 and 1 crossed one launch sequence each: the
     M=8 build on a whole chunk, the 8|9 boundary (and 16|17) at a row offset,

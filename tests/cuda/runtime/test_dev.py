@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from numba import cuda, float32, uint16, uint32
 
-from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.runtime import dev as _dev
 from q2gemv.formats.bf16 import f32_to_bf16_bits
-from q2gemv.fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
+from q2gemv.golden.check import assert_bits_equal
+from q2gemv.reference.fpmath import fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
 
 
 @cuda.jit

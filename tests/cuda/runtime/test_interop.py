@@ -10,7 +10,7 @@ import pytest
 from numba import cuda
 
 import q2gemv
-from q2gemv.check import assert_bits_equal
+from q2gemv.golden.check import assert_bits_equal
 from tests.q2_cases import random_acts, random_weight
 
 

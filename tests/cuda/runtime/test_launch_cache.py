@@ -11,8 +11,8 @@ import pytest
 from numba import cuda
 
 import q2gemv
-from q2gemv.check import assert_bits_equal
 from q2gemv.cuda.runtime import interop, launcher
+from q2gemv.golden.check import assert_bits_equal
 from tests.q2_cases import random_acts, random_weight
 
 N, K = 5, 64
@@ -173,7 +173,7 @@ def test_cached_call_host_time_is_small():
 
 
 def test_reload_env_replans(counted):
-    from q2gemv import tiers
+    from q2gemv.dispatch import nvfp4_tiers as tiers
 
     rng = np.random.default_rng(7)
     dw = random_weight(rng, N, K, 64).to_device()

@@ -38,7 +38,7 @@ _FAKES = textwrap.dedent(
     from numba.cuda.cudadrv.devicearray import _StridedLayoutShim, _StridedMemoryViewShim
     from q2gemv.cuda.runtime import prebound
     from q2gemv.cuda.q2_0 import seed as q2_0
-    from q2gemv.cuda.w4a16 import seed as w4a16
+    from q2gemv.cuda.nvfp4 import seed as w4a16
 
     class FakeDev:
         '''Looks like a numba device array to _prepare_args (no driver).'''

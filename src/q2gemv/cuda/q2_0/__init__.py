@@ -7,7 +7,7 @@
   template) and their launch arguments;
 * :mod:`.exact` — ``exact_prepare`` and ``q2_0_gemv_exact`` (the exact contract).
 
-The family's :class:`~q2gemv.kernels.FamilySpec` (in :mod:`q2gemv.kernels`)
+The family's :class:`~q2gemv.dispatch.registry.FamilySpec` (in :mod:`q2gemv.dispatch.registry`)
 names these modules; the runtime reaches them only through it.
 """
 

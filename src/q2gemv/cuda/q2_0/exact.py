@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import cuda, int32, int64, types, uint16, uint32, uint64
 
-from ... import kernels, launch
+from ...dispatch import plan as launch
+from ...dispatch import registry as kernels
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
 from ..exact_contract import (
@@ -535,7 +536,7 @@ class ExactOperands:
 
 
 # The exact-family interface (q2gemv.cuda.runtime.launcher.ExactFamily); the kernel is the
-# family spec's exact_kernel (q2gemv.kernels).
+# family spec's exact_kernel (q2gemv.dispatch.registry).
 PREPARE = "exact_prepare"
 Operands = ExactOperands
 

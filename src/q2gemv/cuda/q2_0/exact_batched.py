@@ -1,7 +1,7 @@
 """``q2_0_gemv_exact_batched``: the exact Q2_0 GEMV for up to 32 activation rows in one pass.
 
 An exact-kernel variant (``docs/architecture.md``, "Where to add things"), not registered by
-default: :func:`register` adds its :class:`~q2gemv.kernels.KernelSpec` (``golden=False``), after
+default: :func:`register` adds its :class:`~q2gemv.dispatch.registry.KernelSpec` (``golden=False``), after
 which ``q2gemv.gemv(a, w, kernel="q2_0_gemv_exact_batched")`` runs it. It computes the exact
 contract's value (:mod:`q2gemv.reference.exact`), so its bits equal ``q2_0_gemv_exact``'s for
 every M, shape and launch shape. It is not the default because it is not yet faster:
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from ... import kernels, launch
+from ...dispatch import plan as launch
+from ...dispatch import registry as kernels
 from ...formats import q2_0_layout as lay
 from ..exact_contract import BF16_NAN, FRAC_BITS, SPECIAL_ROW, round_fixed_bf16
 from ..runtime.dev import (

@@ -18,7 +18,7 @@ import functools
 import numpy as np
 from numba import cuda, int64, uint16, uint32
 
-from ... import launch
+from ...dispatch import plan as launch
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
 from ..runtime.interop import visible_to_all_streams

@@ -12,7 +12,7 @@ state the operation order):
   activations (two 16-byte loads per word, :func:`~q2gemv.cuda.runtime.dev.ld_bf16x8`;
   ``a`` must be 16-byte aligned, checked before launch), in the seed's order.
 * ``q2_0_gemv_vec_batchm`` — the same thread map and per-row order for up
-  to :data:`~q2gemv.launch.Q2_BATCHM_MAX_M` activation rows, built once per
+  to :data:`~q2gemv.dispatch.plan.Q2_BATCHM_MAX_M` activation rows, built once per
   M (:func:`compiled`): at M=1 the direct-load body, from M=2 on activations
   staged in shared memory as fp32 tiles of :func:`tile_k` (M) codes (16-byte
   loads, the next tile's loads in flight while a tile is used, a bank-conflict
@@ -36,7 +36,8 @@ from collections.abc import Mapping
 import numpy as np
 from numba import cuda, float32, uint32
 
-from ... import kernels, launch
+from ...dispatch import plan as launch
+from ...dispatch import registry as kernels
 from ...formats import q2_0 as fmt
 from ..runtime.dev import (
     bf16_hi_to_f32,
@@ -427,7 +428,7 @@ def _make_vec_body(
 # (fewer instructions in the SASS) and activation tiles of
 # tile_k(M) codes (fewer barriers at small M). At M=1 that is the direct-load
 # body. The thread map and every row's order do not depend on M. The kernels and
-# their knobs are the registry's Q2_0 seed specs (q2gemv.kernels); the vec kernels
+# their knobs are the registry's Q2_0 seed specs (q2gemv.dispatch.registry); the vec kernels
 # read activations 16 bytes per load (spec.a_align == 16, checked before launch).
 TEMPLATES = ("q2_0_gemv", "q2_0_vec")
 SIGNATURE = (

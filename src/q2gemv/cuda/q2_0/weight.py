@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 from numba import cuda
 
-from ... import launch
+from ...dispatch import plan as launch
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
 from ..runtime.once import fill_once
@@ -127,7 +127,7 @@ class DeviceQ2Weight:
             raise TypeError(f"weight: expected a Q2Weight, got {type(w).__name__}")
         if not isinstance(keep_gguf, bool):
             raise TypeError(f"keep_gguf: expected a bool, got {type(keep_gguf).__name__}")
-        from ...backends import simulator_lock
+        from ...host.backends import simulator_lock
 
         codes, scales = lay.to_exec_layout(w.raw, w.n, w.k, w.group)
         with simulator_lock():
@@ -205,7 +205,7 @@ def as_device_weight(weight, stream=0, contract: str = "exact") -> DeviceQ2Weigh
         return weight
     if isinstance(weight, fmt.Q2Weight):
         if contract == "seed":
-            from ...backends import simulator_lock
+            from ...host.backends import simulator_lock
 
             with simulator_lock():
                 d = cuda.to_device(weight.raw.view(np.uint16), stream=stream)

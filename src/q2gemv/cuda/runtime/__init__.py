@@ -6,7 +6,7 @@
 * :mod:`.interop` — device arrays (numba, CuPy, torch) and streams in, results out;
 * :mod:`.dev` — device helpers (bf16/fp32 conversion, vector loads, MMA).
 
-A family's code is reached through its :class:`~q2gemv.kernels.FamilySpec`
-(:func:`q2gemv.kernels.family`); no module here imports a family package
+A family's code is reached through its :class:`~q2gemv.dispatch.registry.FamilySpec`
+(:func:`q2gemv.dispatch.registry.family`); no module here imports a family package
 (``tests/test_import_graph.py`` enforces it).
 """

@@ -26,7 +26,7 @@ import threading
 import numpy as np
 from numba import cuda
 
-from ...arrays import is_torch, numba_stream
+from ...host.arrays import is_torch, numba_stream
 
 
 def as_bits(x, name: str):
@@ -126,8 +126,8 @@ def gemv_device(
     buffers, shapes, dtypes, stream, kernel and contract is a dictionary
     lookup and the launches (:func:`q2gemv.gemv`'s fast path).
     """
-    from ... import kernels
-    from ...backends import simulator_lock
+    from ...dispatch import registry as kernels
+    from ...host.backends import simulator_lock
     from . import launcher
 
     spec = kernels.family(family)
@@ -222,7 +222,7 @@ def exact_workspace(m: int, k: int, st, exact):
     ``exact``: the module of the plan's exact kernel
     (:func:`~q2gemv.cuda.runtime.launcher.exact_kernel_of`); its ``Operands``
     (Q2_0: :class:`~q2gemv.cuda.q2_0.exact.ExactOperands`; NVFP4:
-    :class:`~q2gemv.cuda.w4a16.exact.W4Operands`). Allocated on first use and
+    :class:`~q2gemv.cuda.nvfp4.exact.W4Operands`). Allocated on first use and
     kept for the process (a few bytes per activation: about ``3 M K`` bytes);
     :func:`clear_workspaces` drops them (never while a captured CUDA graph that
     uses them may still replay).

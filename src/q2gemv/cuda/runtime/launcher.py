@@ -2,11 +2,11 @@
 
 Every CUDA path of the package goes through here: :func:`q2gemv.gemv` on host
 arrays (:func:`run_host`) and on device arrays (:mod:`q2gemv.cuda.runtime.interop`),
-prepared activations (:mod:`q2gemv.prepared`), the golden harness, tests and
+prepared activations (:mod:`q2gemv.host.prepared`), the golden harness, tests and
 scripts (:func:`run_kernel`: one kernel's chunks), and the benchmark and the
 families' ``launch_raw`` (:func:`seed_launch`: one launch, then
 :func:`launch_all` or :func:`prebind`). This module knows no family: each is
-reached through its :class:`~q2gemv.kernels.FamilySpec`.
+reached through its :class:`~q2gemv.dispatch.registry.FamilySpec`.
 The plan itself comes from :func:`q2gemv.api.plan`; nothing here re-chunks it
 (the exact contract's ``exact_prepare`` is the one launch that is not a plan
 entry: it runs once, before the chunks, over all rows).
@@ -32,8 +32,9 @@ from typing import Protocol
 import numpy as np
 from numba import cuda
 
-from ... import kernels, launch
-from ...backends import SIMULATOR_LOCK
+from ...dispatch import plan as launch
+from ...dispatch import registry as kernels
+from ...host.backends import SIMULATOR_LOCK
 from .prebound import SIMULATED, PreboundLaunch
 
 
@@ -72,7 +73,7 @@ def launches(
 class ExactFamily(Protocol):
     """What a family's exact-contract module gives the launcher (the exact-family interface).
 
-    The module is named by the family's :class:`~q2gemv.kernels.FamilySpec`
+    The module is named by the family's :class:`~q2gemv.dispatch.registry.FamilySpec`
     (``exact_module``; its kernel: ``exact_kernel``, a registered spec). One
     GEMV under the exact contract is ``prepare_launch`` once over all rows
     (filling ``Operands``), then ``chunk_launches`` for the plan's chunks.
@@ -97,7 +98,7 @@ def exact_module(family: str) -> ExactFamily:
 
 
 def exact_kernel_of(family: str, plan) -> tuple[kernels.KernelSpec, ExactFamily]:
-    """The exact kernel a plan of ``family`` runs, and its module (:func:`q2gemv.kernels.module_of`).
+    """The exact kernel a plan of ``family`` runs, and its module (:func:`q2gemv.dispatch.registry.module_of`).
 
     The kernel of the plan's first launch when it is an exact kernel of
     ``family`` (a variant registered beside the default), else the family's
@@ -254,7 +255,7 @@ def _prebound(launches_: list[tuple], stream, **kw) -> list[PreboundLaunch]:
 
 def grid_waits(name: str) -> bool:
     """Whether kernel ``name`` may be launched with PDL after an earlier launch of its call
-    (:attr:`q2gemv.kernels.KernelSpec.grid_wait`; a prepare is not a registered kernel)."""
+    (:attr:`q2gemv.dispatch.registry.KernelSpec.grid_wait`; a prepare is not a registered kernel)."""
     return any(s.name == name and s.grid_wait for s in kernels.specs())
 
 

@@ -15,7 +15,7 @@ enqueues on the stream it is given, so it is capturable in a CUDA graph.
 Programmatic dependent launch (``pdl=True``, sm_90+): ``cuLaunchKernelEx`` with the
 programmatic-stream-serialization attribute, so the kernel may start while the launch
 before it still runs; it must read that launch's results only after ``grid_dep_wait``
-(:mod:`q2gemv.cuda.runtime.dev`; :attr:`q2gemv.kernels.KernelSpec.grid_wait` says which
+(:mod:`q2gemv.cuda.runtime.dev`; :attr:`q2gemv.dispatch.registry.KernelSpec.grid_wait` says which
 kernels do). Before sm_90, or with ``Q2GEMV_PDL=0`` (side-by-side timing), it is an
 ordinary launch. In a CUDA graph it becomes a programmatic edge (CUDA 12.3+).
 

@@ -22,12 +22,12 @@ THE CONTRACT (``y[m, n] = sum_k a[m, k] * w[n, k]``, weights as in
    subnormal), so an fma equals a multiply then add EXCEPT where the product
    overflows fp32 and the running sum brings it back (-bf16max + 2*bf16max):
    the fma keeps it finite. Kernels use ``fma``; this reference emulates it
-   exactly (:func:`q2gemv.fpmath.fma_f32`).
+   exactly (:func:`q2gemv.reference.fpmath.fma_f32`).
 3. Then ``acc_l = fadd_rn(acc_l, fmul_rn(s, e4m3(n, q)))``: two explicitly
    rounded fp32 ops (the product is inexact in general); ``acc_l`` starts at
    +0.0f. So ``acc_l`` is never -0.0.
 4. Warp reduction: ``v = v + shfl_xor(v, off)`` for off = 16, 8, 4, 2, 1
-   (:func:`q2gemv.fpmath.warp_tree_sum_f32`); all lanes end equal.
+   (:func:`q2gemv.reference.fpmath.warp_tree_sum_f32`); all lanes end equal.
 5. ``y = fmul_rn(total, g)``: the global scale once, at the end.
 6. Output bf16, round-to-nearest-even; every NaN -> 0x7FC0.
 
@@ -42,7 +42,7 @@ import numpy as np
 
 from ..formats.bf16 import as_bf16_rows, bf16_bits_to_f32, bits_to_bf16, f32_to_bf16_bits
 from ..formats.nvfp4 import BLOCK, Nvfp4Weight, e2m1_decode, e4m3_decode, unpack_nibbles
-from ..fpmath import WARP, fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
+from .fpmath import WARP, fadd_rn, fma_f32, fmul_rn, warp_tree_sum_f32
 
 _CHUNK_ELEMS = 1 << 21  # M * rows * groups handled at once (bounds memory, keeps it fast)
 

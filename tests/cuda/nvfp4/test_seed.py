@@ -13,11 +13,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from q2gemv.check import assert_bits_equal
-from q2gemv.cuda.w4a16 import seed as kw
+from q2gemv.cuda.nvfp4 import seed as kw
+from q2gemv.dispatch.nvfp4_tiers import BATCH8_RT2, W4a16BatchmTiers, plan_w4a16
 from q2gemv.formats.nvfp4 import Nvfp4Weight
-from q2gemv.reference.w4a16 import w4a16_gemv as reference
-from q2gemv.tiers import BATCH8_RT2, W4a16BatchmTiers, plan_w4a16
+from q2gemv.golden.check import assert_bits_equal
+from q2gemv.reference.nvfp4 import w4a16_gemv as reference
 
 BF16 = ml_dtypes.bfloat16
 

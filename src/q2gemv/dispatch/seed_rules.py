@@ -1,22 +1,24 @@
 """The seed contract's default kernels, one rule per family (pure: no numba, no device).
 
 Under the exact contract every family has one kernel (its
-:attr:`~q2gemv.kernels.FamilySpec.exact_kernel`), chunked by its ``max_m``.
+:attr:`~q2gemv.dispatch.registry.FamilySpec.exact_kernel`), chunked by its ``max_m``.
 Under the seed contract each family has its own measured rule: Q2_0 picks
 one kernel by M and N (:func:`default_q2_kernel`), NVFP4 plans its tiers
-(:func:`q2gemv.tiers.plan_w4a16`). The registry names each family's rule
-(:attr:`~q2gemv.kernels.FamilySpec.seed_plan`, ``.seed_reason``); the API
+(:func:`q2gemv.dispatch.nvfp4_tiers.plan_w4a16`). The registry names each family's rule
+(:attr:`~q2gemv.dispatch.registry.FamilySpec.seed_plan`, ``.seed_reason``); the API
 calls it through the spec and never asks which family it holds.
 
 A rule's ``plan(weight, m, kernel)`` returns the launches (a
-:class:`~q2gemv.launch.ChunkPlan`; ``kernel``: a seed kernel of the family
+:class:`~q2gemv.dispatch.plan.ChunkPlan`; ``kernel``: a seed kernel of the family
 to force, or None) and its ``reason(weight, m, kernel)`` the line
 :func:`q2gemv.explain` prints for it, with whether the launches follow.
 """
 
 from __future__ import annotations
 
-from . import kernels, launch, tiers
+from . import nvfp4_tiers as tiers
+from . import plan as launch
+from . import registry as kernels
 
 # Output rows from which the 4-rows-per-warp M=1 kernel wins (a smaller grid leaves SMs
 # idle; measured: docs/design_notes.md, defaults).
@@ -31,7 +33,7 @@ def default_q2_kernel(m: int, n: int = 0) -> str:
 
     * M=1 and ``n >= Q2_RT4_MIN_N``: ``q2_0_gemv_vec_rt4``;
     * otherwise ``q2_0_gemv_vec_batchm_rt2`` in chunks of
-      :data:`~q2gemv.kernels.Q2_BATCHM_MAX_M`, built per M (at M=1 it loads
+      :data:`~q2gemv.dispatch.registry.Q2_BATCHM_MAX_M`, built per M (at M=1 it loads
       activations directly).
     """
     if m == 1 and n >= Q2_RT4_MIN_N:

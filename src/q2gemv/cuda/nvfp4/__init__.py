@@ -6,7 +6,7 @@
 * :mod:`.seed` — the ``w4a16_gemv_batchm`` tiers (seed contract) and their launch arguments;
 * :mod:`.exact` — the prepare and ``w4a16_gemv_exact`` (the exact contract).
 
-The family's :class:`~q2gemv.kernels.FamilySpec` (in :mod:`q2gemv.kernels`)
+The family's :class:`~q2gemv.dispatch.registry.FamilySpec` (in :mod:`q2gemv.dispatch.registry`)
 names these modules; the runtime reaches them only through it.
 """
 

@@ -14,7 +14,7 @@ Two ways to get a weight onto the GPU, for either family:
 Either result is immutable and carries its own cache of bound launches
 (:mod:`q2gemv.cuda.runtime.launcher`), so reuse one object across calls.
 This module imports no numba until an upload is asked for; it finds a
-weight's device class through its family spec (:func:`q2gemv.kernels.family_of`);
+weight's device class through its family spec (:func:`q2gemv.dispatch.registry.family_of`);
 the formats reach it only through the hook of :mod:`q2gemv.formats._upload`.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import inspect
 from typing import ClassVar, Protocol, runtime_checkable
 
-from . import kernels
-from .formats._upload import register_uploader
+from ..dispatch import registry as kernels
+from ..formats._upload import register_uploader
 
 # the family whose device weight takes each upload option (the raw bytes kept beside the layout)
 _UPLOAD_OPTIONS = {"keep_gguf": "Q2_0", "keep_packed": "NVFP4"}
@@ -35,7 +35,7 @@ class DeviceWeight(Protocol):
     """What :func:`q2gemv.gemv` needs of a device-resident weight, of either family.
 
     Attributes:
-        family: ``"q2_0"`` or ``"w4a16"`` (the :mod:`q2gemv.kernels` family).
+        family: ``"q2_0"`` or ``"w4a16"`` (the :mod:`q2gemv.dispatch.registry` family).
         n: output features (rows). k: input features (columns).
 
     Implementations: :class:`q2gemv.cuda.DeviceQ2Weight`,

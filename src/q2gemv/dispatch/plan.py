@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import kernels
-from .kernels import Q2_BATCHM_MAX_M as Q2_BATCHM_MAX_M  # re-exported: the registry's numbers
-from .kernels import Q2_EXACT_MAX_M as Q2_EXACT_MAX_M
-from .kernels import THREADS_PER_CTA as THREADS_PER_CTA
+from . import registry as kernels
+from .registry import Q2_BATCHM_MAX_M as Q2_BATCHM_MAX_M  # re-exported: the registry's numbers
+from .registry import Q2_EXACT_MAX_M as Q2_EXACT_MAX_M
+from .registry import THREADS_PER_CTA as THREADS_PER_CTA
 
 BF16_BYTES = 2
-# Live read-only view of the registry (q2gemv.kernels): kernel -> output rows per CTA.
+# Live read-only view of the registry (q2gemv.dispatch.registry): kernel -> output rows per CTA.
 Q2_ROWS_PER_CTA = kernels.rows_per_cta_table("q2_0")
 
 
@@ -84,7 +84,7 @@ def check_chunks(chunks, m: int, max_m: int, multiple: int = 1) -> list[tuple[in
 
 
 # The kernels take row counts and offsets as int32: no plan goes beyond this many rows
-# (q2gemv.plan, q2gemv.tiers.plan_w4a16 / explain_tier / select_tier all refuse more).
+# (q2gemv.plan, q2gemv.dispatch.nvfp4_tiers.plan_w4a16 / explain_tier / select_tier all refuse more).
 PLAN_MAX_M = 2**31 - 1
 
 

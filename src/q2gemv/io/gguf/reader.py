@@ -41,8 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .._atomic import atomic_write
-from ..formats.q2_0 import GGUF_TYPE_PQ2_0, GGUF_TYPE_Q2_0, GROUPS, Q2Weight, block_bytes
+from ...formats.q2_0 import GGUF_TYPE_PQ2_0, GGUF_TYPE_Q2_0, GROUPS, Q2Weight, block_bytes
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -353,7 +352,7 @@ class GgufArray(Sequence):
     __hash__ = None  # a sequence compared by value, like list
 
     def __repr__(self) -> str:
-        return f"GgufArray({value_type_name(self.elem_type)} x {len(self)}: {_short(self)})"
+        return f"GgufArray({value_type_name(self.elem_type)} x {len(self)}: {short_text(self)})"
 
     @property
     def nbytes(self) -> int:
@@ -901,229 +900,7 @@ def _close_quietly(buf) -> None:
             pass
 
 
-# -- writing -------------------------------------------------------------------
-
-_INT_TYPES = (  # the smallest signed type first, as gguf-py does for Python ints
-    (GGUF_INT32, -(2**31), 2**31 - 1),
-    (GGUF_INT64, -(2**63), 2**63 - 1),
-    (GGUF_UINT64, 0, 2**64 - 1),
-)
-_DTYPE_TO_GGUF = {
-    np.dtype(np.uint8): GGUF_UINT8,
-    np.dtype(np.int8): GGUF_INT8,
-    np.dtype(np.uint16): GGUF_UINT16,
-    np.dtype(np.int16): GGUF_INT16,
-    np.dtype(np.uint32): GGUF_UINT32,
-    np.dtype(np.int32): GGUF_INT32,
-    np.dtype(np.float32): GGUF_FLOAT32,
-    np.dtype(np.bool_): GGUF_BOOL,
-    np.dtype(np.uint64): GGUF_UINT64,
-    np.dtype(np.int64): GGUF_INT64,
-    np.dtype(np.float64): GGUF_FLOAT64,
-}
-
-
-def _pack_string(s: str) -> bytes:
-    b = s.encode("utf-8")
-    return struct.pack("<Q", len(b)) + b
-
-
-def _infer_type(value, where: str) -> int:
-    if isinstance(value, (np.generic, np.ndarray)) and value.dtype in _DTYPE_TO_GGUF:
-        return GGUF_ARRAY if isinstance(value, np.ndarray) else _DTYPE_TO_GGUF[value.dtype]
-    if isinstance(value, bool):
-        return GGUF_BOOL
-    if isinstance(value, int):
-        for t, lo, hi in _INT_TYPES:
-            if lo <= value <= hi:
-                return t
-        raise ValueError(f"{where}: integer {value} does not fit 64 bits")
-    if isinstance(value, float):
-        return GGUF_FLOAT32
-    if isinstance(value, str):
-        return GGUF_STRING
-    if isinstance(value, (list, tuple, GgufArray)):
-        return GGUF_ARRAY
-    raise TypeError(
-        f"{where}: expected str, int, float, bool, a numpy scalar or a list of them, "
-        f"got {type(value).__name__}"
-    )
-
-
-def _pack_value(value, vtype: int, where: str) -> bytes:
-    if vtype == GGUF_STRING:
-        if not isinstance(value, str):
-            raise TypeError(f"{where}: expected a str, got {type(value).__name__}")
-        return _pack_string(value)
-    if vtype == GGUF_ARRAY:
-        if isinstance(value, GgufArray):  # read from a file: its bytes as they were
-            return struct.pack("<IQ", value.elem_type, len(value)) + value._data
-        if isinstance(value, np.ndarray):
-            if value.ndim != 1:
-                raise ValueError(f"{where}: expected a 1-D array, got shape {value.shape}")
-            elem = _DTYPE_TO_GGUF[value.dtype]
-            body = value.astype(_NUMPY_DTYPES[elem]).tobytes()
-            return struct.pack("<IQ", elem, value.size) + body
-        items = list(value)
-        if not items:
-            raise ValueError(
-                f"{where}: cannot infer the element type of an empty list; "
-                "pass an empty 1-D numpy array of the wanted dtype"
-            )
-        types = [_infer_type(v, f"{where}[{i}]") for i, v in enumerate(items)]
-        if all(t in (GGUF_INT32, GGUF_INT64, GGUF_UINT64) for t in types) and not any(
-            isinstance(v, np.generic) for v in items
-        ):
-            elem = max(types, key=[GGUF_INT32, GGUF_INT64, GGUF_UINT64].index)
-            if elem == GGUF_UINT64 and min(items) < 0:
-                raise ValueError(f"{where}: integers span more than 64 bits")
-        elif len(set(types)) == 1:
-            elem = types[0]
-        else:
-            names = sorted({value_type_name(t) for t in types})
-            raise TypeError(f"{where}: mixed element types {names} in one array")
-        return struct.pack("<IQ", elem, len(items)) + b"".join(
-            _pack_value(v, elem, f"{where}[{i}]") for i, v in enumerate(items)
-        )
-    code = _SCALARS[vtype][0]
-    if vtype == GGUF_BOOL:
-        return struct.pack(code, 1 if value else 0)
-    try:
-        return struct.pack(code, value.item() if isinstance(value, np.generic) else value)
-    except struct.error as e:
-        raise ValueError(f"{where}: {value!r} does not fit {value_type_name(vtype)} ({e})") from e
-
-
-def _as_int(x) -> int | None:
-    """``x`` as a Python int when it is an integer (int or NumPy integer, not bool), else None."""
-    if isinstance(x, (bool, np.bool_)):
-        return None
-    try:
-        return operator.index(x)
-    except TypeError:
-        return None
-
-
-def default_q2_type_id(group: int) -> int:
-    """GGUF type id written for a group by default: 142 (PQ2_0) for 128, 42 (Q2_0) for 64."""
-    return GGUF_TYPE_PQ2_0 if group == 128 else GGUF_TYPE_Q2_0
-
-
-def save_q2_weights(
-    path: str | os.PathLike,
-    weights: dict[str, Q2Weight],
-    metadata: dict[str, Any] | None = None,
-    *,
-    type_id: int | None = None,
-    alignment: int = GGUF_DEFAULT_ALIGNMENT,
-) -> None:
-    """Write ``weights`` as a GGUF v3 file that :func:`load_q2_weights` reads back.
-
-    ``path`` (str or os.PathLike) is created or overwritten; ``weights`` maps
-    tensor name -> :class:`Q2Weight`; returns None.
-
-    Layout: header, ``metadata`` in dict order followed by
-    ``general.alignment`` (u32; kept in place when ``metadata`` already has
-    it with the same value) and one u32 ``q2gemv.q2_0.group.<name>`` per
-    weight (its group, so a tensor too small for its size to decide the
-    group reads back unaided), one tensor info per weight in dict order with
-    ``ne = [k, n]`` (innermost first), zero padding to ``alignment``, then
-    each tensor's raw ``block_q2_0`` bytes, unchanged, each padded with zeros
-    to a multiple of ``alignment`` (the last one too, as ggml does).
-
-    Type ids: by default 142 (PQ2_0) for group 128 and 42 (Q2_0) for group
-    64. ``type_id=42`` writes every tensor as 42, group 128 ones included,
-    as older PrismML files do; ``type_id=142`` requires group 128 throughout.
-
-    Metadata values: ``str``; ``bool``; ``int`` (int32, or int64/uint64 when
-    it does not fit, as gguf-py chooses); ``float`` (float32, as gguf-py
-    chooses: pass ``np.float64`` to keep 64 bits); any numpy scalar of a
-    GGUF type (its dtype decides); lists of one of these kinds (nested lists
-    allowed), 1-D numpy arrays, or a :class:`GgufArray` read from a file
-    (written back byte for byte).
-
-    Raises:
-        TypeError/ValueError naming the argument (a weight not a Q2Weight, a
-        tensor name of 64 bytes or more, an unsupported metadata value or a
-        ``q2gemv.q2_0.group.*`` key, a ``type_id`` other than 42/142/None, an
-        ``alignment`` that is not a power of two from 8 to 2**31; NumPy
-        integers are accepted).
-    """
-    if not isinstance(weights, dict):
-        raise TypeError(
-            f"weights: expected a dict of name -> Q2Weight, got {type(weights).__name__}"
-        )
-    metadata = {} if metadata is None else metadata
-    if not isinstance(metadata, dict):
-        raise TypeError(f"metadata: expected a dict or None, got {type(metadata).__name__}")
-    if type_id is not None and (_as_int(type_id) not in Q2_TYPES):
-        raise ValueError(f"type_id: expected 42, 142 or None, got {type_id!r}")
-    type_id = None if type_id is None else _as_int(type_id)
-    a = _as_int(alignment)
-    if a is None or not (GGUF_MIN_ALIGNMENT <= a <= GGUF_MAX_ALIGNMENT) or a & (a - 1):
-        raise ValueError(
-            f"alignment: expected a power of two from {GGUF_MIN_ALIGNMENT} to 2**31 (a GGUF "
-            f"u32, a multiple of 8), got {alignment!r}"
-        )
-    alignment = a
-
-    kv = b""
-    n_kv = 0
-    for key, value in metadata.items():
-        if not isinstance(key, str):
-            raise TypeError(f"metadata: keys must be str, got {type(key).__name__}")
-        where = f"metadata[{key!r}]"
-        if key.startswith(KEY_Q2_GROUP_PREFIX):
-            raise ValueError(f"{where}: keys {KEY_Q2_GROUP_PREFIX}* are written by this function")
-        if key == KEY_ALIGNMENT:
-            if _as_int(value) != alignment:
-                raise ValueError(f"{where}: {value!r} disagrees with alignment={alignment}")
-            vtype, value = GGUF_UINT32, alignment
-        else:
-            vtype = _infer_type(value, where)
-        kv += _pack_string(key) + struct.pack("<I", vtype) + _pack_value(value, vtype, where)
-        n_kv += 1
-    if KEY_ALIGNMENT not in metadata:
-        kv += _pack_string(KEY_ALIGNMENT) + struct.pack("<II", GGUF_UINT32, alignment)
-        n_kv += 1
-    for name, w in weights.items():  # checked below; recorded so small tensors read back
-        if isinstance(name, str) and isinstance(w, Q2Weight):
-            kv += _pack_string(KEY_Q2_GROUP_PREFIX + name)
-            kv += struct.pack("<II", GGUF_UINT32, w.group)
-            n_kv += 1
-
-    infos = b""
-    rel = 0
-    items = []
-    for name, w in weights.items():
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"weights: tensor names must be non-empty str, got {name!r}")
-        if len(name.encode("utf-8")) >= GGML_MAX_NAME:
-            raise ValueError(
-                f"weights[{name!r}]: tensor names must be under {GGML_MAX_NAME} bytes "
-                "(ggml's limit)"
-            )
-        if not isinstance(w, Q2Weight):
-            raise TypeError(f"weights[{name!r}]: expected a Q2Weight, got {type(w).__name__}")
-        tid = default_q2_type_id(w.group) if type_id is None else type_id
-        if tid == GGUF_TYPE_PQ2_0 and w.group != 128:
-            raise ValueError(
-                f"type_id: 142 (PQ2_0) is group 128, but weights[{name!r}] is group {w.group}"
-            )
-        infos += _pack_string(name) + struct.pack("<IQQIQ", 2, w.k, w.n, tid, rel)
-        items.append(w)
-        rel += _align_up(w.nbytes, alignment)
-
-    head = GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(items), n_kv) + kv + infos
-    with atomic_write(path) as f:  # never truncates ``path`` in place: see q2gemv._atomic
-        f.write(head)
-        f.write(b"\0" * (_align_up(len(head), alignment) - len(head)))
-        for w in items:
-            f.write(memoryview(w.raw))
-            f.write(b"\0" * (_align_up(w.nbytes, alignment) - w.nbytes))
-
-
-# -- inspection ----------------------------------------------------------------
+# -- text: one escaped line per value (reprs, the inspect summary) --------------------------
 
 
 def escape_text(text: str) -> str:
@@ -1141,65 +918,11 @@ def escape_text(text: str) -> str:
     return "".join(out)
 
 
-def _short(value, limit: int = 60) -> str:
+def short_text(value, limit: int = 60) -> str:
     if isinstance(value, (list, np.ndarray, GgufArray)):
-        head = ", ".join(_short(v, 20) for v in list(value[:4]))
+        head = ", ".join(short_text(v, 20) for v in list(value[:4]))
         return f"[{head}{', ...' if len(value) > 4 else ''}]"
     if isinstance(value, np.generic):
         value = value.item()
     s = repr(value) if isinstance(value, str) else escape_text(str(value))  # repr escapes
     return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def format_inspect(path: str | os.PathLike) -> str:
-    """A human-readable summary of a GGUF file: header, metadata, then one line per tensor.
-
-    ``path`` (str or os.PathLike) names the file; returns the summary as one
-    multi-line str (no trailing newline).
-
-    Tensor lines give the name, type name, shape ``(n, k)`` (``k = ne[0]``,
-    ``n`` the product of the outer dims; the stored ``ne`` is added for
-    tensors of more than two dims), the group of Q2 types ("64|128?" when the
-    file leaves it ambiguous), the bytes and the absolute offset. Names, keys
-    and values are printed through :func:`escape_text` (control characters
-    escaped), so every row is one line. Raises
-    :class:`GgufError` on a malformed file, like :func:`read_gguf`.
-    """
-    gf = read_gguf(path)
-    lines = [
-        f"{escape_text(gf.path)}: GGUF v{gf.version}, {len(gf.tensors)} tensors, "
-        f"{len(gf.metadata)} metadata keys, alignment {gf.alignment}, "
-        f"data at byte {gf.data_offset}, {gf.file_size} bytes",
-    ]
-    if gf.metadata:
-        lines.append("metadata:")
-        rows = []
-        for key, value in gf.metadata.items():
-            types = gf.metadata_types[key]
-            if types[0] == GGUF_ARRAY:
-                tname = f"array[{value_type_name(types[1])}] x {len(value)}"
-            else:
-                tname = value_type_name(types[0])
-            rows.append((escape_text(key), tname, _short(value)))
-        kw = max(len(r[0]) for r in rows)
-        tw = max(len(r[1]) for r in rows)
-        lines += [f"  {k:<{kw}}  {t:<{tw}}  {v}" for k, t, v in rows]
-    if gf.tensors:
-        rows = [("name", "type", "shape (n, k)", "group", "bytes", "offset")]
-        total = 0
-        for t in gf.tensors:
-            shape = f"({t.n}, {t.k})" + (f" ne={list(t.ne)}" if len(t.ne) > 2 else "")
-            if t.is_q2:
-                grp = str(t.group) if t.group is not None else "|".join(map(str, t.q2_groups)) + "?"
-            else:
-                grp = "-"
-            nb = "?" if t.nbytes is None else str(t.nbytes)
-            total += t.nbytes or 0
-            rows.append((escape_text(t.name), t.type_name, shape, grp, nb, str(t.offset)))
-        widths = [max(len(r[c]) for r in rows) for c in range(6)]
-        lines.append("tensors:")
-        for r in rows:
-            cells = [r[c].rjust(widths[c]) if c >= 3 else r[c].ljust(widths[c]) for c in range(6)]
-            lines.append("  " + "  ".join(cells).rstrip())
-        lines.append(f"total tensor bytes: {total}")
-    return "\n".join(lines)

@@ -46,7 +46,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from ..formats.nvfp4 import BLOCK, Nvfp4Weight, check_global_scale, global_scale_from_divisor
+from ...formats.nvfp4 import BLOCK, Nvfp4Weight, check_global_scale, global_scale_from_divisor
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors reference implementation's limit
 

@@ -10,7 +10,7 @@ activation rows one launch serves, whether it is compiled once per M,
 the activation alignment it needs, the width of its weight indexing, the
 dotted name of its NumPy reference, the template knobs its build takes, and
 the golden family whose vectors cover it. *How* it is built and launched
-stays in the family's module (:mod:`q2gemv.cuda.q2_0`, ``.w4a16``,
+stays in the family's module (:mod:`q2gemv.cuda.q2_0`, ``.nvfp4``,
 ``.exact``), which reads the knobs from the spec.
 
 Adding a kernel: :func:`register` a spec (``docs/architecture.md``, "Where
@@ -67,7 +67,7 @@ class KernelSpec:
         rows_per_warp: register tiling: output rows (columns) one warp computes.
         words: Q2_0 vec template: 32-bit words in flight per lane (None: default).
         depth, a_ahead, unroll_words: W4A16 template knobs (latency hiding
-            only; :mod:`q2gemv.cuda.w4a16`).
+            only; :mod:`q2gemv.cuda.nvfp4`).
         golden: covered by the shipped golden vectors (the generator's
             :func:`golden_family`); False for run-time candidates.
         module: dotted name of the module that builds and launches it; ""
@@ -254,7 +254,7 @@ class FamilySpec:
         grouped: its weights carry a block size ``group`` chosen per weight.
         prepared: serves :func:`q2gemv.prepare`'s activations (exact contract).
         seed_plan, seed_reason: dotted names of the family's seed-contract
-            rule (:mod:`q2gemv.defaults`): its launches for ``(weight, m,
+            rule (:mod:`q2gemv.dispatch.seed_rules`): its launches for ``(weight, m,
             kernel)`` and the line :func:`q2gemv.explain` gives for them.
         device_modules: dotted names of the family's other device-code
             modules with ``ptx_specs()`` (kernels that are no registered
@@ -363,10 +363,10 @@ def family_of(weight) -> tuple[FamilySpec, bool] | None:
 # -- the built-in kernels ---------------------------------------------------------------------
 
 _Q2REF = "q2gemv.reference.q2_0."
-_W4REF = "q2gemv.reference.w4a16."
+_W4REF = "q2gemv.reference.nvfp4."
 
 for _spec in (
-    # Q2_0, seed contract (thread maps: q2gemv.launch module docstring).
+    # Q2_0, seed contract (thread maps: q2gemv.dispatch.plan module docstring).
     KernelSpec("q2_0_gemv", "q2_0", "seed", _Q2REF + "q2_0_gemv", "q2_0_gemv", 4, 1,
                index_bits=64),  # 2 warps per row; activations bf16 by bf16
     KernelSpec("q2_0_gemv_vec", "q2_0", "seed", _Q2REF + "q2_0_gemv_vec", "q2_0_vec", 8, 1,
@@ -378,7 +378,7 @@ for _spec in (
                32, 1, a_align=16, rows_per_warp=4),
     KernelSpec("q2_0_gemv_vec_batchm_rt2", "q2_0", "seed", _Q2REF + "q2_0_gemv_vec_batchm_rt2",
                "q2_0_vec", 16, Q2_BATCHM_MAX_M, per_m=True, a_align=16, rows_per_warp=2),
-    # W4A16, seed contract: the w4a16_gemv_batchm template (q2gemv.cuda.w4a16).
+    # W4A16, seed contract: the w4a16_gemv_batchm template (q2gemv.cuda.nvfp4).
     # depth, a_ahead and unroll_words change no arithmetic; each tier's values are the
     # fastest measured (docs/design_notes.md, kernels). batch32 keeps the rolled loop.
     KernelSpec("w4a16_gemv_batch4", "w4a16", "seed", _W4REF + "w4a16_gemv_batch4",
@@ -402,7 +402,7 @@ for _spec in (
     KernelSpec("q2_0_gemv_exact", "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact",
                "q2_0_exact", 16, Q2_EXACT_MAX_M, per_m=True, a_align=16, grid_wait=True),
     # NVFP4, exact contract: its prepare once, then this kernel per chunk of max_m rows
-    # (q2gemv.cuda.w4a16.exact; 16 weight rows per CTA = one m16 tile, on the weight's
+    # (q2gemv.cuda.nvfp4.exact; 16 weight rows per CTA = one m16 tile, on the weight's
     # execution layout; built per column tiles of 8, M itself a kernel argument).
     KernelSpec("w4a16_gemv_exact", "w4a16", "exact", "q2gemv.reference.exact.w4a16_gemv_exact",
                "w4a16_exact", 16, W4_EXACT_MAX_M, a_align=16, grid_wait=True),
@@ -414,16 +414,16 @@ register_family(FamilySpec(
     "q2_0", "Q2_0", "q2gemv.formats.q2_0.Q2Weight", "q2gemv.cuda.q2_0.seed",
     "q2gemv.cuda.q2_0.weight.DeviceQ2Weight", "q2gemv.cuda.q2_0.exact", "q2_0_gemv_exact",
     ("raw",), grouped=True, prepared=True,
-    seed_plan="q2gemv.defaults.q2_0_seed_plan", seed_reason="q2gemv.defaults.q2_0_seed_reason",
+    seed_plan="q2gemv.dispatch.seed_rules.q2_0_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.q2_0_seed_reason",
     device_modules=("q2gemv.cuda.q2_0.layout",),
 ))  # fmt: skip
 register_family(FamilySpec(
-    "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.w4a16.seed",
-    "q2gemv.cuda.w4a16.weight.DeviceNvfp4Weight", "q2gemv.cuda.w4a16.exact", "w4a16_gemv_exact",
+    "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.nvfp4.seed",
+    "q2gemv.cuda.nvfp4.weight.DeviceNvfp4Weight", "q2gemv.cuda.nvfp4.exact", "w4a16_gemv_exact",
     ("packed", "scales"),
     grouped=False, prepared=False,
-    seed_plan="q2gemv.defaults.w4a16_seed_plan", seed_reason="q2gemv.defaults.w4a16_seed_reason",
-    device_modules=("q2gemv.cuda.w4a16.layout",),
+    seed_plan="q2gemv.dispatch.seed_rules.w4a16_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.w4a16_seed_reason",
+    device_modules=("q2gemv.cuda.nvfp4.layout",),
 ))  # fmt: skip
 
 __all__ = [

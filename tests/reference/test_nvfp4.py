@@ -6,10 +6,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from q2gemv.check import assert_bits_equal
 from q2gemv.formats.bf16 import bits_to_bf16
 from q2gemv.formats.nvfp4 import Nvfp4Weight, e2m1_decode, e4m3_decode
-from q2gemv.reference.w4a16 import w4a16_gemv
+from q2gemv.golden.check import assert_bits_equal
+from q2gemv.reference.nvfp4 import w4a16_gemv
 
 BF16 = ml_dtypes.bfloat16
 U = 2.0**-24  # fp32 unit roundoff

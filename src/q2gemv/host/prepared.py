@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dispatch.plan import ChunkPlan
+from ..dispatch.registry import Q2_EXACT_MAX_M, Q2_EXACT_UNIT
+from ..formats._frozen import frozen
+from ..formats.bf16 import as_bf16_bits
 from .arrays import check_stream, is_device_array, numba_stream
 from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
-from .formats._frozen import frozen
-from .formats.bf16 import as_bf16_bits
-from .kernels import Q2_EXACT_MAX_M, Q2_EXACT_UNIT
-from .launch import ChunkPlan
 
 EXACT_K_MULTIPLE = Q2_EXACT_UNIT  # q2_0_gemv_exact's unit of codes
 
@@ -132,7 +132,7 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     require_cuda()
     from numba import cuda
 
-    from .cuda.q2_0 import exact
+    from ..cuda.q2_0 import exact
 
     st = numba_stream(stream)
     with simulator_lock():
@@ -154,8 +154,8 @@ def run_prepared_cuda(p: PreparedActivations, weight, stream=0) -> np.ndarray:
     """
     from numba import cuda
 
-    from .cuda.q2_0 import as_device_weight
-    from .cuda.runtime import launcher
+    from ..cuda.q2_0 import as_device_weight
+    from ..cuda.runtime import launcher
 
     dw = as_device_weight(weight, stream)
     out = np.empty((p.m, dw.n), np.uint16)

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import kernels
-from .launch import PLAN_MAX_M, ChunkPlan
+from . import registry as kernels
+from .plan import PLAN_MAX_M, ChunkPlan
 
 W4A16_BATCHM_WIDTHS: tuple[int, ...] = (4, 5, 6, 7, 8)
 
@@ -71,12 +71,12 @@ def tier_kernel_name(width: int) -> str:
 
 # Every W4A16 kernel name and the rows one launch of it serves (its MAX_M); the kernel
 # module's SPECS must agree (tests/test_tiers.py checks it).
-# Live read-only view of the registry (q2gemv.kernels): W4A16 seed kernel -> rows per launch.
+# Live read-only view of the registry (q2gemv.dispatch.registry): W4A16 seed kernel -> rows per launch.
 W4A16_KERNEL_MAX_M = kernels.table("w4a16", "seed")
 
 
 def _check_m(m) -> int:
-    """``m`` as a Python int in ``0 ..`` :data:`~q2gemv.launch.PLAN_MAX_M` (``q2gemv.plan``'s bound).
+    """``m`` as a Python int in ``0 ..`` :data:`~q2gemv.dispatch.plan.PLAN_MAX_M` (``q2gemv.plan``'s bound).
 
     TypeError naming ``m`` for a bool or a non-integer; ValueError for a
     negative ``m`` or one beyond the kernels' int32 row counts.
@@ -227,7 +227,7 @@ def batch8_rt_enabled() -> bool:
 
 
 # Which tier kernels build on this target: injected by the module that builds them
-# (q2gemv.cuda.w4a16 registers its buildable_kernels on import); tiers know nothing of cuda.
+# (q2gemv.cuda.nvfp4 registers its buildable_kernels on import); tiers know nothing of cuda.
 _resolver: Callable[[Sequence[str]], Iterable[str]] | None = None
 
 
@@ -293,7 +293,7 @@ class W4a16BatchmTiers:
         ``available``: kernel names to treat as present (tests pick subsets).
         When None, ``resolver(candidates)`` is asked which of
         :func:`candidate_kernel_names` build; the default resolver is the one
-        installed by :func:`set_default_resolver` (:mod:`q2gemv.cuda.w4a16`
+        installed by :func:`set_default_resolver` (:mod:`q2gemv.cuda.nvfp4`
         installs its ``buildable_kernels`` when imported: a tier that fails to
         build is simply absent; before that, every registered kernel counts). Width 8 resolves to
         ``w4a16_gemv_batch8_rt2`` when :func:`batch8_rt_enabled` and it is
@@ -374,13 +374,13 @@ def plan_w4a16(m: int, tiers: W4a16BatchmTiers, *, exact_m: bool | None = None) 
     Pure apart from reading the cached exact-M switch when ``exact_m`` is None.
 
     Args:
-        m: activation rows, an int in ``0 ..`` :data:`~q2gemv.launch.PLAN_MAX_M`
+        m: activation rows, an int in ``0 ..`` :data:`~q2gemv.dispatch.plan.PLAN_MAX_M`
             (``2**31 - 1``, the bound of :func:`q2gemv.plan`).
         tiers: the resolved :class:`W4a16BatchmTiers`.
         exact_m: a bool overriding :func:`exact_m_tiers_enabled`, or None.
 
     Returns:
-        A :class:`~q2gemv.launch.ChunkPlan`: a sequence never materialised
+        A :class:`~q2gemv.dispatch.plan.ChunkPlan`: a sequence never materialised
         (O(1) memory for any ``m``; ``len``, indexing and iteration as a list;
         it compares equal to the list of its launches).
 

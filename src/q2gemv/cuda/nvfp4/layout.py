@@ -2,7 +2,7 @@
 
 The layout is stated in :mod:`q2gemv.formats.nvfp4_layout` (with the host
 builder and inverse these kernels must equal). Used by
-:class:`~q2gemv.cuda.w4a16.weight.DeviceNvfp4Weight` when its codes are already
+:class:`~q2gemv.cuda.nvfp4.weight.DeviceNvfp4Weight` when its codes are already
 on the device (``from_buffers``, a hand-built weight) and to rebuild
 ``wp``/``scales`` for the seed contract's kernels from a weight uploaded
 without them.
@@ -21,7 +21,7 @@ import functools
 import numpy as np
 from numba import cuda, int64, uint8, uint32
 
-from ... import launch
+from ...dispatch import plan as launch
 from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK
 from ..runtime.interop import visible_to_all_streams

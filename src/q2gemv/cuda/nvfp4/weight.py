@@ -1,7 +1,7 @@
 """NVFP4 weights on the device: :class:`DeviceNvfp4Weight` (uploaded once, or wrapped in place).
 
 The device copy is the exact kernel's execution layout
-(:mod:`q2gemv.formats.nvfp4_layout`, made by :mod:`q2gemv.cuda.w4a16.layout` on
+(:mod:`q2gemv.formats.nvfp4_layout`, made by :mod:`q2gemv.cuda.nvfp4.layout` on
 the device when the codes are already there); the packed E2M1 codes (as
 uint32 words, eight codes a word, :mod:`q2gemv.formats.nvfp4`'s nibble order)
 and the E4M3 scales' bytes are kept only where the seed contract's kernels
@@ -16,9 +16,9 @@ from typing import ClassVar
 import numpy as np
 from numba import cuda
 
-from ...backends import simulator_lock
 from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK, Nvfp4Weight, check_global_scale
+from ...host.backends import simulator_lock
 from ..runtime.interop import check_device_array
 from ..runtime.once import fill_once
 from . import layout as w4_layout
@@ -114,7 +114,7 @@ class DeviceNvfp4Weight:
         """``(wp, scales)``: the raw arrays, rebuilt on the device from the layout at first use if absent.
 
         Only the seed contract's kernels read them; the rebuild is the exact
-        inverse of the layout (:func:`q2gemv.cuda.w4a16.layout.unpack`).
+        inverse of the layout (:func:`q2gemv.cuda.nvfp4.layout.unpack`).
         """
         return fill_once(
             self,
@@ -181,7 +181,7 @@ class DeviceNvfp4Weight:
         Raises:
             TypeError / ValueError naming ``packed``, ``scales`` or ``global_scale``.
         """
-        from ... import launch
+        from ...dispatch import plan as launch
         from ..runtime.interop import as_device_buffer
 
         d = as_device_buffer(packed, "packed")

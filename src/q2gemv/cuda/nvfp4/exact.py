@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from ... import kernels, launch
+from ...dispatch import plan as launch
+from ...dispatch import registry as kernels
 from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK
 from ..exact_contract import (
@@ -419,7 +420,7 @@ class W4Operands:
 
 
 # The exact-family interface (q2gemv.cuda.runtime.launcher.ExactFamily); the kernel is the
-# family spec's exact_kernel (q2gemv.kernels).
+# family spec's exact_kernel (q2gemv.dispatch.registry).
 PREPARE = "w4a16_exact_prepare"
 Operands = W4Operands
 PREP_THREADS = 256  # the prepare's CTA: 2048 elements of a row per CTA
@@ -466,7 +467,7 @@ def global_parts(g) -> tuple[int, int, int, int]:
 def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
     """``(kernel, grid, block, args)`` of each ``w4a16_gemv_exact`` launch.
 
-    ``rows_of``: the plan's ``(row0, rows)`` (:func:`q2gemv.launch.check_chunks`:
+    ``rows_of``: the plan's ``(row0, rows)`` (:func:`q2gemv.dispatch.plan.check_chunks`:
     rows <= :data:`MAX_M`); None: chunks of :data:`MAX_M`.
     Validates before anything is launched: ``dw`` a DeviceNvfp4Weight of
     ``ops.k`` columns, ``d_out`` uint16 [M, N], the chunks, the 32-bit indices.

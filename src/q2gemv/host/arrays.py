@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from . import tiers
+from ..dispatch import nvfp4_tiers as tiers
 from .backends import simulator_active
 
 
@@ -109,8 +109,8 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
     address (unique across devices), shape, dtype, strides, the stream's raw
     handle (torch's current stream for torch ``a`` without ``stream=``; the
     simulator's streams by identity), ``kernel``, ``numerics`` and the W4A16
-    kill switches (:func:`q2gemv.tiers.env_generation`: a
-    :func:`~q2gemv.tiers.reload_env` re-plans). A call whose key
+    kill switches (:func:`q2gemv.dispatch.nvfp4_tiers.env_generation`: a
+    :func:`~q2gemv.dispatch.nvfp4_tiers.reload_env` re-plans). A call whose key
     differs in any of them is validated and bound afresh: a cached launch is
     never used on other buffers.
     """

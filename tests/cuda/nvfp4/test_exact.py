@@ -13,11 +13,11 @@ import pytest
 from numba import cuda
 
 from q2gemv import Nvfp4Weight
-from q2gemv.check import assert_bits_equal
+from q2gemv.cuda.nvfp4 import exact as xw
+from q2gemv.cuda.nvfp4.scales import scale_entry
 from q2gemv.cuda.runtime import launcher
-from q2gemv.cuda.w4a16 import exact as xw
-from q2gemv.cuda.w4a16.scales import scale_entry
 from q2gemv.formats.nvfp4 import E2M1_VALUES, E4M3_VALUES
+from q2gemv.golden.check import assert_bits_equal
 from q2gemv.reference import exact as rex
 
 BF16 = ml_dtypes.bfloat16
@@ -221,7 +221,7 @@ def test_ptx_specs_are_the_builds_the_launcher_picks():
 
 def test_launches_choose_the_cta_size_per_chunk():
     """A call of 10 rows on a small grid: the 8-row chunk takes 8 warps, the 2-row chunk 16."""
-    from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
+    from q2gemv.cuda.nvfp4 import DeviceNvfp4Weight
 
     m, n, k = 10, 1024, 4096
     dw = DeviceNvfp4Weight.upload(_weight(np.random.default_rng(4), n, k))
@@ -231,7 +231,7 @@ def test_launches_choose_the_cta_size_per_chunk():
 
 
 def test_launches_refuse_bad_operands():
-    from q2gemv.cuda.w4a16 import DeviceNvfp4Weight
+    from q2gemv.cuda.nvfp4 import DeviceNvfp4Weight
 
     rng = np.random.default_rng(13)
     dw = DeviceNvfp4Weight.upload(_weight(rng, 4, 32))

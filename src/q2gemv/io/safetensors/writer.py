@@ -8,7 +8,7 @@ multiple of its element size, back to back with no gap, and ``__metadata__`` hol
 ``{"format": "pt"}`` plus what the caller adds. The ``safetensors`` package is not
 needed: each tensor's bytes come from its ``data()`` when it is written, so a model is
 never held twice in memory (``safetensors.torch.save`` builds the whole file in one
-``bytes``). The file goes through :func:`q2gemv._atomic.atomic_write`.
+``bytes``). The file goes through :func:`q2gemv.tools.atomic.atomic_write`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._atomic import atomic_write
-from .._progress import Progress
-from .safetensors import DTYPE_SIZES
+from ...tools.atomic import atomic_write
+from ...tools.progress import Progress
+from .reader import DTYPE_SIZES
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import pytest
 from numba import cuda
 
 import q2gemv
-from q2gemv.cuda.w4a16 import layout as dlay
-from q2gemv.cuda.w4a16.weight import DeviceNvfp4Weight
+from q2gemv.cuda.nvfp4 import layout as dlay
+from q2gemv.cuda.nvfp4.weight import DeviceNvfp4Weight
 from q2gemv.formats import nvfp4_layout as lay
 from q2gemv.formats.nvfp4 import Nvfp4Weight
 
@@ -171,7 +171,7 @@ def test_out_overlapping_the_layout_is_refused(no_launch):
 def test_a_host_weight_is_uploaded_in_the_form_its_contract_reads():
     """A seed-contract call on a host weight uploads packed/scales only (no layout, no device
     unpack); an exact-contract one uploads the layout only. Either makes the other at need."""
-    from q2gemv.cuda.w4a16.weight import as_device_weight
+    from q2gemv.cuda.nvfp4.weight import as_device_weight
 
     w = _weight(np.random.default_rng(77), 5, 48)
     seed = as_device_weight(w, 0, "seed")

@@ -36,8 +36,8 @@ import json
 import sys
 from pathlib import Path
 
-from ._command import int_at_least, one_line
-from .golden import gen, harness, report, store, suite
+from ..tools.command import int_at_least, one_line
+from . import gen, harness, report, store, suite
 
 MAX_FAILURES_SHOWN = 50
 

@@ -1,6 +1,6 @@
 """numba.cuda kernels of the W4A16 NVFP4 seed contract, and their host launch wrappers.
 
-Every kernel here is reproduced bit for bit by :func:`q2gemv.reference.w4a16.w4a16_gemv`,
+Every kernel here is reproduced bit for bit by :func:`q2gemv.reference.nvfp4.w4a16_gemv`,
 whose docstring states the contract (thread map and fp32 operation order).
 
 One template, ``w4a16_gemv_batchm`` (:func:`_make_batchm_body`), with the compile-time
@@ -8,7 +8,7 @@ knobs of its :class:`KernelSpec` (each compiled kernel is cached by name):
 
 * ``max_m`` sizes the per-row accumulators, the staged activation tile and the unrolled
   per-row loop; a run-time ``m < M`` guard skips dead rows. The tiers
-  ``w4a16_gemv_batch4`` .. ``_batch8`` (:mod:`q2gemv.tiers`) and the wide ``_batch16`` /
+  ``w4a16_gemv_batch4`` .. ``_batch8`` (:mod:`q2gemv.dispatch.nvfp4_tiers`) and the wide ``_batch16`` /
   ``_batch32`` are this template at max_m = 4..8, 16, 32.
 * ``cols`` — output columns per warp. ``w4a16_gemv_batch8_rt2`` (cols = 2) loads each
   staged activation once from shared memory for two columns; every column keeps the
@@ -41,12 +41,13 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
-from ... import kernels, tiers
-from ...backends import simulator_lock
+from ...dispatch import nvfp4_tiers as tiers
+from ...dispatch import registry as kernels
+from ...dispatch.nvfp4_tiers import W4a16BatchmTiers, check_plan, plan_w4a16
+from ...dispatch.plan import check_launch_rows
 from ...formats.bf16 import as_bf16_rows, bits_to_bf16
 from ...formats.nvfp4 import BLOCK, Nvfp4Weight
-from ...launch import check_launch_rows
-from ...tiers import W4a16BatchmTiers, check_plan, plan_w4a16
+from ...host.backends import simulator_lock
 from ..runtime.dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
 from .weight import DeviceNvfp4Weight, as_device_weight
 
@@ -81,7 +82,7 @@ class _SpecView(Mapping):
 
 
 # A kernel's identity and compile-time knobs (max_m, cols = rows_per_warp, depth, a_ahead,
-# unroll_words, grid): the registry's spec, q2gemv.kernels.
+# unroll_words, grid): the registry's spec, q2gemv.dispatch.registry.
 KernelSpec = kernels.KernelSpec
 
 
@@ -327,7 +328,7 @@ def _compiled(spec: KernelSpec):  # keyed by the whole spec: a re-registered spe
 def buildable_kernels(names: Iterable[str] = KERNEL_NAMES) -> list[str]:
     """The subset of ``names`` that this module defines and that build on the current target.
 
-    The default resolver of :meth:`q2gemv.tiers.W4a16BatchmTiers.resolve`: a
+    The default resolver of :meth:`q2gemv.dispatch.nvfp4_tiers.W4a16BatchmTiers.resolve`: a
     kernel that fails to build is left out (an absent tier), not an error.
     """
     ok = []
@@ -401,7 +402,7 @@ def _run_plan(plan, a_bits: np.ndarray, weight, stream) -> np.ndarray:
     """Run the launches ``plan`` over ``a_bits``; the whole plan is checked before any work.
 
     A plan naming an unknown kernel, or rows a kernel does not serve, or not
-    covering every row once (:func:`q2gemv.tiers.check_plan`) is refused
+    covering every row once (:func:`q2gemv.dispatch.nvfp4_tiers.check_plan`) is refused
     before the weight is uploaded or a chunk launched.
     """
     if not isinstance(weight, (Nvfp4Weight, DeviceNvfp4Weight)):
@@ -436,9 +437,9 @@ def w4a16_gemv(
     Returns bf16 [N] or [M, N].
 
     ``kernel`` forces one kernel of :data:`KERNEL_NAMES` (rows chunked by its
-    max_m). Otherwise the launches follow :func:`q2gemv.tiers.plan_w4a16`
+    max_m). Otherwise the launches follow :func:`q2gemv.dispatch.nvfp4_tiers.plan_w4a16`
     over ``tiers`` (default: every tier here treated as present, compiled on
-    first use, so the kill switches of :mod:`q2gemv.tiers` apply).
+    first use, so the kill switches of :mod:`q2gemv.dispatch.nvfp4_tiers` apply).
     """
     if not isinstance(weight, (Nvfp4Weight, DeviceNvfp4Weight)):
         as_device_weight(weight)  # raises the TypeError naming weight
