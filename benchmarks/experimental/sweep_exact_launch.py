@@ -54,11 +54,10 @@ def candidates(n: int, k: int, m: int, full: bool = True):
                     out.append((True, warps, parts, 1, None))
         return out
     ng = -(-min(m, 32) // 8)
-    for warps, cols, regs in ((4, 1, None), (4, 1, 128), (8, 1, None), (8, 1, 128),
-                              (8, 2, 128), (16, 2, 128)):  # fmt: skip
+    for warps, cols, regs in ((4, 1, None), (4, 1, 128), (8, 1, None), (8, 1, 128)):
         if cols <= ng:
             out.append((True, warps, 1, cols, regs))
-    for parts in (2, 4, 8):
+    for parts in (2, 4):
         if steps // parts >= 4:
             out.append((True, 4, parts, 1, None))
     return out

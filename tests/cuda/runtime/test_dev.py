@@ -508,3 +508,17 @@ def test_wrapping_integer_arithmetic_warns_nothing():
         _wrap_kernel[1, 4](x, out)
     assert np.array_equal(out, x)
     assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
+def test_every_helper_has_a_device_version_and_a_twin():
+    """dev re-exports one set of names; both worlds define each of them (and as device code)."""
+    import re
+
+    from q2gemv.cuda.runtime import dev, intrinsics, twins
+
+    names = re.findall(r"^(\w+) = _impl\.\1$", open(dev.__file__).read(), re.M)
+    assert len(names) >= 20 and "mma_u8s8" in names and "cp_async16" in names
+    for name in names:
+        assert hasattr(intrinsics, name), f"intrinsics lacks {name}"
+        assert hasattr(twins, name), f"twins lacks {name}"
+        assert getattr(dev, name) is getattr(twins if dev.SIMULATED else intrinsics, name)

@@ -68,57 +68,33 @@ _device = cuda.jit(device=True, inline="always")
 
 # The one choice: a kernel calls these names and never asks which world it runs in.
 if SIMULATED:
-    from .twins import (  # noqa: F401 - re-exported: the kernels import them from here
-        bitlen64,
-        cp_async4,
-        cp_async16,
-        cp_async_commit,
-        cp_async_wait,
-        f32_as_u32,
-        fadd_rn,
-        fma,
-        fmul_rn,
-        grid_dep_launch,
-        grid_dep_wait,
-        ld_bf16x8,
-        ld_f32x4,
-        ld_stream_u32x4,
-        ld_u32x4,
-        ld_vec_u32x4,
-        mma_k16_s8u8,
-        mma_u8,
-        mma_u8s8,
-        mul_wide,
-        prmt,
-        shfl_xor,
-        u32_as_f32,
-    )
+    from . import twins as _impl
 else:
-    from .intrinsics import (  # noqa: F401 - re-exported: the kernels import them from here
-        bitlen64,
-        cp_async4,
-        cp_async16,
-        cp_async_commit,
-        cp_async_wait,
-        f32_as_u32,
-        fadd_rn,
-        fma,
-        fmul_rn,
-        grid_dep_launch,
-        grid_dep_wait,
-        ld_bf16x8,
-        ld_f32x4,
-        ld_stream_u32x4,
-        ld_u32x4,
-        ld_vec_u32x4,
-        mma_k16_s8u8,
-        mma_u8,
-        mma_u8s8,
-        mul_wide,
-        prmt,
-        shfl_xor,
-        u32_as_f32,
-    )
+    from . import intrinsics as _impl
+
+bitlen64 = _impl.bitlen64
+cp_async4 = _impl.cp_async4
+cp_async16 = _impl.cp_async16
+cp_async_commit = _impl.cp_async_commit
+cp_async_wait = _impl.cp_async_wait
+f32_as_u32 = _impl.f32_as_u32
+fadd_rn = _impl.fadd_rn
+fma = _impl.fma
+fmul_rn = _impl.fmul_rn
+grid_dep_launch = _impl.grid_dep_launch
+grid_dep_wait = _impl.grid_dep_wait
+ld_bf16x8 = _impl.ld_bf16x8
+ld_f32x4 = _impl.ld_f32x4
+ld_stream_u32x4 = _impl.ld_stream_u32x4
+ld_u32x4 = _impl.ld_u32x4
+ld_vec_u32x4 = _impl.ld_vec_u32x4
+mma_k16_s8u8 = _impl.mma_k16_s8u8
+mma_u8 = _impl.mma_u8
+mma_u8s8 = _impl.mma_u8s8
+mul_wide = _impl.mul_wide
+prmt = _impl.prmt
+shfl_xor = _impl.shfl_xor
+u32_as_f32 = _impl.u32_as_f32
 
 
 @_device
