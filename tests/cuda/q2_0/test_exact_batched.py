@@ -89,7 +89,7 @@ def test_split_workspace_is_left_zero_and_kept(batched, monkeypatch):
 
 
 def test_launch_rule_is_the_measured_one():
-    """Pinned from benchmarks/results/h200_exact_launch_sweep.csv (M = 16 and 32)."""
+    """Pinned from the H200 entry of cuda/q2_0/tuning.json (the launch sweep, M = 16 and 32)."""
     rule = xb.launch_rule
     assert rule(16384, 16384, 32) == xb.LaunchRule(8, 1)
     assert rule(14336, 4096, 16) == xb.LaunchRule(8, 1)
@@ -111,3 +111,28 @@ def test_registering_changes_no_default():
         assert kernels.family("q2_0").exact_kernel == "q2_0_gemv_exact"
     finally:
         kernels._unregister(xb.NAME)
+
+
+def test_launch_rule_reads_the_knobs_of_this_gpu(tmp_path, monkeypatch):
+    """The rule's knobs are data: another GPU's entry (or the default) changes the shapes."""
+    import json
+    from pathlib import Path
+
+    from q2gemv.cuda.runtime import tuning
+
+    src = Path(xb.__file__).parent / "tuning.json"
+    table = json.loads(src.read_text())
+    assert table["default"] in table["gpus"]
+    other = dict(table["gpus"][table["default"]][xb.NAME], wide_tiles=10**9, narrow_warps=2)
+    table["gpus"]["Other GPU"] = {"measured_by": "a test", xb.NAME: other}
+    (tmp_path / "tuning.json").write_text(json.dumps(table))
+    monkeypatch.setattr(xb, "__file__", str(tmp_path / "exact_batched.py"))
+    try:
+        tuning.set_gpu_name("NVIDIA Other GPU 80GB")
+        assert xb.launch_rule(16384, 16384, 32).warps == 2  # never wide, 2 warps
+        tuning.set_gpu_name("NVIDIA H200")
+        assert xb.launch_rule(16384, 16384, 32) == xb.LaunchRule(8, 1)
+        tuning.set_gpu_name("some unknown GPU")  # the default entry
+        assert xb.launch_rule(16384, 16384, 32) == xb.LaunchRule(8, 1)
+    finally:
+        tuning.set_gpu_name(None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
@@ -22,6 +23,7 @@ from ...dispatch import plan as launch
 from ...dispatch import registry as kernels
 from ...formats import q2_0_layout as lay
 from ..exact_contract import BF16_NAN, FRAC_BITS, SPECIAL_ROW, round_fixed_bf16
+from ..runtime import tuning
 from ..runtime.dev import (
     cp_async4,
     cp_async16,
@@ -440,27 +442,22 @@ class LaunchRule:
         return launch.div_ceil(groups_for(m), self.cols) * self.cols
 
 
-WIDE_TILES = 512  # row tiles from which a CTA takes 8 warps, and the K is not split
-TARGET_CTAS = 256  # CTAs a K split of 4-warp CTAs aims at
-MIN_STEPS = 4  # steps of 128 codes each part of a K split keeps at least
-
-
 def launch_rule(n: int, k: int, m: int) -> LaunchRule:
-    """The CTA shape of a launch of ``m`` rows on an N x K weight, from the H200 sweep
-    (``benchmarks/results/h200_exact_launch_sweep.csv``: the fastest shape at M = 16 and 32
-    on eight shapes): 8 warps and no K split from :data:`WIDE_TILES` row tiles on (16384^2,
-    14336x4096, 17408x5120); else 4 warps, K split until the grid has about
-    :data:`TARGET_CTAS` CTAs, each part keeping at least :data:`MIN_STEPS` steps (4096^2 and
-    4096x14336: 4 parts; 1024x4096: 8). Any rule gives the same bits."""
+    """The CTA shape of a launch of ``m`` rows on an N x K weight, from the knobs measured on
+    this GPU (``tuning.json`` beside this module, :mod:`q2gemv.cuda.runtime.tuning`): from
+    ``wide_tiles`` row tiles on, ``wide_warps`` warps a CTA and no K split; below,
+    ``narrow_warps`` warps and K split until the grid has about ``target_ctas`` CTAs, each
+    part keeping at least ``min_steps`` steps of 128 codes. Any rule gives the same bits."""
     if not 1 <= m <= MAX_M:
         raise ValueError(f"m: {NAME} serves 1..{MAX_M} rows per launch, got {m}")
+    kn = tuning.knobs(str(Path(__file__).parent), NAME)
     tiles = launch.div_ceil(n, ROWS_PER_CTA)
-    if tiles >= WIDE_TILES:
-        return LaunchRule(8, 1)
-    ctas = launch.div_ceil(tiles, 4)
+    if tiles >= kn["wide_tiles"]:
+        return LaunchRule(kn["wide_warps"], 1)
+    ctas = launch.div_ceil(tiles, kn["narrow_warps"])
     steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
-    parts = max(1, min(round(TARGET_CTAS / ctas), steps // MIN_STEPS))
-    return LaunchRule(4, parts)
+    parts = max(1, min(round(kn["target_ctas"] / ctas), steps // kn["min_steps"]))
+    return LaunchRule(kn["narrow_warps"], parts)
 
 
 def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
