@@ -544,7 +544,13 @@ def gemv_shares(run, variant: str, steps: int = 5) -> tuple[float, float]:
     if not total:
         return float("nan"), float("nan")
     ours = sum(_device_us(e) for e in kernels if GEMV_KERNELS[variant].search(e.key))
-    dense = sum(_device_us(e) for e in kernels if DENSE.search(e.key))
+    # (q2gemv's kernel names hold "q2gemv", which DENSE matches: a variant's own are not dense)
+    mine = GEMV_KERNELS[variant]
+    dense = sum(
+        _device_us(e)
+        for e in kernels
+        if DENSE.search(e.key) and (variant == "bf16" or not mine.search(e.key))
+    )
     return ours / total, dense / total
 
 
