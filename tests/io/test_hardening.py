@@ -16,7 +16,7 @@ from q2gemv.io.gguf.inspect import format_inspect
 from q2gemv.io.gguf.reader import GgufError, load_q2_weights, read_gguf
 from q2gemv.io.gguf.writer import save_q2_weights
 from q2gemv.io.safetensors.reader import SafetensorsError, load_nvfp4_weights
-from tests.io.test_gguf import ARR, F32, STR, U8, U32, spec_gguf, write
+from tests.io.gguf.test_reader import ARR, F32, STR, U8, U32, spec_gguf, write
 
 
 def _q2(n: int, k: int, group: int, seed: int = 0):

@@ -23,7 +23,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 from q2gemv.models.meta import finish_meta_model  # noqa: E402
 from q2gemv.torch import Nvfp4Linear, Q2Linear, quantize_model  # noqa: E402
 
-from .model_cases import assert_same_bits, prompts, tiny_llama, tiny_qwen2  # noqa: E402
+from ..model_cases import assert_same_bits, prompts, tiny_llama, tiny_qwen2  # noqa: E402
 
 MODELS = {"llama": tiny_llama, "qwen2": tiny_qwen2}
 LAYERS = {"q2_0": Q2Linear, "nvfp4": Nvfp4Linear}

@@ -13,7 +13,7 @@ import q2gemv
 from q2gemv.cuda import DeviceNvfp4Weight, DeviceQ2Weight
 from q2gemv.golden.check import assert_bits_equal
 
-from .q2_cases import random_acts, random_weight
+from ..q2_cases import random_acts, random_weight
 
 
 def _nvfp4(rng, n, k):

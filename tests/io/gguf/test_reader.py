@@ -18,7 +18,7 @@ from q2gemv.io.gguf.reader import (
 )
 from q2gemv.io.gguf.writer import save_q2_weights
 
-from .mapping import mmap_of
+from ..mapping import mmap_of
 
 # -- an independent minimal GGUF writer, from the specification ---------------
 # Value type ids and layout per ggml docs/gguf.md; deliberately not importing

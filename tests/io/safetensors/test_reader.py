@@ -12,7 +12,7 @@ import pytest
 from q2gemv.formats.nvfp4 import Nvfp4Weight, e2m1_decode, e4m3_decode
 from q2gemv.io.safetensors.reader import SafetensorsError, find_nvfp4_layers, load_nvfp4_weights
 
-from .mapping import mmap_of
+from ..mapping import mmap_of
 
 stn = pytest.importorskip("safetensors.numpy")
 

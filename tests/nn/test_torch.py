@@ -25,9 +25,9 @@ import q2gemv  # noqa: E402
 from q2gemv.golden.check import assert_bits_equal  # noqa: E402
 from q2gemv.torch import Nvfp4Linear, Q2Linear, replace_linears  # noqa: E402
 
-from .q2_cases import random_acts, random_weight  # noqa: E402
+from ..q2_cases import random_acts, random_weight  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(path: Path, name: str):

@@ -32,7 +32,7 @@ from q2gemv.torch import (  # noqa: E402
     quantize_model,
 )
 
-from .model_cases import tiny_config, tiny_llama, write_llama_gguf  # noqa: E402
+from ..model_cases import tiny_config, tiny_llama, write_llama_gguf  # noqa: E402
 
 T = gguf.GGUFValueType
 
