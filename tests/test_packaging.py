@@ -37,7 +37,7 @@ def _ci_commands() -> list[str]:
 
 def test_the_test_extra_brings_what_the_tests_import():
     test = _extra("test")
-    # torch: tests/test_torch.py and the notebook 06; transformers: tests/test_models.py
+    # torch: tests/nn/test_torch.py and the notebook 06; transformers: tests/models/test_models.py
     for dist in ("torch", "transformers", "pytest", "pytest-xdist", "safetensors", "gguf"):
         assert dist in test, f"the test extra lacks {dist}"
     models = _extra("models")

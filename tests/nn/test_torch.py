@@ -118,7 +118,7 @@ def test_nvfp4linear_cpu_bits_equal_reference(shape, with_bias):
 
 def test_numerics_is_forwarded_and_default_follows_the_library():
     # +-2**16 at k = 0 and 64 (equal weights) cancel exactly: fp32 partial sums (seed) lose
-    # the small terms beside them, the exact contract keeps them (tests/test_api_exact.py)
+    # the small terms beside them, the exact contract keeps them (tests/test_api.py)
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 4, (32, 128), dtype=np.uint8)
     codes[:, 64] = codes[:, 0]
