@@ -1,5 +1,5 @@
 """Tiny Llama and Qwen2 models made in code, and a llama.cpp-style GGUF file of a Llama
-(for tests/test_models.py and tests/test_models_save_load.py)."""
+(for tests/models/)."""
 
 from __future__ import annotations
 

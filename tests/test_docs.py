@@ -150,3 +150,21 @@ def test_commands_page_simulator_notice_is_what_verify_prints(monkeypatch):
     shown = next(b for b in _blocks(text, "text") if "the cuda backend runs" in b)
     todo = harness.simulator_checks(suite.Selection.parse(None).gemv_checks(suite.load_suite()))
     _assert_shown(f"q2gemv verify: {harness.sim_notice(todo, 2)}", shown, "commands.md notice")
+
+
+def test_architecture_doc_names_only_what_exists():
+    import importlib
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    pat = (
+        r"\b((?:api|dispatch\.\w+|host\.\w+|reference\.\w+|io(?:\.\w+)+|nn\.\w+|formats\.\w+"
+        r"|golden\.\w+|cuda(?:\.\w+)+)"
+        r"\.(\w+))"
+    )
+    names = {m[0] for m in re.findall(pat, text) if m[1] != "py"}
+    assert "api.gemv" in names
+    for dotted in sorted(names):
+        mod, _, attr = dotted.rpartition(".")
+        parent = importlib.import_module("q2gemv." + mod)
+        if not hasattr(parent, attr):  # a submodule: it must import
+            importlib.import_module(f"q2gemv.{dotted}")

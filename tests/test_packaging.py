@@ -37,7 +37,7 @@ def _ci_commands() -> list[str]:
 
 def test_the_test_extra_brings_what_the_tests_import():
     test = _extra("test")
-    # torch: tests/test_torch.py and the notebook 06; transformers: tests/test_models.py
+    # torch: tests/nn/test_torch.py and the notebook 06; transformers: tests/models/test_models.py
     for dist in ("torch", "transformers", "pytest", "pytest-xdist", "safetensors", "gguf"):
         assert dist in test, f"the test extra lacks {dist}"
     models = _extra("models")
@@ -70,3 +70,11 @@ def test_a_notebooks_extra_installs_jupyter_and_what_the_notebooks_import():
     # and the docs say how to use it
     assert 'pip install -e ".[notebooks]"' in (ROOT / "docs" / "notebooks.md").read_text()
     assert "notebooks" in (ROOT / "README.md").read_text()
+
+
+def test_a_notebooks_extra_has_what_nbconvert_needs():
+    text = (ROOT / "pyproject.toml").read_text()  # no tomllib on Python 3.10
+    block = re.search(r"^notebooks = \[(.*?)^\]", text, re.S | re.M)
+    assert block, "pyproject.toml has no 'notebooks' extra"
+    names = {re.split(r"[<>=\[]", d)[0] for d in re.findall(r'"([^"]+)"', block[1])}
+    assert {"nbconvert", "ipykernel", "matplotlib", "numba-cuda"} <= names

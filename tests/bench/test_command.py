@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import argparse
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from q2gemv import bench as B
+from q2gemv import cli
+from q2gemv.host import backends
+from tests.bench.test_formulas import _report, synthetic_rows
+from tests.test_cli import _cli
 
 
 def _args(argv):
@@ -164,3 +169,123 @@ def test_plot_without_matplotlib_is_refused_before_the_run(tmp_path, monkeypatch
     assert B.run(_args(["--plot", "--out", str(tmp_path / "o")])) == 2
     assert "--plot needs matplotlib" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_bench_help_states_the_prefix_rule_device_prefix_follows():
+    import argparse
+
+    from q2gemv.bench.command import add_arguments
+    from q2gemv.bench.results import SIM_PREFIX, device_prefix
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    (prefix,) = [a for a in p._actions if a.dest == "prefix"]
+    assert "'_dryrun' appended for --dry-run on a GPU" in prefix.help
+    assert device_prefix({"simulated": True, "dry_run": True}) == SIM_PREFIX
+    assert device_prefix({"device": "NVIDIA H200", "dry_run": True}) == "h200_dryrun"
+
+
+def test_bench_negative_seed_is_a_usage_error(capsys):
+    rc, out, err = _cli(["bench", "--seed", "-1", "--dry-run"], capsys)
+    assert rc == 2 and out == ""
+    assert "--seed: expected an integer >= 0, got -1" in err and "Traceback" not in err
+
+
+def _no_run(monkeypatch):
+    from q2gemv.bench import runner
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("cases ran before the outputs were checked")
+
+    monkeypatch.setattr(runner, "execute", must_not_run)
+
+
+@pytest.mark.parametrize("prefix", ["../x", "a/b", "..", "x\ny"])
+def test_bench_prefix_must_be_a_file_name(tmp_path, monkeypatch, capsys, prefix):
+    _no_run(monkeypatch)
+    argv = ["bench", "--dry-run", "--out", str(tmp_path / "o"), "--prefix", prefix]
+    rc, out, err = _cli(argv + ["--shapes", "128x128", "--m", "1", "--no-torch"], capsys)
+    assert rc == 2 and out == ""
+    assert (
+        err.startswith("q2gemv bench: --prefix: expected a file name prefix")
+        and err.count("\n") == 1
+    ), err
+    assert not (tmp_path / "x").exists()
+
+
+def test_bench_unusable_out_is_refused_before_any_case_runs(tmp_path, monkeypatch, capsys):
+    _no_run(monkeypatch)
+    blocker = tmp_path / "file\x1bname"
+    blocker.write_text("not a folder")
+    argv = ["bench", "--dry-run", "--out", str(blocker / "sub")]
+    rc, out, err = _cli(argv + ["--shapes", "128x128", "--m", "1", "--no-torch"], capsys)
+    assert rc == 2 and out == ""
+    assert err.startswith("q2gemv bench: --out: cannot create the folder") and "\x1b" not in err
+    assert err.count("\n") == 1, err
+
+
+def _no_gpu(monkeypatch, simulator: bool) -> None:
+    monkeypatch.setattr(backends, "gpu_present", lambda: False)
+    monkeypatch.setattr(backends, "simulator_requested", lambda: simulator)
+
+
+def test_bench_without_a_gpu_is_one_line(monkeypatch, capsys):
+    _no_gpu(monkeypatch, simulator=False)
+    assert cli.main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no CUDA GPU" in err and "--dry-run" in err
+
+
+def test_bench_refuses_shapes_the_simulator_cannot_run(monkeypatch, capsys):
+    _no_gpu(monkeypatch, simulator=True)
+    assert cli.main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "5120x5120" in err and f"N*K <= {B.SIM_MAX_NK}" in err and f"M <= {B.SIM_MAX_M}" in err
+    assert cli.main(["bench", "--dry-run", "--shapes", "16x512", "--m", "33"]) == 2
+    assert "M 33" in capsys.readouterr().err
+    cases = B.build_cases(((16, 512),), (1, 2), torch=False)
+    assert B.simulator_refusals(cases) == ""
+
+
+def _settings(tmp_path, *argv):
+    p = argparse.ArgumentParser()
+    B.add_arguments(p)
+    args = p.parse_args(["--out", str(tmp_path), *argv])
+    args.command = "test"
+    return B.Settings.from_args(args)
+
+
+def test_bench_never_overwrites_results_by_default(tmp_path):
+    defaults = _settings(tmp_path)
+    assert Path(B.DEFAULT_OUT) != Path("benchmarks/results")
+    rep = _report(synthetic_rows())
+    first = B.write_outputs(rep, defaults)
+    assert defaults.prefix == "h200_synthetic" and first["gemv"].name == "h200_synthetic_gemv.csv"
+    before = first["gemv"].read_bytes()
+    st = _settings(tmp_path, "--prefix", "h200_synthetic")
+    second = B.write_outputs(_report(synthetic_rows()), st)
+    assert st.prefix == "h200_synthetic_2" and second["gemv"].name == "h200_synthetic_2_gemv.csv"
+    assert first["gemv"].read_bytes() == before
+    st = _settings(tmp_path, "--prefix", "h200_synthetic", "--overwrite")
+    assert B.write_outputs(_report(synthetic_rows()), st)["gemv"] == first["gemv"]
+
+
+def test_device_prefix_names_the_device_and_the_simulator():
+    assert B.device_prefix({"device": "NVIDIA H200"}) == "h200"
+    assert B.device_prefix({"device": "NVIDIA H200", "dry_run": True}) == "h200_dryrun"
+    assert B.device_prefix({"device": "CUDA simulator", "simulated": True}) == B.SIM_PREFIX
+
+
+def test_a_simulator_summary_does_not_look_like_h200_results(tmp_path):
+    rows = synthetic_rows()
+    for r in rows:
+        r["time_us"] = r["time_min_us"] = r["time_max_us"] = None
+    B.derive(rows, ceiling_gbps=None, sms=None, clock_hz=None, device="CUDA simulator")
+    rep = _report(rows)
+    rep.meta.update(device="CUDA simulator", simulated=True, dry_run=True, sms=None, clock_mhz=None)
+    md = B.summary_markdown(rep, _settings(tmp_path))
+    assert "DRY RUN" in md and "NOTHING WAS TIMED" in md
+    assert "132 SMs" not in md and "1980" not in md
+    assert all(r["fma_floor_us"] is None for r in rows)
+    assert all(h["q2"] is None for h in B.headline_rows(rows))  # no "fastest" untimed kernel
+    assert "`q2_0_gemv" not in B.headline_table(rows)

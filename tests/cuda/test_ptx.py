@@ -12,10 +12,14 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 from q2gemv.cuda.ptx import FAMILIES
+
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 # one process each, in parallel: the seed kernels together, each exact module alone
 GROUPS = [("q2_0", "w4a16"), *((f,) for f in FAMILIES if f not in ("q2_0", "w4a16"))]
@@ -184,3 +188,39 @@ def test_summary_counts_the_mma_form():
     s = summarise(ptx)
     assert s["mma.sync.aligned.m16n8k32"] == 1 and s["uses_local_memory"]
     assert summarise("\tld.global.u32 %r1, [%rd1];\n")["uses_local_memory"] is False
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(SRC), **env}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True
+    )
+
+
+def test_ptx_without_nvvm_is_one_line_with_an_install_hint():
+    r = _run(
+        """
+        import sys
+        from numba.cuda.cudadrv.error import NvvmSupportError
+        import q2gemv.cuda.ptx as ptx
+        def no_nvvm(*args, **kwargs):
+            raise NvvmSupportError("libNVVM cannot be found.\\nDo `conda install cudatoolkit`:\\n")
+        ptx.compile_all = no_nvvm
+        sys.exit(ptx.main(["--family", "q2_0"]))
+        """,
+        NUMBA_ENABLE_CUDASIM="0",
+    )
+    assert r.returncode == 1, r.stderr
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("q2gemv.cuda.ptx: libNVVM cannot be found.;")
+    assert "pip install 'q2gemv[cu13]'" in lines[0]
+
+
+def test_ptx_under_the_simulator_is_one_line(capsys):
+    from q2gemv.cuda import ptx
+
+    assert ptx.main(["--family", "q2_0"]) == 1  # conftest switched the simulator on
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NUMBA_ENABLE_CUDASIM unset" in err

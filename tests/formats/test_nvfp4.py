@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -423,3 +425,57 @@ def test_from_float_accepts_bf16_and_rejects_bad_input():
         Nvfp4Weight.from_float(np.zeros(16, np.float32))
     with pytest.raises(TypeError, match="w"):
         Nvfp4Weight.from_float(np.zeros((1, 16), np.int32))
+
+
+def _nvfp4_parts():
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    w = Nvfp4Weight.from_float(np.linspace(-3, 3, 64, dtype=np.float32).reshape(2, 32))
+    return np.array(w.packed), np.array(w.scales)
+
+
+def _host_error(g) -> tuple[type, str]:
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    packed, scales = _nvfp4_parts()
+    with pytest.raises((TypeError, ValueError)) as e:
+        Nvfp4Weight(packed, scales, g)
+    return e.type, str(e.value)
+
+
+def test_the_validator_names_its_argument_and_is_used_by_the_divisor_path():
+    from q2gemv.formats.nvfp4 import check_global_scale, global_scale_from_divisor
+
+    assert check_global_scale(np.array([[0.1]])) == float(np.float32(0.1))
+    with pytest.raises(ValueError, match=r"^weight_global_scale: expected a value representable"):
+        global_scale_from_divisor(1e39)
+    with pytest.raises(TypeError, match=r"^x: expected a real number, got complex"):
+        check_global_scale(1j, "x")
+
+
+def test_a_copy_of_a_nan_global_scale_keeps_its_bits():
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    w = Nvfp4Weight(np.zeros((1, 8), np.uint8), np.zeros((1, 1), np.uint8), float("-nan"))
+    got = pickle.loads(pickle.dumps(w)).global_scale
+    assert np.float32(got).view(np.uint32) == np.float32(w.global_scale).view(np.uint32)
+
+
+@pytest.mark.parametrize(
+    "g_ct", [1e-40, -1e-40, np.float32(2.0**-129), np.array([1e-39], np.float32)]
+)
+def test_compressed_tensors_divisor_with_an_infinite_reciprocal_is_refused(g_ct):
+    from q2gemv.formats.nvfp4 import Nvfp4Weight, global_scale_from_divisor
+
+    with pytest.raises(ValueError, match=r"^weight_global_scale: expected a divisor whose fp32"):
+        global_scale_from_divisor(g_ct)
+    packed, scales = np.zeros((1, 8), np.uint8), np.full((1, 1), 0x38, np.uint8)
+    with pytest.raises(ValueError, match=r"^weight_global_scale: expected a divisor"):
+        Nvfp4Weight.from_compressed_tensors(packed, scales, g_ct)
+
+
+def test_smallest_divisor_with_a_finite_reciprocal_is_kept():
+    from q2gemv.formats.nvfp4 import global_scale_from_divisor
+
+    assert global_scale_from_divisor(2.0**-127) == 2.0**127
+    assert global_scale_from_divisor(0.0) == np.inf  # a special given as such: validate() reports

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import array
+import mmap
 from importlib import resources
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from q2gemv import Q2Weight, quantize_q2_0
 from q2gemv.formats import q2_0 as fmt
 from q2gemv.golden.check import assert_bits_equal
+from tests.q2_cases import _q2
 
 
 def _ggml():
@@ -190,3 +194,138 @@ def test_allow_nonfinite_keeps_ggml_bytes():
     assert np.isnan(w.scales()[0, 0]) and w.codes().tolist() == [[1] * 64]
     with pytest.raises(TypeError, match="allow_nonfinite: expected a bool"):
         quantize_q2_0(x, group=64, allow_nonfinite=1)
+
+
+def test_q2_sizes_in_fixed_width_ints_do_not_wrap():
+    """np.int16(4000) * 18 wrapped to 6464 (accepted 6464 bytes); 2**40 * ... wrapped to 0."""
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    with pytest.raises(ValueError, match=r"^raw: expected exactly 72000 bytes for n=4000 k=64"):
+        Q2Weight.from_bytes(bytes(6464), np.int16(4000), np.int16(64), 64)
+    want = 2**40 * (2**40 // 128) * 34
+    with pytest.raises(ValueError, match=rf"^raw: expected exactly {want} bytes"):
+        Q2Weight(np.zeros(0, np.uint8), np.int64(2**40), np.int64(2**40), 128)
+    with pytest.raises(ValueError, match=r"^raw: expected exactly 1800 bytes for n=100"):
+        Q2Weight.from_bytes(bytes(8), np.int8(100), np.int8(64), np.int8(64))
+
+
+def test_q2_numpy_int_sizes_give_python_ints_and_the_same_weight():
+    from q2gemv.formats.q2_0 import Q2Weight, row_bytes
+
+    w = _q2(3, 128, 64)
+    v = Q2Weight.from_bytes(w.raw.tobytes(), np.int8(3), np.uint8(128), np.int16(64))
+    assert (type(v.n), type(v.k), type(v.group)) == (int, int, int)
+    assert (v.n, v.k, v.group) == (3, 128, 64) and v.raw.tobytes() == w.raw.tobytes()
+    assert row_bytes(np.int32(2**31 - 64), np.int8(64)) == (2**31 - 64) // 64 * 18
+    assert type(row_bytes(np.int16(128), 64)) is int
+
+
+def test_quantize_takes_a_numpy_int_group():
+    """quantize_q2_0(group=np.int8(64)) raised OverflowError."""
+    x = np.random.default_rng(0).standard_normal((2, 128)).astype(np.float32)
+    got = quantize_q2_0(x, group=np.int8(64))
+    assert got.group == 64 and type(got.group) is int
+    assert got.raw.tobytes() == quantize_q2_0(x, group=64).raw.tobytes()
+
+
+@pytest.mark.parametrize(
+    "n,k,exc,needle",
+    [
+        (np.float32(3), 128, TypeError, r"^n: expected an int, got float32"),
+        (3, True, TypeError, r"^k: expected an int, got bool"),
+        (np.uint8(0), 128, ValueError, r"^n: expected >= 1, got 0"),
+        (2, np.int8(-64), ValueError, r"^k: expected >= 1, got -64"),
+    ],
+)
+def test_q2_size_messages_still_name_the_argument(n, k, exc, needle):
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    with pytest.raises(exc, match=needle):
+        Q2Weight.from_bytes(bytes(68), n, k, 128)
+
+
+class _NoDunderBuffer:
+    """Mixin: hides ``__buffer__`` (as on Python 3.10/3.11) while the C buffer slot still works."""
+
+    def __getattribute__(self, name):
+        if name == "__buffer__":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+class _OldMmap(_NoDunderBuffer, mmap.mmap):
+    pass
+
+
+class _OldArray(_NoDunderBuffer, array.array):
+    pass
+
+
+def test_from_bytes_takes_a_read_only_file_map_without_a_copy(tmp_path):
+    """mmap.mmap raised TypeError on Python 3.10/3.11 (no __buffer__ there)."""
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    w = _q2(2, 128, 64)
+    p = tmp_path / "raw.bin"
+    p.write_bytes(w.raw.tobytes())
+    with open(p, "rb") as f:
+        for cls in (mmap.mmap, _OldMmap):
+            m = cls(f.fileno(), 0, access=mmap.ACCESS_READ)
+            assert not hasattr(m, "__buffer__") or cls is mmap.mmap
+            v = Q2Weight.from_bytes(m, 2, 128, 64)
+            assert v.raw.tobytes() == w.raw.tobytes()
+            assert np.shares_memory(v.raw, np.frombuffer(m, np.uint8))  # wrapped, not copied
+            with pytest.raises(ValueError):
+                v.raw.flags.writeable = True
+            del v
+
+
+@pytest.mark.parametrize("cls", [mmap.mmap, _OldMmap])
+def test_from_bytes_copies_a_writeable_map(cls):
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    w = _q2(2, 128, 64)
+    m = cls(-1, w.nbytes)
+    m[:] = w.raw.tobytes()
+    v = Q2Weight.from_bytes(m, 2, 128, 64)
+    m[:4] = b"\xff\xff\xff\xff"
+    assert v.raw.tobytes() == w.raw.tobytes()
+
+
+@pytest.mark.parametrize("cls", [array.array, _OldArray])
+@pytest.mark.parametrize("typecode", ["B", "H", "I"])
+def test_from_bytes_takes_an_array_array(cls, typecode):
+    """array.array raised TypeError on Python 3.10/3.11; its item size does not matter."""
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    w = _q2(2, 128, 64)  # 36 bytes: a whole number of 1-, 2- and 4-byte items
+    a = cls(typecode)
+    a.frombytes(w.raw.tobytes())
+    v = Q2Weight.from_bytes(a, 2, 128, 64)
+    assert v.raw.tobytes() == w.raw.tobytes()
+    a[0] = 0
+    assert v.raw.tobytes() == w.raw.tobytes()  # copied: the array is writeable
+
+
+def test_from_bytes_refusals_name_raw():
+    from q2gemv.formats.q2_0 import Q2Weight
+
+    with pytest.raises(TypeError, match=r"^raw: expected a buffer .*got list"):
+        Q2Weight.from_bytes([0] * 36, 2, 128, 64)
+    strided = memoryview(bytes(72))[::2]
+    with pytest.raises(ValueError, match=r"^raw: expected a C-contiguous buffer"):
+        Q2Weight.from_bytes(strided, 2, 128, 64)
+
+
+@pytest.mark.parametrize("method", ["ggml", "absmean"])
+def test_quantize_q2_0_takes_bf16_as_its_fp32_value(method):
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((3, 128)).astype(ml_dtypes.bfloat16)
+    got = quantize_q2_0(w, 64, method)
+    want = quantize_q2_0(w.astype(np.float32), 64, method)
+    assert got.raw.tobytes() == want.raw.tobytes()
+
+
+def test_quantize_q2_0_still_refuses_integers():
+    with pytest.raises(TypeError, match="^w: expected a float array, got int32"):
+        quantize_q2_0(np.zeros((1, 128), np.int32))

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from q2gemv.golden import regen, suite
+from q2gemv.golden import regen, store, suite
 from q2gemv.reference import q2_0 as ref_q2
 from tests.golden.test_harness import copy_data
+from tests.golden.test_verify import _cli, _edit_manifest
 
 
 @pytest.fixture
@@ -113,3 +114,50 @@ def test_regen_command_line(data_copy):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "roundtrip.npz: 6 cases: 6 unchanged" in proc.stdout
+
+
+@pytest.mark.parametrize("manifest", [None, "{", '{"files": {"roundtrip.npz": null}}'])
+def test_regen_refuses_without_a_valid_manifest(data_copy, manifest):
+    man = data_copy / store.MANIFEST
+    if manifest is None:
+        man.unlink()
+    else:
+        man.write_text(manifest)
+    before = _snapshot(data_copy)
+    rc, text = _regen(data_copy, sets=("tables",))
+    assert rc == 1 and "refused" in text and "--force" in text
+    # --force with a subset cannot list the other sets: refused before building anything
+    rc, text = _regen(data_copy, sets=("tables",), force=True)
+    assert rc == 1 and "would not list" in text and "gemv_q2_0.npz" in text
+    assert _snapshot(data_copy) == before
+
+
+def test_regen_refuses_to_record_an_unlisted_hand_written_file(data_copy):
+    _edit_manifest(data_copy, lambda m: m["files"].pop("table_e2m1.json"))
+    before = _snapshot(data_copy)
+    rc, text = _regen(data_copy, sets=("tables",))
+    assert rc == 1 and "table_e2m1.json: not in the manifest" in text
+    assert _snapshot(data_copy) == before
+    rc, text = _regen(data_copy, sets=("tables",), force=True)
+    assert rc == 0 and suite.load_suite(data_copy).problems == []
+
+
+def test_regen_into_an_unwritable_directory_is_one_line(data_copy, capsys, monkeypatch):
+    p = data_copy / "table_e2m1.json"
+    p.write_text(p.read_text().replace('"0x1": "0.5"', '"0x1": "0.75"'))
+
+    def denied(path, data):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(store, "write_atomic", denied)
+    rc, out, err = _cli(
+        capsys, "golden", "regen", "--data-dir", str(data_copy), "--sets", "tables", "--force"
+    )
+    assert rc == 1 and "Traceback" not in out + err
+    assert err.strip().splitlines()[-1].startswith("golden regen: cannot write")  # issue 24
+    assert "Permission denied" in err
+
+
+def test_golden_without_a_subcommand_names_the_choices(capsys):
+    rc, _, err = _cli(capsys, "golden")
+    assert rc == 2 and "choose a subcommand: regen" in err

@@ -188,7 +188,7 @@ def test_quantize_model_fuses_an_empty_q2_model_and_not_an_empty_nvfp4_one():
 
 
 def test_load_safetensors_fuses_equal_global_scales_and_names_the_others(tmp_path):
-    from ..test_models import write_modelopt
+    from .test_models import write_modelopt
 
     equal, other = tiny_llama(), tiny_llama()
     equal_amax_per_group(equal)

@@ -21,6 +21,7 @@ import pytest
 
 from q2gemv import Q2Weight, reference
 from q2gemv.formats.bf16 import BF16
+from q2gemv.formats.q2_0 import quantize_q2_0
 from tests.q2_cases import random_acts, random_weight
 
 U = 2.0**-24
@@ -76,3 +77,38 @@ def test_all_zero_weights_give_plus_zero_and_nan_is_canonical():
     a[3] = np.inf  # 0 * inf = NaN
     for kernel in ("q2_0_gemv", "q2_0_gemv_vec"):
         assert getattr(reference, kernel)(a.astype(BF16), w).view(np.uint16).tolist() == [0x7FC0]
+
+
+@pytest.mark.parametrize("family", ["q2_0_gemv", "q2_0_gemv_vec", "w4a16_gemv"])
+def test_seed_reference_memory_is_bounded_by_its_chunk_not_by_m(monkeypatch, family):
+    """Chunks shrunk to 2**16 elements: the peak beyond the bf16 output stays a few MB at
+    M=20000, N=64 (before: an fp32 [M, N] result and its rounding temporaries, ~36 bytes per
+    output element, 46 MB here); the bits equal the default chunking's."""
+    import tracemalloc
+
+    from q2gemv import reference
+    from q2gemv.formats.bf16 import bits_to_bf16
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+    from q2gemv.reference import nvfp4 as ref_w4
+    from q2gemv.reference import q2_0 as ref_q2
+
+    rng = np.random.default_rng(10)
+    m, n = 20000, 64
+    if family.startswith("q2"):
+        w = quantize_q2_0(rng.standard_normal((n, 64)).astype(np.float32), 64)
+    else:
+        w = Nvfp4Weight.from_float(rng.standard_normal((n, 16)).astype(np.float32))
+    a = bits_to_bf16((rng.integers(0, 1 << 14, (m, w.k)) | 0x3C00).astype(np.uint16))
+    fn = getattr(reference, family)
+    want = fn(a[:3000], w).view(np.uint16)  # default chunks
+    monkeypatch.setattr(ref_q2, "_CHUNK_ELEMS", 1 << 16)
+    monkeypatch.setattr(ref_w4, "_CHUNK_ELEMS", 1 << 16)
+    tracemalloc.start()
+    try:
+        y = fn(a, w)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert y.shape == (m, n)
+    assert peak - y.nbytes < 8_000_000, peak
+    np.testing.assert_array_equal(y[:3000].view(np.uint16), want)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+
+from q2gemv.io.gguf.writer import save_q2_weights
+from tests.q2_cases import _q2
 
 pytest.importorskip("gguf")
 
@@ -83,3 +90,52 @@ def test_write_gguf_refusals_and_atomicity(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         write_gguf(path, "llama", [], [*tensors, GgufTensorOut("x", (2,), 0, boom)])
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["t.gguf"]
+
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+def test_saving_over_the_mapped_source_keeps_the_process_and_the_file(tmp_path):
+    """load_q2_weights maps the file; saving over it used to truncate it in place (SIGBUS).
+
+    Run in a child process: before the fix the child died of SIGBUS (it would kill pytest).
+    """
+    p = tmp_path / "w.gguf"
+    save_q2_weights(p, {"a": _q2(4, 256, 64, 1), "b": _q2(3, 128, 128, 2)})
+    code = textwrap.dedent(
+        f"""
+        import numpy as np
+        from q2gemv.io.gguf import load_q2_weights, save_q2_weights
+        p = {str(p)!r}
+        ws = load_q2_weights(p)
+        before = {{k: w.raw.tobytes() for k, w in ws.items()}}
+        save_q2_weights(p, ws)                      # over the file ws is mapped from
+        assert {{k: w.raw.tobytes() for k, w in ws.items()}} == before  # old map intact
+        ws[\"b\"] = ws.pop(\"a\")                     # save again, different content
+        save_q2_weights(p, ws)
+        print(\"ok\")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.strip() == "ok"
+    back = load_q2_weights(p)
+    assert list(back) == ["b"]
+    assert back["b"].raw.tobytes() == _q2(4, 256, 64, 1).raw.tobytes()
+    assert sorted(os.listdir(tmp_path)) == ["w.gguf"]
+
+
+@pytest.mark.parametrize("alignment", [2**33, 2**32, 4, 3, True, 64.0, "64", np.int64(3)])
+def test_save_alignment_out_of_range_names_the_argument(tmp_path, alignment):
+    with pytest.raises(ValueError, match=r"alignment: expected a power of two from 8 to 2\*\*31"):
+        save_q2_weights(tmp_path / "a.gguf", {"w": _q2(4, 128, 128)}, alignment=alignment)
+
+
+@pytest.mark.parametrize("alignment", [np.int64(64), np.uint32(64)])
+def test_save_accepts_numpy_integer_alignments(tmp_path, alignment):
+    p = tmp_path / "a.gguf"
+    w = _q2(4, 128, 128)
+    save_q2_weights(p, {"w": w}, alignment=alignment)
+    assert read_gguf(p).alignment == 64
+    assert load_q2_weights(p)["w"].raw.tobytes() == w.raw.tobytes()

@@ -30,7 +30,7 @@ from q2gemv.torch import (  # noqa: E402
     quantize_model,
 )
 
-from .model_cases import tiny_llama, write_llama_gguf  # noqa: E402
+from ..model_cases import tiny_llama, write_llama_gguf  # noqa: E402
 
 PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -404,7 +404,7 @@ def test_example_model_decode(capsys):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "model_decode.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "model_decode.py"
     spec = importlib.util.spec_from_file_location("model_decode_example", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
@@ -417,7 +417,7 @@ def test_docs_models_page_runs():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks, "docs/models.md has no python block"
     scope: dict = {}

@@ -12,7 +12,7 @@ import pytest
 from q2gemv.formats.nvfp4 import Nvfp4Weight, e2m1_decode, e4m3_decode
 from q2gemv.io.safetensors.reader import SafetensorsError, find_nvfp4_layers, load_nvfp4_weights
 
-from .mapping import mmap_of
+from ..mapping import mmap_of
 
 stn = pytest.importorskip("safetensors.numpy")
 
@@ -345,3 +345,29 @@ def test_non_finite_global_scales_are_refused(tmp_path, layout, value):
     with pytest.raises(SafetensorsError, match="global scale") as info:
         load_nvfp4_weights(path)
     assert (info.value.path, info.value.tensor) == (str(path), g_name)
+
+
+def test_safetensors_load_refuses_a_divisor_with_an_infinite_reciprocal(tmp_path):
+    from safetensors.numpy import save_file
+
+    from q2gemv.io.safetensors.reader import load_nvfp4_weights
+
+    p = tmp_path / "ct.safetensors"
+    save_file(
+        {
+            "l.weight_packed": np.zeros((2, 8), np.uint8),
+            "l.weight_scale": np.full((2, 1), 0x38, np.uint8),
+            "l.weight_global_scale": np.array([1e-40], np.float32),
+        },
+        str(p),
+    )
+    with pytest.raises(ValueError, match=r"weight_global_scale: expected a divisor"):
+        load_nvfp4_weights(p)
+
+
+def test_safetensors_deeply_nested_header_is_the_loaders_error(tmp_path):
+    header = b"[" * 100_000 + b"]" * 100_000
+    p = tmp_path / "deep.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(SafetensorsError, match="nested too deeply"):
+        load_nvfp4_weights(p)

@@ -23,7 +23,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 from q2gemv.models.meta import finish_meta_model  # noqa: E402
 from q2gemv.torch import Nvfp4Linear, Q2Linear, quantize_model  # noqa: E402
 
-from .model_cases import assert_same_bits, prompts, tiny_llama, tiny_qwen2  # noqa: E402
+from ..model_cases import assert_same_bits, prompts, tiny_llama, tiny_qwen2  # noqa: E402
 
 MODELS = {"llama": tiny_llama, "qwen2": tiny_qwen2}
 LAYERS = {"q2_0": Q2Linear, "nvfp4": Nvfp4Linear}
@@ -70,7 +70,7 @@ def fused_names(layers: int = 2) -> list[list[str]]:
 def test_save_pretrained_then_from_pretrained_is_bit_exact(tmp_path, monkeypatch, arch, fmt, fuse):
     from transformers import AutoModelForCausalLM
 
-    from .model_cases import equal_amax_per_group
+    from ..model_cases import equal_amax_per_group
 
     model = MODELS[arch]()
     if fuse and fmt == "nvfp4":
@@ -142,7 +142,7 @@ def test_a_model_from_the_loaders_saves_and_reloads(tmp_path, source):
 
     from q2gemv.torch import load_gguf, load_safetensors
 
-    from .model_cases import write_llama_gguf
+    from ..model_cases import write_llama_gguf
     from .test_models import write_modelopt
 
     float_model = tiny_llama(layers=1)

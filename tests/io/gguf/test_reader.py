@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import struct
+import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from q2gemv import cli
 from q2gemv.formats.q2_0 import Q2Weight, block_bytes, quantize_q2_0
 from q2gemv.io.gguf.inspect import format_inspect
 from q2gemv.io.gguf.reader import (
@@ -17,8 +20,9 @@ from q2gemv.io.gguf.reader import (
     read_gguf,
 )
 from q2gemv.io.gguf.writer import save_q2_weights
+from tests.q2_cases import _q2
 
-from .mapping import mmap_of
+from ..mapping import mmap_of
 
 # -- an independent minimal GGUF writer, from the specification ---------------
 # Value type ids and layout per ggml docs/gguf.md; deliberately not importing
@@ -700,3 +704,190 @@ def test_block_bytes_used_by_the_rule_are_the_format_ones():
     assert block_bytes(64) == 18 and block_bytes(128) == 34
     w = quantize_q2_0(np.ones((2, 256), np.float32), 64)
     assert q2_sizes(2 * 256, 256)[64] == w.nbytes
+
+
+def _gguf_with_alignment(path: Path, layout: int, claimed: int, n_tensors: int = 2) -> None:
+    """A GGUF written by the ``gguf`` package padded to ``layout``, whose ``general.alignment``
+    then says ``claimed`` (the u32 patched in place)."""
+    import gguf
+
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_custom_alignment(layout)
+    for i in range(n_tensors):
+        wr.add_tensor(f"t{i}", np.arange(1, 9 + 8 * i, dtype=np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    data = bytearray(path.read_bytes())
+    at = data.index(b"general.alignment") + len(b"general.alignment") + 4  # key, u32 type
+    assert int.from_bytes(data[at : at + 4], "little") == layout
+    data[at : at + 4] = claimed.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
+def test_gguf_read_with_its_own_alignment(tmp_path):
+    from q2gemv.io.gguf.reader import read_gguf
+
+    p = tmp_path / "ok.gguf"
+    _gguf_with_alignment(p, 64, 64)
+    f = read_gguf(p)
+    assert f.alignment == 64 and f.data_offset % 64 == 0
+    t1 = f.tensor("t1")
+    got = np.frombuffer(p.read_bytes()[t1.offset : t1.offset + t1.nbytes], np.float32)
+    np.testing.assert_array_equal(got, np.arange(1, 17, dtype=np.float32))
+
+
+@pytest.mark.parametrize(("layout", "claimed"), [(64, 32), (64, 128), (32, 64)])
+def test_gguf_whose_alignment_disagrees_with_its_layout_is_refused(tmp_path, layout, claimed):
+    from q2gemv.io.gguf.reader import GgufError, read_gguf
+
+    for n_tensors in (1, 2, 3):  # header ends at different offsets: some agree by chance
+        p = tmp_path / f"bad{n_tensors}.gguf"
+        _gguf_with_alignment(p, layout, claimed, n_tensors)
+        data = p.read_bytes()
+        try:
+            f = read_gguf(p)
+        except GgufError as e:
+            assert "alignment" in str(e) or "past the end" in str(e), e
+            continue
+        # accepted: then every tensor must be where the layout put it (same bytes as written)
+        for i in range(n_tensors):
+            t = f.tensor(f"t{i}")
+            got = np.frombuffer(data[t.offset : t.offset + t.nbytes], np.float32)
+            want = np.arange(1, 9 + 8 * i, dtype=np.float32)
+            np.testing.assert_array_equal(got, want, err_msg=f"{p.name}: read off")
+
+
+def test_small_q2_tensors_at_the_same_offset_overlap(tmp_path):
+    w = _q2(1, 128, 64)  # 36 bytes: fits group 64 and 128 alike at alignment 32
+    blob = w.raw.tobytes()
+    p = write(tmp_path, spec_gguf((), [("a", (128, 1), 42, 0), ("b", (128, 1), 42, 0)], [blob]))
+    with pytest.raises(GgufError, match="overlaps tensor"):
+        read_gguf(p)
+    with pytest.raises(GgufError, match="overlaps tensor"):
+        load_q2_weights(p, ambiguous_group=64)
+
+
+@pytest.mark.parametrize("type_id", [99, 0xFF])
+def test_an_unknown_tensor_type_is_refused_not_dropped(tmp_path, type_id):
+    w = _q2(4, 256, 128)
+    tensors = [("q", (256, 4), 142, None), ("x", (256, 4), type_id, None)]
+    p = write(tmp_path, spec_gguf((), tensors, [w.raw.tobytes(), w.raw.tobytes()]))
+    with pytest.raises(GgufError, match=rf"'x'.*unknown tensor type id {type_id}"):
+        load_q2_weights(p)
+    assert read_gguf(p).tensor("x").nbytes is None  # read_gguf / inspect still list it
+
+
+@pytest.mark.parametrize("alignment", [1, 2, 4, 12])
+def test_alignment_must_be_a_power_of_two_multiple_of_8(tmp_path, alignment):
+    p = write(tmp_path, spec_gguf([("general.alignment", U32, alignment)], alignment=8))
+    with pytest.raises(GgufError, match="general.alignment.*multiple of 8"):
+        read_gguf(p)
+    ok = write(tmp_path, spec_gguf([("general.alignment", U32, 8)], alignment=8), "ok.gguf")
+    assert read_gguf(ok).alignment == 8
+
+
+@pytest.mark.parametrize("length, ok", [(63, True), (64, False), (1000, False)])
+def test_tensor_names_longer_than_ggml_allows_are_refused(tmp_path, length, ok):
+    w = _q2(4, 256, 128)
+    p = write(tmp_path, spec_gguf((), [("n" * length, (256, 4), 142, None)], [w.raw.tobytes()]))
+    if ok:
+        assert load_q2_weights(p)["n" * length].group == 128
+    else:
+        with pytest.raises(GgufError, match=f"{length} bytes long.*at most 63"):
+            read_gguf(p)
+
+
+def test_a_big_metadata_array_is_read_without_python_objects(tmp_path):
+    count = 1 << 20  # 4 MiB of f32; as a list of Python floats it would be ~32 MiB
+    vals = np.arange(count, dtype="<f4")
+    raw_kv = b"".join(
+        [struct.pack("<Q", 6), b"scores", struct.pack("<IIQ", ARR, F32, count), vals.tobytes()]
+    )
+    p = write(tmp_path, spec_gguf((), raw_kv=raw_kv))
+    tracemalloc.start()
+    try:
+        gf = read_gguf(p)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    got = gf.metadata["scores"]
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and not got.flags.writeable
+    np.testing.assert_array_equal(got, vals)
+    assert peak < 2 * vals.nbytes, f"peak {peak} bytes for {vals.nbytes} bytes of data"
+    assert "array[float32] x 1048576  [0.0, 1.0, 2.0, 3.0, ...]" in format_inspect(p)
+
+
+def test_string_and_nested_metadata_arrays_cost_about_their_file_size(tmp_path):
+    """Issue 33 item 16: a Python object per element made nested arrays cost ~14x their bytes
+    in the file (a NumPy array per 13-byte inner array) and short strings ~6x."""
+    n = 40_000
+    kvs = [
+        ("nested", ARR, (ARR, [(U8, [i % 251]) for i in range(n)])),
+        ("strs", ARR, (STR, [f"t{i % 10}" for i in range(n)])),
+        ("deep", ARR, (ARR, [(ARR, [(STR, ["x", "yz"])]), (ARR, [])])),
+    ]
+    p = write(tmp_path, spec_gguf(kvs))
+    size = p.stat().st_size
+    tracemalloc.start()
+    try:
+        gf = read_gguf(p)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * size, f"peak {peak} bytes for a file of {size} bytes"
+    nested, strs, deep = (gf.metadata[k] for k in ("nested", "strs", "deep"))
+    assert len(nested) == n and nested[7].tolist() == [7] and nested[-1].tolist() == [(n - 1) % 251]
+    assert isinstance(nested[3], np.ndarray) and not nested[3].flags.writeable
+    assert len(strs) == n and strs[12] == "t2" and strs[-1] == f"t{(n - 1) % 10}"
+    assert strs[:3] == ["t0", "t1", "t2"] and list(strs)[:2] == ["t0", "t1"]
+    assert deep == [[["x", "yz"]], []] and deep.tolist() == [[["x", "yz"]], []]
+    text = format_inspect(p)
+    assert "array[array] x 40000" in text and "[[0], [1], [2], [3], ...]" in text
+    q = tmp_path / "again.gguf"
+    save_q2_weights(q, {}, {k: gf.metadata[k] for k in ("nested", "strs", "deep")})
+    again = read_gguf(q).metadata
+    assert again["strs"] == strs and again["nested"] == nested and again["deep"] == deep
+
+
+def test_metadata_array_counts_beyond_the_file_are_refused_before_reading(tmp_path):
+    raw_kv = b"".join([struct.pack("<Q", 1), b"a", struct.pack("<IIQ", ARR, ARR, 2**60)])
+    with pytest.raises(GgufError, match="truncated"):
+        read_gguf(write(tmp_path, spec_gguf((), raw_kv=raw_kv)))
+
+
+def test_a_directory_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(GgufError, match="is a directory"):
+        read_gguf(tmp_path)
+    with pytest.raises(GgufError, match="is a directory"):
+        load_q2_weights(tmp_path)
+    assert cli.main(["inspect", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("group, type_id", [(64, None), (64, 42), (128, 42), (128, None)])
+def test_small_files_of_our_own_read_back_unaided(tmp_path, group, type_id):
+    ws = {"a": _q2(4, 128, group), "b": _q2(1, 256, group, 1)}
+    p = tmp_path / "small.gguf"
+    save_q2_weights(p, ws, type_id=type_id)
+    got = load_q2_weights(p)
+    for name, w in ws.items():
+        assert got[name].group == group and got[name].raw.tobytes() == w.raw.tobytes()
+    assert read_gguf(p).tensor("a").group == group
+    assert "64|128?" not in format_inspect(p)
+
+
+def test_a_recorded_group_must_agree_with_the_size(tmp_path):
+    w = _q2(64, 512, 64)  # large enough for the size to decide: group 64 only
+    data = spec_gguf(
+        [("q2gemv.q2_0.group.w", U32, 128)], [("w", (512, 64), 42, None)], [w.raw.tobytes()]
+    )
+    with pytest.raises(GgufError, match="records group 128"):
+        read_gguf(write(tmp_path, data))
+    bad = spec_gguf([("q2gemv.q2_0.group.w", U32, 32)], [("w", (512, 64), 42, None)], [b"\0"])
+    with pytest.raises(GgufError, match="expected 64 or 128"):
+        read_gguf(write(tmp_path, bad, "bad.gguf"))
+    with pytest.raises(ValueError, match="q2gemv.q2_0.group"):
+        save_q2_weights(tmp_path / "x.gguf", {"w": w}, {"q2gemv.q2_0.group.w": 64})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from q2gemv.dispatch import nvfp4_tiers as T
@@ -260,3 +261,97 @@ def test_explain(clean_env):
     text = explain_tier(5, tiers)
     assert "hidden (Q2GEMV_NO_GEMV_EXACT_M_TIERS is set)" in text
     assert "w4a16_gemv_batch8_rt2" in text and "width 6 hidden by the exact-M switch" in text
+
+
+def _tiers():
+    from q2gemv.dispatch.nvfp4_tiers import W4a16BatchmTiers
+
+    return W4a16BatchmTiers.resolve([f"w4a16_gemv_batch{w}" for w in (4, 5, 6, 7, 8)])
+
+
+def test_plan_w4a16_of_the_largest_m_costs_no_memory():
+    """plan_w4a16(2**31 - 1, tiers) built a 67-million-entry list (over 2 GiB)."""
+    import tracemalloc
+
+    from q2gemv.dispatch.nvfp4_tiers import plan_w4a16
+
+    m = 2**31 - 1
+    tracemalloc.start()
+    try:
+        plan = plan_w4a16(m, _tiers())
+        n = len(plan)
+        first, last = plan[0], plan[-1]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert n == -(-m // 32)
+    assert first == (0, 32, "w4a16_gemv_batch32")
+    assert last == (m - 31, 31, "w4a16_gemv_batch32")
+    assert plan_w4a16(77, _tiers()) == [
+        (0, 32, "w4a16_gemv_batch32"),
+        (32, 32, "w4a16_gemv_batch32"),
+        (64, 13, "w4a16_gemv_batch16"),
+    ]
+
+
+@pytest.mark.parametrize("m", [2**31, 2**40, np.int64(2**40)])
+def test_tier_planning_refuses_m_beyond_plan_bound(m):
+    """plan_w4a16(2**40) and explain_tier(2**31) were accepted where q2gemv.plan refuses."""
+    import q2gemv
+    from q2gemv.dispatch.nvfp4_tiers import explain_tier, plan_w4a16, select_tier
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+
+    w = Nvfp4Weight.from_float(np.ones((1, 16), np.float32))
+    with pytest.raises(ValueError) as want:
+        q2gemv.plan(w, m)
+    for call in (
+        lambda: plan_w4a16(m, _tiers()),
+        lambda: explain_tier(m, _tiers()),
+        lambda: select_tier(m, [True] * 5, True),
+        lambda: _tiers().kernel(m),
+    ):
+        with pytest.raises(ValueError) as got:
+            call()
+        assert str(got.value) == str(want.value)
+
+
+def test_explain_tier_of_the_largest_m_is_short():
+    from q2gemv.dispatch.nvfp4_tiers import explain_tier
+
+    text = explain_tier(2**31 - 1, _tiers())
+    assert "67108864 launches in all" in text and len(text) < 4000
+
+
+@pytest.mark.parametrize("bad", ["no", "", 1, 0, 1.0, [True]])
+def test_exact_m_must_be_a_bool(bad):
+    """plan_w4a16(exact_m="no") treated the string as True (exact-M tiers on)."""
+    from q2gemv.dispatch.nvfp4_tiers import plan_w4a16
+
+    t = _tiers()
+    for call in (
+        lambda: plan_w4a16(5, t, exact_m=bad),
+        lambda: t.kernel(5, exact_m=bad),
+        lambda: t.width(5, exact_m=bad),
+    ):
+        with pytest.raises(TypeError, match=r"^exact_m: expected a bool or None, got"):
+            call()
+
+
+def test_tier_planning_argument_types():
+    from q2gemv.dispatch.nvfp4_tiers import explain_tier, plan_w4a16
+
+    t = _tiers()
+    assert plan_w4a16(5, t, exact_m=np.bool_(True)) == [(0, 5, "w4a16_gemv_batch5")]
+    assert plan_w4a16(5, t, exact_m=False) == [(0, 5, "w4a16_gemv_batch8")]
+    assert plan_w4a16(np.int16(33), t) == [
+        (0, 32, "w4a16_gemv_batch32"),
+        (32, 1, "w4a16_gemv_batch4"),
+    ]
+    for bad in (True, np.bool_(False), 3.0, "4"):
+        with pytest.raises(TypeError, match=r"^m: expected an int"):
+            plan_w4a16(bad, t)
+        with pytest.raises(TypeError, match=r"^m: expected an int"):
+            explain_tier(bad, t)
+    with pytest.raises(TypeError, match=r"^tiers: expected a W4a16BatchmTiers, got str"):
+        explain_tier(4, "tiers")

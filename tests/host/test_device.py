@@ -12,8 +12,10 @@ from numba import cuda
 import q2gemv
 from q2gemv.cuda import DeviceNvfp4Weight, DeviceQ2Weight
 from q2gemv.golden.check import assert_bits_equal
+from q2gemv.host.backends import gpu_present
+from tests.cuda.test_ptx import _run
 
-from .q2_cases import random_acts, random_weight
+from ..q2_cases import random_acts, random_weight
 
 
 def _nvfp4(rng, n, k):
@@ -133,3 +135,37 @@ def test_from_buffers_is_a_snapshot_every_contract_reads(family):
         want = q2gemv.gemv(a, w, backend="reference", numerics=numerics).view(np.uint16)
         got = q2gemv.gemv(a, dw, numerics=numerics).view(np.uint16)
         assert_bits_equal(got, want, f"{family} {numerics}")
+
+
+@pytest.mark.skipif(gpu_present(), reason="needs a machine without a CUDA GPU")
+def test_to_device_without_any_backend_raises_the_one_line_backend_error():
+    r = _run(
+        """
+        import numpy as np
+        import q2gemv
+        from q2gemv.formats.nvfp4 import Nvfp4Weight
+        w = q2gemv.quantize_q2_0(np.ones((2, 128), np.float32))
+        f = Nvfp4Weight.from_float(np.ones((2, 16), np.float32))
+        msgs = []
+        import ml_dtypes
+        try:
+            q2gemv.gemv(np.zeros(128, ml_dtypes.bfloat16), w, backend="cuda")
+        except ValueError as e:
+            msgs.append(str(e))
+        for call in (w.to_device, f.to_device, lambda: q2gemv.to_device(w)):
+            try:
+                call()
+            except ValueError as e:
+                msgs.append(str(e))
+        print(len(msgs))
+        for m in msgs:
+            print(m)
+        """,
+        NUMBA_ENABLE_CUDASIM="0",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "4", r.stdout
+    assert len(lines) == 5, r.stdout  # each message is one line
+    assert lines[1].startswith("backend: 'cuda' needs a CUDA GPU or the CUDA simulator")
+    assert len(set(lines[1:])) == 1, lines

@@ -19,15 +19,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.formats.test_nvfp4 import _host_error, _nvfp4_parts
+
 torch = pytest.importorskip("torch")
 
 import q2gemv  # noqa: E402
 from q2gemv.golden.check import assert_bits_equal  # noqa: E402
 from q2gemv.torch import Nvfp4Linear, Q2Linear, replace_linears  # noqa: E402
 
-from .q2_cases import random_acts, random_weight  # noqa: E402
+from ..q2_cases import random_acts, random_weight  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(path: Path, name: str):
@@ -116,7 +118,7 @@ def test_nvfp4linear_cpu_bits_equal_reference(shape, with_bias):
 
 def test_numerics_is_forwarded_and_default_follows_the_library():
     # +-2**16 at k = 0 and 64 (equal weights) cancel exactly: fp32 partial sums (seed) lose
-    # the small terms beside them, the exact contract keeps them (tests/test_api_exact.py)
+    # the small terms beside them, the exact contract keeps them (tests/test_api.py)
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 4, (32, 128), dtype=np.uint8)
     codes[:, 64] = codes[:, 0]
@@ -835,3 +837,77 @@ def test_cuda_autograd_equals_the_cpu():
         ref = dy.double() @ w
         err32 = 256 * 2**-24 * (dy.double().abs() @ w.abs())
         assert ((dxs[1].double() - ref).abs() <= 2**-8 * (ref.abs() + err32) + err32).all()
+
+
+TORCH_BAD = [1e39, -1e39, 1e-46, 2.0**200]  # the op's schema takes a float
+
+
+@pytest.mark.parametrize("g", TORCH_BAD, ids=str)
+def test_torch_op_refuses_what_the_host_weight_refuses(g):
+    """torch.ops.q2gemv.nvfp4_linear(..., 1e39) used to return inf/NaN outputs."""
+    torch = pytest.importorskip("torch")
+    import q2gemv.torch  # noqa: F401  (registers the op)
+
+    packed, scales = _nvfp4_parts()
+    x = torch.ones((1, 32), dtype=torch.bfloat16)
+    want_type, want_msg = _host_error(g)
+    with pytest.raises(want_type) as e:
+        torch.ops.q2gemv.nvfp4_linear(x, torch.from_numpy(packed), torch.from_numpy(scales), g)
+    assert str(e.value) == want_msg
+
+
+@pytest.mark.parametrize("form", ["tensor", "legacy dict"])
+@pytest.mark.parametrize("g", TORCH_BAD, ids=str)
+def test_nvfp4linear_load_state_dict_refuses_what_the_host_weight_refuses(g, form):
+    """load_state_dict with global_scale=1e39 used to give a layer with inf/NaN outputs.
+
+    Both forms of the extra state: the JSON tensor layers write, the dict of older checkpoints.
+    """
+    torch = pytest.importorskip("torch")
+    from q2gemv.formats.nvfp4 import Nvfp4Weight
+    from q2gemv.torch import Nvfp4Linear
+
+    packed, scales = _nvfp4_parts()
+    layer = Nvfp4Linear(Nvfp4Weight(packed, scales, 0.5))
+    state = layer.state_dict()
+    key = next(k for k in state if k.endswith("_extra_state"))
+    settings = json.loads(bytes(state[key].numpy()))
+    if form == "tensor":
+        text = json.dumps({**settings, "global_scale": g}).encode()
+        state[key] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+    else:
+        state[key] = {"format": "nvfp4", "n": 2, "k": 32, "global_scale": g}
+    want_type, want_msg = _host_error(g)
+    other = Nvfp4Linear(Nvfp4Weight(np.zeros_like(packed), np.full_like(scales, 0x38), 2.0))
+    before = {k: v.clone() for k, v in other.state_dict().items() if k != key}
+    with pytest.raises(want_type) as e:
+        other.load_state_dict(state)
+    assert str(e.value) == want_msg
+    # refused as a whole: no buffer was replaced beside the old global scale
+    assert other.global_scale == 2.0
+    assert all(other.state_dict()[k].equal(v) for k, v in before.items())
+
+
+@pytest.mark.parametrize("cls_name", ["Q2Linear", "Nvfp4Linear"])
+def test_from_linear_on_a_meta_linear_names_the_argument(cls_name):
+    torch = pytest.importorskip("torch")
+    import q2gemv.torch as qt
+
+    with torch.device("meta"):
+        lin = torch.nn.Linear(128, 16)
+    with pytest.raises(ValueError, match=r"^linear: its weight is on the meta device"):
+        getattr(qt, cls_name).from_linear(lin)
+
+
+@pytest.mark.parametrize("cls_name", ["Q2Linear", "Nvfp4Linear"])
+def test_fx_symbolic_trace_and_jit_script_refuse_rather_than_trace_wrongly(cls_name):
+    """Decided (docs/guarantees.md): torch.export / jit.trace / torch.compile are the supported
+    captures; fx.symbolic_trace and jit.script raise (never a graph that computes other bits)."""
+    torch = pytest.importorskip("torch")
+    import q2gemv.torch as qt
+
+    m = getattr(qt, cls_name).from_linear(torch.nn.Linear(128, 16))
+    with pytest.raises(TypeError, match=r"^x: expected a torch.Tensor, got Proxy"):
+        torch.fx.symbolic_trace(m)
+    with pytest.raises(Exception, match="annotation|script|compile"):  # noqa: B017, PT011
+        torch.jit.script(m)
