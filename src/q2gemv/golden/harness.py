@@ -102,14 +102,14 @@ class Runner:
             if fn not in self._cache:
                 self._cache[fn] = fn(bits_to_bf16(case.a_bits()), case.weight()).view(np.uint16)
             return self._cache[fn]
-        from ..cuda.runtime import launcher
+        from ..host import call
 
         if "w" not in self._cache:
             contract = kernels.get(kernel).contract  # every kernel of a case: one contract
             self._cache["w"] = family_spec(case).as_device_weight(case.weight(), 0, contract)
         bits = np.ascontiguousarray(case.a_bits())
         # the kernel's chunks (an exact kernel: its activation prepare once, then the chunks)
-        return launcher.run_kernel(kernel, bits, self._cache["w"])
+        return call.run_kernel(kernel, bits, self._cache["w"])
 
     def close(self) -> None:
         self._switch(None)  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """Device-resident activations and outputs: numba device arrays, CuPy arrays, torch tensors.
 
-:func:`q2gemv.gemv` sends any activation that already lives on the GPU here,
+:func:`q2gemv.gemv` takes activations that already live on the GPU through here (the road,
+:mod:`q2gemv.host.call`, builds the call with :func:`as_bits` and :func:`output`),
 so nothing is copied to the host:
 
 * numba device arrays (real or simulated) and any object with
@@ -26,7 +27,7 @@ import threading
 import numpy as np
 from numba import cuda
 
-from ...host.arrays import is_torch, numba_stream
+from ...host.arrays import is_torch
 
 
 def as_bits(x, name: str):
@@ -104,67 +105,47 @@ def check_device_array(x, name: str, dtype, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name}: expected a C-contiguous device array")
 
 
-def gemv_device(
-    a, weight, launches, out_shape, *, family: str, out=None, stream=None, numerics="seed",
-    key=None,
-):  # fmt: skip
-    """Run ``launches`` (``(row0, rows, kernel)``) on device activations ``a``; see module doc.
+def enqueue(family: str, numerics: str, plan, dw, d_a, d_out, st, key=None, cache=None, keep=()):
+    """Enqueue ``plan`` (``(row0, rows, kernel)``) on device bits ``d_a`` (uint16 [M, K], M >= 1)
+    into ``d_out`` (uint16 [M, N]) on ``st``: the device edge of the road (:mod:`q2gemv.host.call`).
 
-    ``weight`` may be a host or device-resident weight (a host weight is
-    uploaded for this call: upload it once with ``to_device()`` to reuse it).
-    ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``. ``numerics``:
-    ``"seed"`` runs ``launches`` as they are; ``"exact"`` runs the family's
-    activation prepare then its exact GEMV per plan entry, all on the
-    caller's stream, with the operands in a per-(stream, M, K) workspace
-    (:func:`exact_workspace`). Everything is checked before the first launch
+    ``numerics``: ``"seed"`` runs ``plan`` as it is; ``"exact"`` runs the
+    family's activation prepare then its exact GEMV per plan entry, with the
+    operands in a per-(stream, M, K) workspace (:func:`exact_workspace`).
+    Everything is checked before the first launch
     (:func:`q2gemv.cuda.runtime.launcher.launches`).
 
-    ``key``: the call's cache key (:func:`q2gemv.api.call_key`), or None.
-    When given (a device-resident weight and ``out=``), the validated
-    launches are bound (:class:`~q2gemv.cuda.runtime.launcher.BoundPlan`) and stored
-    in ``weight.launch_cache`` under it, so the next call with the same
-    buffers, shapes, dtypes, stream, kernel and contract is a dictionary
-    lookup and the launches (:func:`q2gemv.gemv`'s fast path).
+    ``key``, ``cache``: the call's cache key (:func:`q2gemv.host.arrays.call_key`)
+    and the device weight's ``launch_cache`` (None: nothing is bound). With
+    both, the validated launches are bound
+    (:class:`~q2gemv.cuda.runtime.launcher.BoundPlan`) and stored under the key,
+    so the next call with the same buffers, shapes, dtypes, stream, kernel and
+    contract is a dictionary lookup and the launches (:func:`q2gemv.gemv`'s
+    fast path). ``keep``: the caller's objects (``a``, ``out``, ``stream``) a
+    bound plan holds under the simulator (:func:`_keep`).
     """
-    from ...dispatch import registry as kernels
-    from ...host.backends import simulator_lock
     from . import launcher
 
-    spec = kernels.family(family)
-    d_a, kind = as_bits(a, "a")
-    st = numba_stream(stream, a)
-    with simulator_lock():
-        dw = spec.as_device_weight(weight, st, numerics)
-        if numerics == "exact":
-            exact = launcher.exact_kernel_of(family, launches)[1]
-            exact.check_k(dw.k)
-        result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
-        d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
-        d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
-        m = d_a2.shape[0]
-        if m == 0:
-            return result
-        cache = getattr(weight, "launch_cache", None) if key is not None else None
-        bind = cache is not None and len(launches) <= BIND_MAX_LAUNCHES
-        if numerics != "exact":
-            ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st)
+    bind = cache is not None and len(plan) <= BIND_MAX_LAUNCHES
+    if numerics != "exact":
+        ls = launcher.launches(family, numerics, plan, dw, d_a, d_out, st)
+        if not bind:
+            launcher.launch_all(ls, st)
+            return
+        bound = launcher.BoundPlan(ls, _handle(key), keep=_keep(*keep))
+    else:
+        exact = launcher.exact_kernel_of(family, plan)[1]
+        with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
+            ops = exact_workspace(int(d_a.shape[0]), dw.k, st, exact)
+            ls = launcher.launches(family, numerics, plan, dw, d_a, d_out, st, ops)
             if not bind:
                 launcher.launch_all(ls, st)
-                return result
-            bound = launcher.BoundPlan(ls, _handle(key), keep=_keep(a, out, stream))
-        else:
-            with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
-                ops = exact_workspace(m, dw.k, st, exact)
-                ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st, ops)
-                if not bind:
-                    launcher.launch_all(ls, st)
-                    return result
-            bound = launcher.BoundPlan(
-                ls, _handle(key), lock=_WORKSPACE_LOCK, keep=(ops, *_keep(a, out, stream))
-            )
-        _remember(cache, key, bound)
-        bound()
-    return result
+                return
+        bound = launcher.BoundPlan(
+            ls, _handle(key), lock=_WORKSPACE_LOCK, keep=(ops, *_keep(*keep))
+        )
+    _remember(cache, key, bound)
+    bound()
 
 
 # A decode loop's calls differ only in their buffers: one bound plan per (buffers' addresses,
@@ -241,8 +222,13 @@ def clear_workspaces() -> None:
         _WORKSPACES.clear()
 
 
-def _output(kind, a, d_a, dw, out_shape, out, st):
-    """``(result to return, its uint16 device view)``: a new array, or ``out`` checked."""
+def output(kind, a, d_a, dw, parts, out_shape, out, st):
+    """``(result to return, its uint16 device view)``: a new array, or ``out`` checked.
+
+    ``out`` must be the kind of ``a`` (``kind``, from :func:`as_bits`), of
+    ``out_shape``, and share no memory with ``d_a`` or the device weight's
+    arrays named ``parts`` (its family's ``FamilySpec.device_arrays``).
+    """
     if out is None:
         if kind == "torch":
             import torch
@@ -259,20 +245,11 @@ def _output(kind, a, d_a, dw, out_shape, out, st):
         raise ValueError(f"out: expected shape {tuple(out_shape)}, got {tuple(d_out.shape)}")
     if _same_memory(d_out, d_a):
         raise ValueError("out: must not alias the activations a")
-    for name, part in _device_parts(dw).items():
-        if _same_memory(d_out, part):
+    for name in parts:
+        part = getattr(dw, name)  # None: not made (a weight's raw bytes or layout)
+        if part is not None and _same_memory(d_out, part):
             raise ValueError(f"out: must not overlap the weight's device buffer ({name})")
     return out, d_out
-
-
-def _device_parts(dw) -> dict[str, object]:
-    """The device arrays of a device weight, by attribute name."""
-    if hasattr(dw, "b16"):
-        names = ("b16", "codes", "scales")
-    else:
-        names = ("wp", "scales", "codes", "xscales", "zsum")
-    # a weight holds its raw bytes and its layout only where made (None otherwise)
-    return {name: getattr(dw, name) for name in names if getattr(dw, name) is not None}
 
 
 def _same_memory(x, y) -> bool:

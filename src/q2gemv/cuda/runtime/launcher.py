@@ -1,11 +1,13 @@
 """The one launcher: a plan of launches ``(row0, rows, kernel)`` on device arrays, run or bound.
 
-Every CUDA path of the package goes through here: :func:`q2gemv.gemv` on host
-arrays (:func:`run_host`) and on device arrays (:mod:`q2gemv.cuda.runtime.interop`),
-prepared activations (:mod:`q2gemv.host.prepared`), the golden harness, tests and
-scripts (:func:`run_kernel`: one kernel's chunks), and the benchmark and the
-families' ``launch_raw`` (:func:`seed_launch`: one launch, then
-:func:`launch_all` or :func:`prebind`). This module knows no family: each is
+Every CUDA path of the package goes through here. The road
+(:mod:`q2gemv.host.call`: :func:`q2gemv.gemv`, prepared activations, the golden
+harness's single kernels) runs its call through :func:`run_host` (host bits
+in, host bits out) or :func:`q2gemv.cuda.runtime.interop.enqueue` (device
+arrays), both over :func:`launches`. Thin wrappers below the road, for
+benchmarks and scripts that hold device arrays: :func:`exact_launches` (one
+exact GEMV's launches) and :func:`seed_launch` (one seed launch, the families'
+``launch_raw``), then :func:`launch_all` or :func:`prebind`. This module knows no family: each is
 reached through its :class:`~q2gemv.dispatch.registry.FamilySpec`.
 The plan itself comes from :func:`q2gemv.api.plan`; nothing here re-chunks it
 (the exact contract's ``exact_prepare`` is the one launch that is not a plan
@@ -271,42 +273,30 @@ def check_bits(a_bits, k: int) -> None:
         raise ValueError(f"a_bits: expected shape [M, K] = [M, {k}], got {a_bits.shape}")
 
 
-def run_host(family: str, numerics: str, plan, a_bits: np.ndarray, dw, stream=0) -> np.ndarray:
-    """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N].
+def run_host(
+    family: str, numerics: str, plan, a_bits, dw, stream=0, ops=None, *, d_a=None
+) -> np.ndarray:
+    """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N] on the host.
 
-    Uploads the activations, validates every launch of ``plan`` (before any
-    is enqueued), runs them through the dispatcher on ``stream`` (0 or a
-    numba stream) and copies the result back.
+    The host edge of the road (:mod:`q2gemv.host.call`): uploads the
+    activations (or takes ``d_a``, bits already on the device, with ``ops``
+    their exact-contract operands: no prepare launch), validates every launch
+    of ``plan`` (before any is enqueued), runs them through the dispatcher on
+    ``stream`` (0 or a numba stream) and copies the result back.
     """
-    m = a_bits.shape[0]
+    m = int((a_bits if d_a is None else d_a).shape[0])
     out = np.empty((m, dw.n), dtype=np.uint16)
     if m == 0:
         return out
-    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
+    if d_a is None:
+        d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
     d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
-    launch_all(launches(family, numerics, plan, dw, d_a, d_out, stream), stream)
+    ls = launches(family, numerics, plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
+    launch_all(ls, stream)
     d_out.copy_to_host(out, stream=stream)
     if stream:
         stream.synchronize()
     return out
-
-
-def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Run kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K]) -> uint16 [M, N].
-
-    The plan is the kernel's chunks of its ``max_m`` rows (one launch per row
-    for the M=1 kernels; an exact kernel's activation prepare runs once
-    before its chunks); ``weight`` is a host or device weight of the
-    kernel's family (uploaded here when on the host). For the golden
-    harness, scripts and tests; :func:`q2gemv.gemv` builds its own plan.
-    Raises the launcher's errors (naming ``kernel``, ``weight``, ``a_bits``)
-    before anything is launched.
-    """
-    spec = kernels.get(kernel)
-    dw = kernels.family(spec.family).as_device_weight(weight, stream, spec.contract)
-    check_bits(a_bits, dw.k)
-    plan = launch.ChunkPlan(a_bits.shape[0], spec.max_m, lambda rows: spec.name)
-    return run_host(spec.family, spec.contract, plan, a_bits, dw, stream)
 
 
 __all__ = [
@@ -315,7 +305,6 @@ __all__ = [
     "exact_kernel_of",
     "prepare_device",
     "seed_launch",
-    "run_kernel",
     "launches",
     "launch_all",
     "BoundPlan",
