@@ -182,10 +182,9 @@ def gemv(
 @_serialised_in_simulator
 def _gemv(a, weight, *, kernel, backend, out, stream, numerics, key):
     """:func:`gemv` past its cache: the call built (every check), then run."""
-    return call.run(
-        call.build(a, weight, kernel=kernel, backend=backend, out=out, stream=stream,
-                   numerics=numerics, key=key)
-    )  # fmt: skip
+    c = call.build(a, weight, kernel=kernel, backend=backend, out=out, stream=stream,
+                   numerics=numerics, key=key)  # fmt: skip
+    return call.run(c)
 
 
 def _numerics_line(family: str, mode: str, numerics: str | None, kernel: str | None) -> str:

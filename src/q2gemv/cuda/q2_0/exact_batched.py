@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from ...dispatch import plan as launch
-from ...dispatch import registry as kernels
+from ...dispatch import plan, registry
 from ...formats import q2_0_layout as lay
 from ..exact_contract import BF16_NAN, FRAC_BITS, SPECIAL_ROW, round_fixed_bf16
 from ..runtime.dev import (
@@ -56,20 +55,20 @@ check_k = exact.check_k
 prepare_launch = exact.prepare_launch
 
 
-def spec() -> kernels.KernelSpec:
+def spec() -> registry.KernelSpec:
     """This variant's registry entry (``golden=False``: the shipped goldens do not list it)."""
-    return kernels.KernelSpec(
+    return registry.KernelSpec(
         NAME, "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact", "q2_0_exact_batched",
         ROWS_PER_CTA, MAX_M, per_m=True, a_align=16, grid_wait=True, golden=False,
         module=__name__,
     )  # fmt: skip
 
 
-def register() -> kernels.KernelSpec:
+def register() -> registry.KernelSpec:
     """Register :func:`spec` (again: a no-op) and return it."""
-    if any(s.name == NAME for s in kernels.specs("q2_0", "exact")):
-        return kernels.get(NAME)
-    return kernels.register(spec())
+    if any(s.name == NAME for s in registry.specs("q2_0", "exact")):
+        return registry.get(NAME)
+    return registry.register(spec())
 
 
 def groups_for(m: int) -> int:
@@ -432,12 +431,12 @@ class LaunchRule:
     max_regs: int | None = None
 
     def grid(self, n: int) -> tuple[int, int]:
-        tiles = launch.div_ceil(n, ROWS_PER_CTA)
-        return (launch.div_ceil(tiles, self.warps // self.cols), self.parts)
+        tiles = plan.div_ceil(n, ROWS_PER_CTA)
+        return (plan.div_ceil(tiles, self.warps // self.cols), self.parts)
 
     def groups(self, m: int) -> int:
         """Column groups the build for ``m`` rows has: a multiple of ``cols``."""
-        return launch.div_ceil(groups_for(m), self.cols) * self.cols
+        return plan.div_ceil(groups_for(m), self.cols) * self.cols
 
 
 WIDE_TILES = 512  # row tiles from which a CTA takes 8 warps, and the K is not split
@@ -454,11 +453,11 @@ def launch_rule(n: int, k: int, m: int) -> LaunchRule:
     4096x14336: 4 parts; 1024x4096: 8). Any rule gives the same bits."""
     if not 1 <= m <= MAX_M:
         raise ValueError(f"m: {NAME} serves 1..{MAX_M} rows per launch, got {m}")
-    tiles = launch.div_ceil(n, ROWS_PER_CTA)
+    tiles = plan.div_ceil(n, ROWS_PER_CTA)
     if tiles >= WIDE_TILES:
         return LaunchRule(8, 1)
-    ctas = launch.div_ceil(tiles, 4)
-    steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
+    ctas = plan.div_ceil(tiles, 4)
+    steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
     parts = max(1, min(round(TARGET_CTAS / ctas), steps // MIN_STEPS))
     return LaunchRule(4, parts)
 
@@ -468,9 +467,9 @@ def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
     rows, the CTA shape :func:`launch_rule` picks. Validates before anything is launched, as
     :func:`q2gemv.cuda.q2_0.exact.q2_launches` does."""
     codes, scales, flat = exact.checked_operands(ops, dw, d_out, NAME)
-    tiles = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    tiles = plan.div_ceil(dw.n, ROWS_PER_CTA)
     launches = []
-    for r0, rows in launch.check_chunks(rows_of, ops.m, MAX_M):
+    for r0, rows in plan.check_chunks(rows_of, ops.m, MAX_M):
         rule = launch_rule(dw.n, dw.k, rows)
         grid = rule.grid(dw.n)
         if rule.parts > 1:  # 3 words an output, a counter a CTA column

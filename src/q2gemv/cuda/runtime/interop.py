@@ -22,8 +22,6 @@ never imported here unless a torch tensor was passed.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from numba import cuda
 
@@ -103,123 +101,6 @@ def check_device_array(x, name: str, dtype, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(x.shape)}")
     if not x.is_c_contiguous():
         raise ValueError(f"{name}: expected a C-contiguous device array")
-
-
-def enqueue(family: str, numerics: str, plan, dw, d_a, d_out, st, key=None, cache=None, keep=()):
-    """Enqueue ``plan`` (``(row0, rows, kernel)``) on device bits ``d_a`` (uint16 [M, K], M >= 1)
-    into ``d_out`` (uint16 [M, N]) on ``st``: the device edge of the road (:mod:`q2gemv.host.call`).
-
-    ``numerics``: ``"seed"`` runs ``plan`` as it is; ``"exact"`` runs the
-    family's activation prepare then its exact GEMV per plan entry, with the
-    operands in a per-(stream, M, K) workspace (:func:`exact_workspace`).
-    Everything is checked before the first launch
-    (:func:`q2gemv.cuda.runtime.launcher.launches`).
-
-    ``key``, ``cache``: the call's cache key (:func:`q2gemv.host.arrays.call_key`)
-    and the device weight's ``launch_cache`` (None: nothing is bound). With
-    both, the validated launches are bound
-    (:class:`~q2gemv.cuda.runtime.launcher.BoundPlan`) and stored under the key,
-    so the next call with the same buffers, shapes, dtypes, stream, kernel and
-    contract is a dictionary lookup and the launches (:func:`q2gemv.gemv`'s
-    fast path). ``keep``: the caller's objects (``a``, ``out``, ``stream``) a
-    bound plan holds under the simulator (:func:`_keep`).
-    """
-    from . import launcher
-
-    bind = cache is not None and len(plan) <= BIND_MAX_LAUNCHES
-    if numerics != "exact":
-        ls = launcher.launches(family, numerics, plan, dw, d_a, d_out, st)
-        if not bind:
-            launcher.launch_all(ls, st)
-            return
-        bound = launcher.BoundPlan(ls, _handle(key), keep=_keep(*keep))
-    else:
-        exact = launcher.exact_kernel_of(family, plan)[1]
-        with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
-            ops = exact_workspace(int(d_a.shape[0]), dw.k, st, exact)
-            ls = launcher.launches(family, numerics, plan, dw, d_a, d_out, st, ops)
-            if not bind:
-                launcher.launch_all(ls, st)
-                return
-        bound = launcher.BoundPlan(
-            ls, _handle(key), lock=_WORKSPACE_LOCK, keep=(ops, *_keep(*keep))
-        )
-    _remember(cache, key, bound)
-    bound()
-
-
-# A decode loop's calls differ only in their buffers: one bound plan per (buffers' addresses,
-# shapes, dtypes, strides, stream, kernel, contract), per weight, at most this many per weight
-# (the oldest is dropped first), and only for plans of at most BIND_MAX_LAUNCHES launches
-# (a long plan is kernel-bound: binding it would cost more than it saves).
-LAUNCH_CACHE_SIZE = 64
-BIND_MAX_LAUNCHES = 64
-
-
-def _handle(key) -> int:
-    """The raw stream handle in a cache key (the simulator's streams have none: 0)."""
-    return key[2] if type(key[2]) is int else 0
-
-
-def _keep(a, out, stream) -> tuple:
-    """What a bound plan must keep alive: nothing on a GPU (it holds addresses, keyed by
-    address), the caller's objects under the simulator (keyed by identity there)."""
-    from .prebound import SIMULATED
-
-    return (a, out, stream) if SIMULATED else ()
-
-
-_CACHE_LOCK = threading.Lock()  # misses only: lookups on the fast path take no lock
-
-
-def _remember(cache: dict, key, bound) -> None:
-    with _CACHE_LOCK:
-        while len(cache) >= LAUNCH_CACHE_SIZE:
-            cache.pop(next(iter(cache)), None)
-        cache[key] = bound
-
-
-# Exact-contract operands per (device, stream, M, K), reused by every later call there: a call
-# allocates nothing once its shape has run on its stream, so it can be captured in a CUDA graph
-# after a warm-up call (cudaMalloc is not allowed during capture), and the graph keeps reading
-# the same buffers. Calls on one stream are ordered by the stream; the lock orders the
-# enqueueing of one call's two steps against another thread's on the same stream.
-_WORKSPACES: dict[tuple, object] = {}
-_WORKSPACE_LOCK = threading.Lock()
-
-
-def _stream_key(st) -> int:
-    if not st:
-        return 0
-    try:
-        return int(st)
-    except TypeError:  # the simulator's streams have no handle
-        return id(st)
-
-
-def exact_workspace(m: int, k: int, st, exact):
-    """The exact-contract operands of (this device, ``st``, the exact module ``exact``, m, k).
-
-    ``exact``: the module of the plan's exact kernel
-    (:func:`~q2gemv.cuda.runtime.launcher.exact_kernel_of`); its ``Operands``
-    (Q2_0: :class:`~q2gemv.cuda.q2_0.exact.ExactOperands`; NVFP4:
-    :class:`~q2gemv.cuda.nvfp4.exact.W4Operands`). Allocated on first use and
-    kept for the process (a few bytes per activation: about ``3 M K`` bytes);
-    :func:`clear_workspaces` drops them (never while a captured CUDA graph that
-    uses them may still replay).
-    """
-    device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
-    key = (device, _stream_key(st), exact.__name__, int(m), int(k))
-    ops = _WORKSPACES.get(key)
-    if ops is None:
-        ops = _WORKSPACES[key] = exact.Operands.allocate(m, k, st)
-    return ops
-
-
-def clear_workspaces() -> None:
-    """Forget every exact-contract workspace (the buffers are freed when unused)."""
-    with _WORKSPACE_LOCK:
-        _WORKSPACES.clear()
 
 
 def output(kind, a, d_a, dw, parts, out_shape, out, st):
