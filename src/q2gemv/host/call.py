@@ -330,17 +330,17 @@ def _on_backend(c: Call) -> Call:
 
 def run(c: Call):
     """Run a built :class:`Call`; returns bf16 of ``c.shape`` (``out`` itself when given)."""
-    if c.form == "device":
-        if c.m:
-            _run_cuda(c)
+    if c.m and c.backend == "cuda":
+        y = _run_cuda(c)  # the device form: written into its device output, nothing to copy
+        if c.form == "device":
+            return c.result
+    elif c.form == "device":
         return c.result
-    if c.m == 0:
+    elif c.m == 0:
         y = np.empty((0, c.n), np.uint16)
-    elif c.backend == "reference":  # the reference of the plan's kernel (every launch: same bits)
+    else:  # the reference of the plan's kernel (every launch: same bits)
         bits = c.a.bits if c.form == "prepared" else c.a
         y = c.spec.reference(c.launches[0][2])(bits_to_bf16(bits), c.weight).view(np.uint16)
-    else:
-        y = _run_cuda(c)
     result = bits_to_bf16(y.reshape(c.shape))
     if c.out is None:
         return result
