@@ -382,7 +382,8 @@ def launch_raw(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int, stream=0) -
 
     Refuses ``m`` beyond the kernel's ``max_m`` (the kernel stages and
     accumulates at most that many rows) instead of leaving rows unwritten.
-    A view of the launcher: ``launch_all([seed_launch(...)])``
+    A thin wrapper below the road (:mod:`q2gemv.host.call`), for benchmarks
+    and scripts holding device arrays: ``launch_all([seed_launch(...)])``
     (:mod:`q2gemv.cuda.runtime.launcher`) after checking ``name`` is a W4A16 tier.
     """
     from ..runtime import launcher
@@ -439,6 +440,10 @@ def w4a16_gemv(
     max_m). Otherwise the launches follow :func:`q2gemv.dispatch.nvfp4_tiers.plan_w4a16`
     over ``tiers`` (default: every tier here treated as present, compiled on
     first use, so the kill switches of :mod:`q2gemv.dispatch.nvfp4_tiers` apply).
+
+    A thin wrapper for a caller's own tier table: :func:`q2gemv.gemv` is the
+    road; this runs its plan through the road's host edge
+    (:func:`q2gemv.cuda.runtime.launcher.run_host`), the same launches.
     """
     if not isinstance(weight, (Nvfp4Weight, DeviceNvfp4Weight)):
         as_device_weight(weight)  # raises the TypeError naming weight

@@ -557,8 +557,9 @@ def launch_raw(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int, stream=0) -> N
     """One launch of kernel ``name`` on device arrays: A [m, K], C [m, N] (bf16 bits).
 
     Refuses ``m`` beyond what the kernel stages (1 for the M=1 kernels,
-    8 for batchm) instead of writing out of bounds. A view of the launcher:
-    ``launch_all([seed_launch(...)])`` (:mod:`q2gemv.cuda.runtime.launcher`)
+    8 for batchm) instead of writing out of bounds. A thin wrapper below the
+    road (:mod:`q2gemv.host.call`), for benchmarks and scripts holding device
+    arrays: ``launch_all([seed_launch(...)])`` (:mod:`q2gemv.cuda.runtime.launcher`)
     after checking ``name`` is a Q2_0 seed kernel.
     """
     from ..runtime import launcher

@@ -172,7 +172,8 @@ def exact_launches(family: str, d_a, dw, d_out, stream=0, ops=None) -> list[tupl
 
     The family's prepare, skipped when ``ops`` (the operands of an earlier
     prepare of ``d_a``) are given, then the chunks of :func:`exact_plan`.
-    For scripts and benchmarks; :func:`q2gemv.gemv` goes through :func:`launches`.
+    A thin wrapper below the road, for scripts and benchmarks holding device
+    arrays; :func:`q2gemv.gemv` builds its call in :mod:`q2gemv.host.call`.
     """
     plan = exact_plan(family, int(d_a.shape[0]))
     return launches(family, "exact", plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
@@ -182,9 +183,9 @@ def seed_launch(name: str, d_a, dw, d_out, m: int) -> tuple:
     """One validated seed-contract launch of kernel ``name`` on exactly ``d_a`` [m, K] / ``d_out``.
 
     Returns ``(dispatcher, grid, block, args, name)``, as :func:`launches`
-    does per plan entry, for :func:`launch_all` or :func:`prebind`: the road
-    of the family modules' ``launch_raw`` and of the benchmark's single
-    launches. The family's ``launch_args`` validates it (rows, shapes,
+    does per plan entry, for :func:`launch_all` or :func:`prebind`: a thin
+    wrapper below the road (:mod:`q2gemv.host.call`) for the family modules'
+    ``launch_raw`` and the benchmark's single launches. The family's ``launch_args`` validates it (rows, shapes,
     dtypes, alignment, weight size) before the kernel is looked up.
     """
     mod = registry.family(registry.get(name).family).seed()
