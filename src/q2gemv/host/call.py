@@ -350,13 +350,13 @@ def run(c: Call):
 
 def _run_cuda(c: Call):
     """The launches of ``c`` through the one launcher; host forms: uploaded, then downloaded."""
-    from ..cuda.runtime import interop, launcher
+    from ..cuda.runtime import launcher
 
     name, st = c.spec.name, c.stream
     if c.form == "device":
         cache = getattr(c.weight, "launch_cache", None) if c.key is not None else None
         keep = (c.caller_a, c.out, c.stream)
-        interop.enqueue(name, c.mode, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep)
+        launcher.enqueue(name, c.mode, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep)
         return None
     if c.form == "prepared":  # the operands made once by q2gemv.prepare: no prepare launch
         p = c.a
