@@ -27,9 +27,9 @@ import numpy as np
 
 from q2gemv import Q2Weight, reference
 from q2gemv.cuda.q2_0 import seed as q2cuda
-from q2gemv.cuda.runtime.launcher import run_kernel
 from q2gemv.formats.bf16 import BF16
 from q2gemv.golden.check import compare_bits
+from q2gemv.host.call import run_kernel
 
 SHAPES = ((5120, 5120), (17408, 5120), (5120, 17408))
 MS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17)

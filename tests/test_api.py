@@ -111,13 +111,13 @@ def test_contradicting_kernel_and_numerics_is_a_value_error_naming_kernel():
 
 @pytest.mark.parametrize("bad", ["fast", "EXACT", "", 1, True, ["exact"]])
 def test_bad_numerics_is_a_value_error_naming_it_before_anything_runs(bad, monkeypatch):
-    from q2gemv.cuda.runtime import interop, launcher
+    from q2gemv.cuda.runtime import launcher
 
     def never(*args, **kwargs):
         raise AssertionError("ran before numerics was checked")
 
     monkeypatch.setattr(launcher, "run_host", never)
-    monkeypatch.setattr(interop, "gemv_device", never)
+    monkeypatch.setattr(launcher, "enqueue", never)
     w, a = _case()
     from numba import cuda
 
@@ -260,21 +260,21 @@ def test_batch_invariance_across_row_chunks():
 def test_device_activations_use_prepare_and_the_exact_kernel_on_the_callers_stream():
     from numba import cuda
 
-    from q2gemv.cuda.runtime import interop
+    from q2gemv.cuda.runtime import launcher
 
     w, a = _case(seed=9, m=2)
     dw = w.to_device()
     want = _bits(q2_0_gemv_exact(a, w))
     st = cuda.stream()
     d_a = cuda.to_device(a.view(np.uint16), stream=st)
-    interop.clear_workspaces()
+    launcher.clear_workspaces()
     y = q2gemv.gemv(d_a, dw, stream=st)
     assert_bits_equal(y.copy_to_host(stream=st), want, label="device a, exact")
-    (key,) = interop._WORKSPACES
+    (key,) = launcher._WORKSPACES
     assert key[2:] == ("q2gemv.cuda.q2_0.exact", 2, K)  # (device, stream, exact module, M, K)
     out = cuda.device_array((2, N), np.uint16)
     assert q2gemv.gemv(d_a, dw, out=out, stream=st) is out  # the same stream: the same buffers
-    assert list(interop._WORKSPACES) == [key]
+    assert list(launcher._WORKSPACES) == [key]
     assert_bits_equal(out.copy_to_host(), want, label="device a, exact, out=")
     seed = q2gemv.gemv(d_a, dw, numerics="seed").copy_to_host()
     assert_bits_equal(seed, _bits(ref.q2_0_gemv_vec(a, w)), label="device a, seed")

@@ -24,10 +24,10 @@ from q2gemv import Nvfp4Weight, Q2Weight, quantize_q2_0
 from q2gemv import reference as ref
 from q2gemv.cuda.nvfp4 import seed as w4cuda
 from q2gemv.cuda.q2_0 import seed as q2cuda
-from q2gemv.cuda.runtime import launcher
 from q2gemv.dispatch.nvfp4_tiers import W4a16BatchmTiers, plan_w4a16, select_tier
 from q2gemv.formats.bf16 import BF16
 from q2gemv.golden.check import assert_bits_equal
+from q2gemv.host import call as road
 from q2gemv.io import load_nvfp4_weights, load_q2_weights, read_gguf, save_q2_weights
 
 N, K, M = 7, 128, 2
@@ -189,11 +189,11 @@ CASES = [
     ("q2.launch_raw/a-float32", lambda t: _q2_raw("q2_0_gemv_vec_batchm", 2, a_dt=F32), TypeError, r"a: expected uint16"),
     ("q2.launch_raw/out-float32", lambda t: _q2_raw("q2_0_gemv_vec", 1, out_dt=F32), TypeError, r"out: expected uint16"),
     ("q2.launch_raw/weight-host", lambda t: q2cuda.launch_raw("q2_0_gemv_vec", None, C.w, None, 1), TypeError, r"weight: expected a DeviceQ2Weight"),
-    ("run_kernel/q2-kernel-unknown", lambda t: launcher.run_kernel("q2_0_gemv_vec8", C.a.view(U16), C.w), ValueError, r"kernel: expected one of"),
-    ("run_kernel/q2-a-bf16-not-bits", lambda t: launcher.run_kernel("q2_0_gemv_vec", C.a.astype(F32), C.w), TypeError, r"a_bits: expected uint16"),
-    ("run_kernel/q2-a-rank1", lambda t: launcher.run_kernel("q2_0_gemv_vec", C.a1.view(U16), C.w), ValueError, r"a_bits: expected shape \[M, K\]"),
-    ("run_kernel/q2-a-K-mismatch", lambda t: launcher.run_kernel("q2_0_gemv_vec", C.a.view(U16)[:, :64], C.w), ValueError, r"a_bits: expected shape \[M, K\] = \[M, 128\]"),
-    ("run_kernel/q2-weight", lambda t: launcher.run_kernel("q2_0_gemv_vec", C.a.view(U16), C.w4), TypeError, r"weight: expected a Q2Weight or DeviceQ2Weight"),
+    ("run_kernel/q2-kernel-unknown", lambda t: road.run_kernel("q2_0_gemv_vec8", C.a.view(U16), C.w), ValueError, r"kernel: expected one of"),
+    ("run_kernel/q2-a-bf16-not-bits", lambda t: road.run_kernel("q2_0_gemv_vec", C.a.astype(F32), C.w), TypeError, r"a_bits: expected uint16"),
+    ("run_kernel/q2-a-rank1", lambda t: road.run_kernel("q2_0_gemv_vec", C.a1.view(U16), C.w), ValueError, r"a_bits: expected shape \[M, K\]"),
+    ("run_kernel/q2-a-K-mismatch", lambda t: road.run_kernel("q2_0_gemv_vec", C.a.view(U16)[:, :64], C.w), ValueError, r"a_bits: expected shape \[M, K\] = \[M, 128\]"),
+    ("run_kernel/q2-weight", lambda t: road.run_kernel("q2_0_gemv_vec", C.a.view(U16), C.w4), TypeError, r"weight: expected a Q2Weight or DeviceQ2Weight"),
     ("q2.upload/weight", lambda t: q2cuda.DeviceQ2Weight.upload(C.w4), TypeError, r"weight: expected a Q2Weight"),
     # -- W4A16 kernel entry points (q2gemv.cuda.nvfp4) ---------------------------------
     ("w4.launch_raw/batch8-M9", lambda t: _w4_raw("w4a16_gemv_batch8", 9), ValueError, r"m: kernel w4a16_gemv_batch8 serves 1\.\.8 rows per launch, got 9"),
@@ -208,11 +208,11 @@ CASES = [
     ("w4.launch_raw/a-float32", lambda t: _w4_raw("w4a16_gemv_batch4", 2, a_dt=F32), TypeError, r"a: expected uint16"),
     ("w4.launch_raw/out-int32", lambda t: _w4_raw("w4a16_gemv_batch4", 2, out_dt=I32), TypeError, r"out: expected uint16"),
     ("w4.launch_raw/weight-host", lambda t: w4cuda.launch_raw("w4a16_gemv_batch4", None, C.w4, None, 1), TypeError, r"weight: expected a DeviceNvfp4Weight"),
-    ("run_kernel/w4-kernel-unknown", lambda t: launcher.run_kernel("w4a16_gemv_batch3", C.a.view(U16), C.w4), ValueError, r"kernel"),
-    ("run_kernel/w4-a-float32", lambda t: launcher.run_kernel("w4a16_gemv_batch4", C.a.astype(F32), C.w4), TypeError, r"a_bits: expected uint16"),
-    ("run_kernel/w4-a-rank1", lambda t: launcher.run_kernel("w4a16_gemv_batch4", C.a1.view(U16), C.w4), ValueError, r"a_bits: expected shape \[M, K\]"),
-    ("run_kernel/w4-a-K-mismatch", lambda t: launcher.run_kernel("w4a16_gemv_batch4", C.a.view(U16)[:, :16], C.w4), ValueError, r"a_bits: expected shape \[M, K\] = \[M, 128\]"),
-    ("run_kernel/w4-weight", lambda t: launcher.run_kernel("w4a16_gemv_batch4", C.a.view(U16), C.w), TypeError, r"weight: expected an Nvfp4Weight"),
+    ("run_kernel/w4-kernel-unknown", lambda t: road.run_kernel("w4a16_gemv_batch3", C.a.view(U16), C.w4), ValueError, r"kernel"),
+    ("run_kernel/w4-a-float32", lambda t: road.run_kernel("w4a16_gemv_batch4", C.a.astype(F32), C.w4), TypeError, r"a_bits: expected uint16"),
+    ("run_kernel/w4-a-rank1", lambda t: road.run_kernel("w4a16_gemv_batch4", C.a1.view(U16), C.w4), ValueError, r"a_bits: expected shape \[M, K\]"),
+    ("run_kernel/w4-a-K-mismatch", lambda t: road.run_kernel("w4a16_gemv_batch4", C.a.view(U16)[:, :16], C.w4), ValueError, r"a_bits: expected shape \[M, K\] = \[M, 128\]"),
+    ("run_kernel/w4-weight", lambda t: road.run_kernel("w4a16_gemv_batch4", C.a.view(U16), C.w), TypeError, r"weight: expected an Nvfp4Weight"),
     ("w4.w4a16_gemv/a-float16", lambda t: w4cuda.w4a16_gemv(C.a.astype(F16), C.w4), TypeError, r"a: expected dtype bfloat16"),
     ("w4.w4a16_gemv/a-rank3", lambda t: w4cuda.w4a16_gemv(C.a[None], C.w4), ValueError, r"a: expected shape"),
     ("w4.w4a16_gemv/K-mismatch", lambda t: w4cuda.w4a16_gemv(C.a[:, :16], C.w4), ValueError, r"a: expected K=128"),

@@ -317,7 +317,7 @@ def test_one_ulp_change_in_a_kernel_output_is_reported(full_suite, monkeypatch, 
         mod = sys.modules[fn.__module__]
         attr = kernel if hasattr(mod, kernel) else fn.__name__
     else:
-        from q2gemv.cuda.runtime import launcher as mod
+        from q2gemv.host import call as mod
 
         fn, attr = mod.run_kernel, "run_kernel"
 

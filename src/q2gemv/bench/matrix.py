@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from ..dispatch.nvfp4_tiers import (
     BATCH8_RT2,
     W4A16_BATCHM_WIDTHS,
@@ -39,10 +39,10 @@ QUICK_MS: tuple[int, ...] = (1, 4, 8)
 Q2_BATCHM = "q2_0_gemv_vec_batchm"
 Q2_M1_REFERENCE = "q2_0_gemv_vec"  # "M x (the M=1 kernel)" is M x this kernel's M=1 time
 W4A16_TABLE_TIERS = tuple(tier_kernel_name(w) for w in W4A16_BATCHM_WIDTHS) + (BATCH8_RT2,)
-W4A16_MAX_M = kernels.table("w4a16", "seed")  # the registry's W4A16 kernels -> rows per launch
+W4A16_MAX_M = registry.table("w4a16", "seed")  # the registry's W4A16 kernels -> rows per launch
 # Families whose weights take a block size per weight (the registry's FamilySpec.grouped): a
 # case's label names its group.
-GROUPED_FAMILIES = frozenset(f.name for f in kernels.families() if f.grouped)
+GROUPED_FAMILIES = frozenset(f.name for f in registry.families() if f.grouped)
 # The CUDA simulator runs one OS thread per CUDA thread. Measured on a 2-core CPU machine:
 # `NUMBA_ENABLE_CUDASIM=1 q2gemv bench --dry-run --no-overhead --shapes 16x512 --m 1` (6
 # cases, 2 CTAs per launch) took 60 s, ~10 s a case; the cost grows with the CTAs, i.e.
@@ -87,21 +87,21 @@ class Case:
 
 def q2_kernel_table() -> dict[str, int]:
     """Every Q2_0 seed kernel of the registry (:mod:`q2gemv.dispatch.registry`) and its rows per launch."""
-    return dict(kernels.table("q2_0", "seed"))
+    return dict(registry.table("q2_0", "seed"))
 
 
 def exact_kernel_table() -> dict[str, int]:
     """Every exact-contract kernel of the registry (both families) and its rows per launch."""
-    return {s.name: s.max_m for s in kernels.specs(contract="exact")}
+    return {s.name: s.max_m for s in registry.specs(contract="exact")}
 
 
 def _family_of(name: str) -> str:
-    return kernels.get(name).family
+    return registry.get(name).family
 
 
 def kernel_names() -> tuple[str, ...]:
     """Every kernel ``--kernels`` takes: each registered kernel (:mod:`q2gemv.dispatch.registry`)."""
-    return tuple(s.name for s in kernels.specs())
+    return tuple(s.name for s in registry.specs())
 
 
 def chunks(m: int, max_m: int, kernel: str) -> tuple[tuple[int, int, str], ...]:

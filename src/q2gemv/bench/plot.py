@@ -27,7 +27,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from .formulas import TORCH_KERNEL
 from .matrix import GROUPED_FAMILIES, Q2_M1_REFERENCE
 from .results import read_csv
@@ -60,7 +60,7 @@ def _series_label(r: dict) -> str | None:
     if r.get("selected"):
         return "W4A16 dispatched tier"
     if r["role"] in ("m1", "batchm", "exact"):
-        return f"{kernels.family(r['family']).title} {r['kernel']}{group}"
+        return f"{registry.family(r['family']).title} {r['kernel']}{group}"
     return None
 
 

@@ -26,7 +26,7 @@ from numba import config, cuda
 from .. import api
 from ..cuda.q2_0 import seed as q2cuda
 from ..cuda.runtime import launcher, prebound
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from ..formats.bf16 import BF16
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.q2_0 import Q2Weight, block_bytes
@@ -197,14 +197,14 @@ class _KernelPool(_Pool):
     @staticmethod
     def _launch_raw(name, a, dw, out, rows, stream=0):
         """The same launch through numba's dispatcher (the family's ``launch_raw``)."""
-        kernels.family(kernels.get(name).family).seed().launch_raw(name, a, dw, out, rows, stream)
+        registry.family(registry.get(name).family).seed().launch_raw(name, a, dw, out, rows, stream)
 
     @staticmethod
     def _plan_launches(family, plan, a, dw, out, stream=0) -> list[tuple]:
         """The launcher's validated launches of ``plan`` ((row0, rows, kernel), ...) on
         ``a`` [M, K] into ``out`` [M, N]: the public call's. An exact-contract plan starts
         with its family's prepare over all M rows (its workspace allocated here, once)."""
-        contract = kernels.get(plan[0][2]).contract
+        contract = registry.get(plan[0][2]).contract
         return launcher.launches(family, contract, plan, dw, a, out, stream)
 
     def call(self, case: Case, j: int):
@@ -262,7 +262,7 @@ class _KernelPool(_Pool):
 
     def _reference(self, case: Case) -> np.ndarray:
         """The NumPy reference of the case's kernel (every kernel of a plan gives its bits)."""
-        fn = kernels.family(self.family).reference(case.launches[0][2])
+        fn = registry.family(self.family).reference(case.launches[0][2])
         return fn(self.host_a[: case.m].view(BF16), self.host_weight)
 
 
@@ -283,7 +283,7 @@ class _Q2Pool(_KernelPool):
         return q2cuda.DeviceQ2Weight.upload(w)
 
 
-class _W4Pool(_KernelPool):
+class _Nvfp4Pool(_KernelPool):
     family = "w4a16"
 
     def _host_weight(self, rng):
@@ -303,7 +303,7 @@ class _W4Pool(_KernelPool):
 
 
 # The pool of each weight family's cases (a case of another family, "bf16", is torch's).
-_POOLS: dict[str, type[_KernelPool]] = {pool.family: pool for pool in (_Q2Pool, _W4Pool)}
+_POOLS: dict[str, type[_KernelPool]] = {pool.family: pool for pool in (_Q2Pool, _Nvfp4Pool)}
 
 
 class _TorchPool(_Pool):
@@ -433,7 +433,7 @@ def _overhead_kernels(cases: list[Case]) -> list[tuple[str, str, int]]:
 
 
 def _public_gemv(a, dw, out, name, family, stream) -> None:
-    numerics = kernels.get(name).contract
+    numerics = registry.get(name).contract
     api.gemv(a, dw, out=out, kernel=name, stream=stream, numerics=numerics)
 
 
@@ -489,7 +489,7 @@ def _dispatch(disp, pb: prebound.PreboundLaunch, stream) -> None:
 
 
 def _dispatcher(family: str, name: str, m: int):
-    return kernels.family(family).seed().compiled(name, m)
+    return registry.family(family).seed().compiled(name, m)
 
 
 def _launch_raw_on(family, name, a, dw, out, m, stream):
@@ -498,7 +498,7 @@ def _launch_raw_on(family, name, a, dw, out, m, stream):
 
 def _group(st: Settings, family: str) -> int:
     """The block size of ``family``'s weights in this run (the first of ``--group`` if it has one)."""
-    return st.groups[0] if kernels.family(family).grouped else NVFP4_GROUP
+    return st.groups[0] if registry.family(family).grouped else NVFP4_GROUP
 
 
 def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
@@ -516,7 +516,7 @@ def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
     pools: dict[str, _KernelPool] = {}
     rows = []
     for family, name in names:
-        max_m = kernels.get(name).max_m
+        max_m = registry.get(name).max_m
         m = min(max_m, max(st.ms))
         row = dict(kernel=name, n=n, k=k, m=m, ok=False, mismatches=None, elements=m * n, detail="")
         try:
@@ -564,7 +564,7 @@ def graph_check(env: _Env, st: Settings, cases: list[Case], rng) -> list[dict]:
 def _families_available(cases: list[Case], notes: list[str]) -> list[Case]:
     dropped: set[str] = set()
     for fam in dict.fromkeys(c.family for c in cases if c.family in _POOLS):
-        spec = kernels.family(fam)
+        spec = registry.family(fam)
         try:
             spec.device_class()
             mod = spec.seed()

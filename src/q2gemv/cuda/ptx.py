@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from ..tools import atomic as _atomic
 
 COMPILER_HINT = (
@@ -25,19 +25,19 @@ COMPILER_HINT = (
     "(or numba-cuda[cu13]; no GPU needed) and leave NUMBA_ENABLE_CUDASIM unset"
 )
 # compile unit -> module with ptx_specs(): each family's seed kernels ("q2_0") and exact
-# kernels ("q2_0_exact"), the modules its kernels.FamilySpec names, and any module a kernel's
+# kernels ("q2_0_exact"), the modules its registry.FamilySpec names, and any module a kernel's
 # spec names (a new family or kernel module is listed here by registering it).
 MODULES = {
     name: module
-    for f in kernels.families()
+    for f in registry.families()
     for name, module in ((f.name, f.seed_module), (f"{f.name}_exact", f.exact_module))
 }
 # a family's other device code (FamilySpec.device_modules), and a kernel in a module of its own
 # (KernelSpec.module): a compile unit each, named by the module
-for f in kernels.families():
+for f in registry.families():
     for _m in f.device_modules:
         MODULES[_m.removeprefix("q2gemv.cuda.").replace(".", "_")] = _m
-for _m in dict.fromkeys(kernels.module_of(s.name) for s in kernels.specs()):
+for _m in dict.fromkeys(registry.module_of(s.name) for s in registry.specs()):
     if _m not in MODULES.values():
         MODULES[_m.removeprefix("q2gemv.cuda.").replace(".", "_")] = _m
 # exact-kernel variants that are not registered by default (compiled here all the same)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import registry as kernels
+from . import registry
 from .plan import PLAN_MAX_M, ChunkPlan
 
 W4A16_BATCHM_WIDTHS: tuple[int, ...] = (4, 5, 6, 7, 8)
@@ -70,9 +70,9 @@ def tier_kernel_name(width: int) -> str:
 
 
 # Every W4A16 kernel name and the rows one launch of it serves (its MAX_M); the kernel
-# module's SPECS must agree (tests/test_tiers.py checks it).
+# module's SPECS must agree (tests/dispatch/test_nvfp4_tiers.py checks it).
 # Live read-only view of the registry (q2gemv.dispatch.registry): W4A16 seed kernel -> rows per launch.
-W4A16_KERNEL_MAX_M = kernels.table("w4a16", "seed")
+W4A16_KERNEL_MAX_M = registry.table("w4a16", "seed")
 
 
 def _check_m(m) -> int:

@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import registry as kernels
+from . import registry
 from .registry import Q2_BATCHM_MAX_M as Q2_BATCHM_MAX_M  # re-exported: the registry's numbers
 from .registry import Q2_EXACT_MAX_M as Q2_EXACT_MAX_M
 from .registry import THREADS_PER_CTA as THREADS_PER_CTA
 
 BF16_BYTES = 2
 # Live read-only view of the registry (q2gemv.dispatch.registry): kernel -> output rows per CTA.
-Q2_ROWS_PER_CTA = kernels.rows_per_cta_table("q2_0")
+Q2_ROWS_PER_CTA = registry.rows_per_cta_table("q2_0")
 
 
 def div_ceil(a: int, b: int) -> int:
@@ -172,7 +172,7 @@ def check_weight_halves(kernel: str, halves: int) -> None:
     group 128), far beyond any GEMV weight; kernels of ``index_bits == 64``
     (the baseline) have no limit.
     """
-    if kernels.get(kernel).index_bits == 32 and halves >= MAX_WEIGHT_HALVES:
+    if registry.get(kernel).index_bits == 32 and halves >= MAX_WEIGHT_HALVES:
         raise ValueError(
             f"weight: kernel {kernel} indexes the weight in 32 bits: expected fewer than "
             f"2**32 uint16 halves (8 GiB), got {halves} (use kernel='q2_0_gemv')"

@@ -251,8 +251,12 @@ class FamilySpec:
             interface").
         exact_kernel: the family's exact kernel (a registered spec's name).
         weight_arrays: attribute names of the host weight's byte arrays.
+        device_arrays: attribute names of the device weight's arrays (an
+            array a weight has not made yet is None there).
         grouped: its weights carry a block size ``group`` chosen per weight.
-        prepared: serves :func:`q2gemv.prepare`'s activations (exact contract).
+        prepared_kernel: the exact kernel that runs on :func:`q2gemv.prepare`'s
+            operands (made by ``exact_module``'s prepare), or ``""`` where the
+            family takes no prepared activations.
         seed_plan, seed_reason: dotted names of the family's seed-contract
             rule (:mod:`q2gemv.dispatch.seed_rules`): its launches for ``(weight, m,
             kernel)`` and the line :func:`q2gemv.explain` gives for them.
@@ -270,8 +274,9 @@ class FamilySpec:
     exact_module: str
     exact_kernel: str
     weight_arrays: tuple[str, ...]
+    device_arrays: tuple[str, ...]
     grouped: bool
-    prepared: bool
+    prepared_kernel: str
     seed_plan: str
     seed_reason: str
     device_modules: tuple[str, ...] = ()
@@ -279,6 +284,11 @@ class FamilySpec:
     def __post_init__(self) -> None:
         if self.name not in FAMILIES:
             raise ValueError(f"name: expected one of {FAMILIES}, got {self.name!r}")
+
+    @property
+    def prepared(self) -> bool:
+        """Whether :func:`q2gemv.prepare`'s activations serve this family's weights."""
+        return bool(self.prepared_kernel)
 
     def host_class(self) -> type:
         """The host weight class (imports its format module)."""
@@ -339,6 +349,11 @@ def family(name: str) -> FamilySpec:
     return spec
 
 
+def prepared_family() -> FamilySpec:
+    """The family whose exact kernel runs on :func:`q2gemv.prepare`'s operands."""
+    return next(s for s in _FAMILIES.values() if s.prepared_kernel)
+
+
 def families() -> tuple[FamilySpec, ...]:
     """Every registered family spec, in registration order."""
     return tuple(_FAMILIES.values())
@@ -363,7 +378,7 @@ def family_of(weight) -> tuple[FamilySpec, bool] | None:
 # -- the built-in kernels ---------------------------------------------------------------------
 
 _Q2REF = "q2gemv.reference.q2_0."
-_W4REF = "q2gemv.reference.nvfp4."
+_NVFP4REF = "q2gemv.reference.nvfp4."
 
 for _spec in (
     # Q2_0, seed contract (thread maps: q2gemv.dispatch.plan module docstring).
@@ -381,21 +396,21 @@ for _spec in (
     # W4A16, seed contract: the w4a16_gemv_batchm template (q2gemv.cuda.nvfp4).
     # depth, a_ahead and unroll_words change no arithmetic; each tier's values are the
     # fastest measured (docs/design_notes.md, kernels). batch32 keeps the rolled loop.
-    KernelSpec("w4a16_gemv_batch4", "w4a16", "seed", _W4REF + "w4a16_gemv_batch4",
+    KernelSpec("w4a16_gemv_batch4", "w4a16", "seed", _NVFP4REF + "w4a16_gemv_batch4",
                "w4a16_batchm", 8, 4),
-    KernelSpec("w4a16_gemv_batch5", "w4a16", "seed", _W4REF + "w4a16_gemv_batch5",
+    KernelSpec("w4a16_gemv_batch5", "w4a16", "seed", _NVFP4REF + "w4a16_gemv_batch5",
                "w4a16_batchm", 8, 5),
-    KernelSpec("w4a16_gemv_batch6", "w4a16", "seed", _W4REF + "w4a16_gemv_batch6",
+    KernelSpec("w4a16_gemv_batch6", "w4a16", "seed", _NVFP4REF + "w4a16_gemv_batch6",
                "w4a16_batchm", 8, 6),
-    KernelSpec("w4a16_gemv_batch7", "w4a16", "seed", _W4REF + "w4a16_gemv_batch7",
+    KernelSpec("w4a16_gemv_batch7", "w4a16", "seed", _NVFP4REF + "w4a16_gemv_batch7",
                "w4a16_batchm", 8, 7),
-    KernelSpec("w4a16_gemv_batch8", "w4a16", "seed", _W4REF + "w4a16_gemv_batch8",
+    KernelSpec("w4a16_gemv_batch8", "w4a16", "seed", _NVFP4REF + "w4a16_gemv_batch8",
                "w4a16_batchm", 8, 8, depth=1),
-    KernelSpec("w4a16_gemv_batch8_rt2", "w4a16", "seed", _W4REF + "w4a16_gemv_batch8_rt2",
+    KernelSpec("w4a16_gemv_batch8_rt2", "w4a16", "seed", _NVFP4REF + "w4a16_gemv_batch8_rt2",
                "w4a16_batchm", 16, 8, rows_per_warp=2, depth=1),
-    KernelSpec("w4a16_gemv_batch16", "w4a16", "seed", _W4REF + "w4a16_gemv_batch16",
+    KernelSpec("w4a16_gemv_batch16", "w4a16", "seed", _NVFP4REF + "w4a16_gemv_batch16",
                "w4a16_batchm", 8, 16, depth=4, a_ahead=True),
-    KernelSpec("w4a16_gemv_batch32", "w4a16", "seed", _W4REF + "w4a16_gemv_batch32",
+    KernelSpec("w4a16_gemv_batch32", "w4a16", "seed", _NVFP4REF + "w4a16_gemv_batch32",
                "w4a16_batchm", 8, 32, depth=1, unroll_words=False),
     # Q2_0, exact contract: exact_prepare once, then this kernel per chunk of max_m rows
     # (q2gemv.cuda.q2_0.exact; 16 weight rows per CTA = one m16 tile; 16-byte operand loads).
@@ -413,15 +428,15 @@ del _spec
 register_family(FamilySpec(
     "q2_0", "Q2_0", "q2gemv.formats.q2_0.Q2Weight", "q2gemv.cuda.q2_0.seed",
     "q2gemv.cuda.q2_0.weight.DeviceQ2Weight", "q2gemv.cuda.q2_0.exact", "q2_0_gemv_exact",
-    ("raw",), grouped=True, prepared=True,
+    ("raw",), ("b16", "codes", "scales"), grouped=True, prepared_kernel="q2_0_gemv_exact",
     seed_plan="q2gemv.dispatch.seed_rules.q2_0_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.q2_0_seed_reason",
     device_modules=("q2gemv.cuda.q2_0.layout",),
 ))  # fmt: skip
 register_family(FamilySpec(
     "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.nvfp4.seed",
     "q2gemv.cuda.nvfp4.weight.DeviceNvfp4Weight", "q2gemv.cuda.nvfp4.exact", "w4a16_gemv_exact",
-    ("packed", "scales"),
-    grouped=False, prepared=False,
+    ("packed", "scales"), ("wp", "scales", "codes", "xscales", "zsum"),
+    grouped=False, prepared_kernel="",
     seed_plan="q2gemv.dispatch.seed_rules.w4a16_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.w4a16_seed_reason",
     device_modules=("q2gemv.cuda.nvfp4.layout",),
 ))  # fmt: skip
@@ -432,6 +447,7 @@ __all__ = [
     "family",
     "family_of",
     "families",
+    "prepared_family",
     "register_family",
     "resolve",
     "module_of",

@@ -16,9 +16,8 @@ to force, or None) and its ``reason(weight, m, kernel)`` the line
 
 from __future__ import annotations
 
-from . import nvfp4_tiers as tiers
-from . import plan as launch
-from . import registry as kernels
+from . import nvfp4_tiers, registry
+from .plan import ChunkPlan
 
 # Output rows from which the 4-rows-per-warp M=1 kernel wins (a smaller grid leaves SMs
 # idle; measured: docs/design_notes.md, defaults).
@@ -41,15 +40,15 @@ def default_q2_kernel(m: int, n: int = 0) -> str:
     return "q2_0_gemv_vec_batchm_rt2"
 
 
-def default_w4a16_tiers() -> tiers.W4a16BatchmTiers:
+def default_w4a16_tiers() -> nvfp4_tiers.W4a16BatchmTiers:
     """Every tier this package builds counts as present; the kill switches still apply."""
-    return tiers.W4a16BatchmTiers.resolve(available=tiers.candidate_kernel_names())
+    return nvfp4_tiers.W4a16BatchmTiers.resolve(available=nvfp4_tiers.candidate_kernel_names())
 
 
-def q2_0_seed_plan(weight, m: int, kernel: str | None) -> launch.ChunkPlan:
+def q2_0_seed_plan(weight, m: int, kernel: str | None) -> ChunkPlan:
     """Q2_0, seed: ``m`` rows on the default kernel for ``weight``'s N (or ``kernel``), in chunks."""
     name = default_q2_kernel(m, weight.n) if kernel is None else kernel
-    return launch.ChunkPlan(m, kernels.table("q2_0", "seed")[name], lambda rows: name)
+    return ChunkPlan(m, registry.table("q2_0", "seed")[name], lambda rows: name)
 
 
 def q2_0_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
@@ -64,18 +63,20 @@ def q2_0_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
     return f"m = {m}; kernel: {name if m else '-'} ({why})", True
 
 
-def w4a16_seed_plan(weight, m: int, kernel: str | None) -> launch.ChunkPlan:
+def w4a16_seed_plan(weight, m: int, kernel: str | None) -> ChunkPlan:
     """NVFP4, seed: the tier plan of ``m`` rows, or one forced tier ``kernel`` covering ``m``.
 
     ``weight`` is not needed (the tiers depend on M alone); the signature is every seed rule's.
     """
     if kernel is None:
         t = default_w4a16_tiers()
-        wide = tiers.WIDE_MAX_M  # plan_w4a16's chunk; its kernel depends only on the chunk's rows
-        full = tiers.plan_w4a16(wide, t)[0][2]
-        tail = tiers.plan_w4a16(m % wide, t)[0][2] if m % wide else full
-        return launch.ChunkPlan(m, wide, lambda rows: full if rows == wide else tail)
-    table = kernels.table("w4a16", "seed")
+        wide = (
+            nvfp4_tiers.WIDE_MAX_M
+        )  # plan_w4a16's chunk; its kernel depends only on the chunk's rows
+        full = nvfp4_tiers.plan_w4a16(wide, t)[0][2]
+        tail = nvfp4_tiers.plan_w4a16(m % wide, t)[0][2] if m % wide else full
+        return ChunkPlan(m, wide, lambda rows: full if rows == wide else tail)
+    table = registry.table("w4a16", "seed")
     if kernel not in table:
         raise ValueError(f"kernel: expected one of {tuple(table)}, got {kernel!r}")
     if m > table[kernel]:
@@ -83,7 +84,7 @@ def w4a16_seed_plan(weight, m: int, kernel: str | None) -> launch.ChunkPlan:
             f"kernel: {kernel} serves at most {table[kernel]} rows, got M={m} "
             "(leave kernel=None to let the tier plan chunk it)"
         )
-    return launch.ChunkPlan(m, max(m, 1), lambda rows: kernel)
+    return ChunkPlan(m, max(m, 1), lambda rows: kernel)
 
 
 def w4a16_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
@@ -92,7 +93,7 @@ def w4a16_seed_reason(weight, m: int, kernel: str | None) -> tuple[str, bool]:
     The account lists its own plan (no launches follow); ``weight`` is not needed.
     """
     if kernel is None:
-        return tiers.explain_tier(m, default_w4a16_tiers()), False
+        return nvfp4_tiers.explain_tier(m, default_w4a16_tiers()), False
     return f"m = {m}; kernel forced: {kernel}", True
 
 

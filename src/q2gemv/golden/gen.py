@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from ..formats import q2_0 as q2fmt
 from ..formats.bf16 import BF16_MAX
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
@@ -58,7 +58,7 @@ _C2 = np.uint64(0x94D049BB133111EB)
 # -- kernels the suite covers, with rows served per launch (launch wrappers chunk beyond) ----
 # All from the registry (q2gemv.dispatch.registry): one family per (format, contract) with golden=True;
 # a new family is a new expected file gemv_<family>.npz (golden.suite.expected_files).
-FAMILY_KERNELS: dict[str, tuple[str, ...]] = kernels.golden_families()
+FAMILY_KERNELS: dict[str, tuple[str, ...]] = registry.golden_families()
 Q2_KERNELS = FAMILY_KERNELS["q2_0"]
 W4A16_KERNELS = FAMILY_KERNELS["w4a16"]
 # The exact contract (q2gemv.reference.exact): its own families, so its own files
@@ -66,10 +66,10 @@ W4A16_KERNELS = FAMILY_KERNELS["w4a16"]
 EXACT_KERNELS = FAMILY_KERNELS["q2_0_exact"]
 W4_EXACT_KERNELS = FAMILY_KERNELS["w4a16_exact"]
 # The weight format each family's cases are built in (inputs, ids, labels).
-FAMILY_FORMAT = {fam: kernels.get(names[0]).family for fam, names in FAMILY_KERNELS.items()}
+FAMILY_FORMAT = {fam: registry.get(names[0]).family for fam, names in FAMILY_KERNELS.items()}
 # Rows per launch: the M=1 Q2_0 kernels launch once per activation row; q2_0_gemv_exact:
 # the launcher's chunks, after one exact_prepare.
-MAX_M = {name: kernels.get(name).max_m for names in FAMILY_KERNELS.values() for name in names}
+MAX_M = {name: registry.get(name).max_m for names in FAMILY_KERNELS.values() for name in names}
 KERNELS = Q2_KERNELS + W4A16_KERNELS + EXACT_KERNELS + W4_EXACT_KERNELS
 # Activation codes staged per shared-memory tile (the K seams the shapes cross).
 Q2_TILE_M1 = 8192  # q2_0_gemv_vec, q2_0_gemv_vec_rt4
@@ -89,7 +89,7 @@ def grouped(family: str) -> bool:
 
     A grouped family's case ids and weight labels name the group.
     """
-    return kernels.family(weight_format(family)).grouped
+    return registry.family(weight_format(family)).grouped
 
 
 def family_of(kernel: str) -> str:
@@ -538,7 +538,7 @@ def gemv_specs() -> list[GemvSpec]:
         add("w4a16", 7, 3 * NVFP4_BLOCK, 1, wk, "normal", small)
     add("w4a16", 7, 3 * NVFP4_BLOCK, 2, "special_s", "max", (rt2,))
     _exact_specs(add)
-    _exact_w4_specs(add)
+    _exact_nvfp4_specs(add)
     return list(specs.values())
 
 
@@ -588,7 +588,7 @@ W4_EXACT_BLOCKS = (1, 3, 8, 9, 24, 72)
 W4_EXACT_M = (0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 33)
 
 
-def _exact_w4_specs(add) -> None:
+def _exact_nvfp4_specs(add) -> None:
     """The cases of family ``w4a16_exact`` (kernel ``w4a16_gemv_exact``), through ``add``."""
     fam, ex = "w4a16_exact", W4_EXACT_KERNELS
     b = NVFP4_BLOCK
@@ -702,7 +702,7 @@ def _q2_weight_arrays(spec: GemvSpec) -> dict[str, np.ndarray]:
     return {"w_raw": q2_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k, spec.group)}
 
 
-def _w4_weight_arrays(spec: GemvSpec) -> dict[str, np.ndarray]:
+def _nvfp4_weight_arrays(spec: GemvSpec) -> dict[str, np.ndarray]:
     packed, scales, g = w4_weight(spec.weight_label, spec.weight_kind, spec.n, spec.k)
     return {"w_packed": packed, "w_scales": scales, "w_g": np.array([g], np.uint32)}
 
@@ -716,7 +716,7 @@ def _q2_host_weight(spec: GemvSpec, x: dict[str, np.ndarray]) -> q2fmt.Q2Weight:
     return q2fmt.Q2Weight.from_bytes(x["w_raw"], spec.n, spec.k, spec.group)
 
 
-def _w4_host_weight(spec: GemvSpec, x: dict[str, np.ndarray]) -> Nvfp4Weight:
+def _nvfp4_host_weight(spec: GemvSpec, x: dict[str, np.ndarray]) -> Nvfp4Weight:
     g = float(x["w_g"].view(np.float32)[0])
     return Nvfp4Weight.from_parts(x["w_packed"], x["w_scales"], g)
 
@@ -792,7 +792,7 @@ def _q2_roundtrip_inputs(spec: RoundtripSpec) -> dict[str, np.ndarray]:
     return {"codes": codes, "d": d}
 
 
-def _w4_roundtrip_inputs(spec: RoundtripSpec) -> dict[str, np.ndarray]:
+def _nvfp4_roundtrip_inputs(spec: RoundtripSpec) -> dict[str, np.ndarray]:
     n, k = spec.n, spec.k
     ng = k // NVFP4_BLOCK
     if spec.kind == "random":
@@ -820,5 +820,5 @@ class FormatCases:
 # the suite looks the format of a case up here and never compares family names.
 FORMAT_CASES: dict[str, FormatCases] = {
     "q2_0": FormatCases(_q2_weight_arrays, _q2_host_weight, _q2_roundtrip_inputs),
-    "w4a16": FormatCases(_w4_weight_arrays, _w4_host_weight, _w4_roundtrip_inputs),
+    "w4a16": FormatCases(_nvfp4_weight_arrays, _nvfp4_host_weight, _nvfp4_roundtrip_inputs),
 }

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from ..host.backends import gpu_present, simulator_requested
 from . import gen, host
 from .report import BackendRun, CheckResult, result_from_bits
@@ -65,7 +65,7 @@ def cuda_runs_on() -> str:
 
 def family_spec(case: GemvCase):
     """The registry's spec of the weight family ``case`` is built in."""
-    return kernels.family(gen.weight_format(case.family))
+    return registry.family(gen.weight_format(case.family))
 
 
 def reference_function(case: GemvCase, kernel: str):
@@ -102,14 +102,14 @@ class Runner:
             if fn not in self._cache:
                 self._cache[fn] = fn(bits_to_bf16(case.a_bits()), case.weight()).view(np.uint16)
             return self._cache[fn]
-        from ..cuda.runtime import launcher
+        from ..host import call
 
         if "w" not in self._cache:
-            contract = kernels.get(kernel).contract  # every kernel of a case: one contract
+            contract = registry.get(kernel).contract  # every kernel of a case: one contract
             self._cache["w"] = family_spec(case).as_device_weight(case.weight(), 0, contract)
         bits = np.ascontiguousarray(case.a_bits())
         # the kernel's chunks (an exact kernel: its activation prepare once, then the chunks)
-        return launcher.run_kernel(kernel, bits, self._cache["w"])
+        return call.run_kernel(kernel, bits, self._cache["w"])
 
     def close(self) -> None:
         self._switch(None)  # type: ignore[arg-type]

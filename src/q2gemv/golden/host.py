@@ -267,7 +267,7 @@ def _check_q2_roundtrip(c: _Checks, spec: dict, x: dict, want: dict) -> None:
     )
 
 
-def _check_w4_roundtrip(c: _Checks, spec: dict, x: dict, want: dict) -> None:
+def _check_nvfp4_roundtrip(c: _Checks, spec: dict, x: dict, want: dict) -> None:
     gs = float(x["g"].view(np.float32)[0])
     c.run(
         "nvfp4.from_codes",
@@ -294,15 +294,15 @@ def _q2_roundtrip_expect(spec, x: dict) -> dict[str, np.ndarray]:
     return {"raw": w.raw.copy(), "dequant": canon_nan_f32(w.dequantize().view(np.uint32))}
 
 
-def _w4_roundtrip_expect(spec, x: dict) -> dict[str, np.ndarray]:
+def _nvfp4_roundtrip_expect(spec, x: dict) -> dict[str, np.ndarray]:
     gs = float(x["g"].view(np.float32)[0])
     w = nvfmt.Nvfp4Weight.from_codes(x["codes"], x["scales"], gs)
     return {"packed": w.packed.copy(), "dequant": canon_nan_f32(w.dequantize().view(np.uint32))}
 
 
 # A round trip's family (its weight format) -> its checks and its expected outputs.
-_ROUNDTRIP_CHECKS = {"q2_0": _check_q2_roundtrip, "w4a16": _check_w4_roundtrip}
-_ROUNDTRIP_EXPECT = {"q2_0": _q2_roundtrip_expect, "w4a16": _w4_roundtrip_expect}
+_ROUNDTRIP_CHECKS = {"q2_0": _check_q2_roundtrip, "w4a16": _check_nvfp4_roundtrip}
+_ROUNDTRIP_EXPECT = {"q2_0": _q2_roundtrip_expect, "w4a16": _nvfp4_roundtrip_expect}
 
 
 def run_host_case(case: HostCase) -> list[CheckResult]:

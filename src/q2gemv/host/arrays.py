@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from ..dispatch import nvfp4_tiers as tiers
+from ..dispatch import nvfp4_tiers
 from .backends import simulator_active
 
 
@@ -135,7 +135,7 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
             st = ("simulator", id(stream))  # no handle there: by identity (kept alive)
     else:
         return None  # anything else is refused by gemv's checks
-    return (ka, ko, st, kernel, numerics, tiers.env_generation())
+    return (ka, ko, st, kernel, numerics, nvfp4_tiers.env_generation())
 
 
 __all__ = ["is_torch", "is_device_array", "check_stream", "numba_stream", "call_key"]

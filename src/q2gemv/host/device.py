@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 from typing import ClassVar, Protocol, runtime_checkable
 
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from ..formats._upload import register_uploader
 
 # the family whose device weight takes each upload option (the raw bytes kept beside the layout)
@@ -78,7 +78,7 @@ def to_device(
         ValueError (one line, saying how to get a backend, as ``gemv(backend="cuda")``)
         uploading a host weight where neither a GPU nor the simulator serves.
     """
-    found = kernels.family_of(weight)
+    found = registry.family_of(weight)
     if found is not None:  # a host weight is uploaded by its family's device class
         spec, on_device = found
         if on_device:
@@ -98,7 +98,7 @@ def to_device(
                     f"got {v!r} for {type(weight).__name__}"
                 )
         return upload(weight, stream, **options)
-    if isinstance(weight, DeviceWeight) and getattr(weight, "family", None) in kernels.FAMILIES:
+    if isinstance(weight, DeviceWeight) and getattr(weight, "family", None) in registry.FAMILIES:
         return weight
     raise TypeError(
         f"weight: expected a Q2Weight, Nvfp4Weight or a device-resident weight, "

@@ -8,9 +8,10 @@ projections of one input (q/k/v, gate/up) can share that work::
     p = q2gemv.prepare(x)                 # x: bf16 [M, K] (host)
     q, k, v = (q2gemv.gemv(p, w) for w in (wq, wk, wv))   # each == gemv(x, w), bit for bit
 
-On the cuda backend :func:`prepare` uploads the activations and runs
-``exact_prepare`` once; a :func:`q2gemv.gemv` call with the prepared object
-then launches only ``q2_0_gemv_exact`` (nothing new is uploaded for a
+On the cuda backend :func:`prepare` uploads the activations and runs the
+exact contract's prepare once (the family's ``FamilySpec.prepared_kernel``
+names the kernel that reads its operands); a :func:`q2gemv.gemv` call with
+the prepared object then launches only ``q2_0_gemv_exact`` (nothing new is uploaded for a
 device-resident weight, ``w.to_device()``; a host ``Q2Weight`` is uploaded
 per call, as with plain arrays). On the reference backend it keeps the bits
 (the reference is a value, not an order: there is nothing to precompute).
@@ -27,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dispatch.plan import ChunkPlan
-from ..dispatch.registry import Q2_EXACT_MAX_M, Q2_EXACT_UNIT
+from ..dispatch import registry
+from ..dispatch.registry import Q2_EXACT_UNIT
 from ..formats._frozen import frozen
 from ..formats.bf16 import as_bf16_bits
 from .arrays import check_stream, is_device_array, numba_stream
@@ -132,45 +133,17 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     require_cuda()
     from numba import cuda
 
-    from ..cuda.q2_0 import exact
+    from ..cuda.runtime import launcher
 
     st = numba_stream(stream)
     with simulator_lock():
         d_a = cuda.to_device(bits, stream=st)
-        ops = exact.prepare_device(d_a, st)
+        ops = launcher.prepare_device(registry.prepared_family().name, d_a, st)
         if st:
             st.synchronize()
         else:
             cuda.synchronize()
     return PreparedActivations(bits, was_1d, "cuda", ops, d_a)
-
-
-def run_prepared_cuda(p: PreparedActivations, weight, stream=0) -> np.ndarray:
-    """``q2_0_gemv_exact`` over the stored operands: uint16 [M, N] on the host.
-
-    ``weight`` a Q2Weight (uploaded for this call) or a DeviceQ2Weight (used
-    as it is); ``stream`` a numba stream or 0. Only the weight (if on the
-    host) is uploaded: the activations' operands are reused.
-    """
-    from numba import cuda
-
-    from ..cuda.q2_0 import as_device_weight
-    from ..cuda.runtime import launcher
-
-    dw = as_device_weight(weight, stream)
-    out = np.empty((p.m, dw.n), np.uint16)
-    if p.m == 0:
-        return out
-    d_out = cuda.device_array((p.m, dw.n), np.uint16, stream=stream)
-    plan = ChunkPlan(p.m, Q2_EXACT_MAX_M, lambda rows: "q2_0_gemv_exact")
-    ls = launcher.launches(
-        "q2_0", "exact", plan, dw, p.device_bits, d_out, stream, p.operands, prepare=False
-    )
-    launcher.launch_all(ls, stream)  # every chunk checked before the first is enqueued
-    d_out.copy_to_host(out, stream=stream)
-    if stream:
-        stream.synchronize()
-    return out
 
 
 __all__ = ["prepare", "PreparedActivations"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..api import resolve_numerics
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
 from ..nn.layers import Nvfp4Linear, Q2Linear
@@ -148,7 +148,7 @@ def quantize_model(
     if fmt not in FORMATS:
         raise ValueError(f"fmt: expected one of {FORMATS}, got {fmt!r}")
     family, layer = _LAYERS[fmt]
-    grouped = kernels.family(family).grouped  # Q2_0: a group per weight; NVFP4: blocks of 16
+    grouped = registry.family(family).grouped  # Q2_0: a group per weight; NVFP4: blocks of 16
     if grouped and (isinstance(group, bool) or group not in GROUPS):
         raise ValueError(f"group: expected one of {GROUPS}, got {group!r}")
     checked = skip is not None

@@ -32,7 +32,7 @@ import warnings
 import torch
 
 from ..api import resolve_numerics
-from ..dispatch import registry as kernels
+from ..dispatch import registry
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
 from ..nn.layers import Nvfp4Linear, Q2Linear
@@ -151,7 +151,7 @@ def check_config(config: dict) -> dict:
             f"quantization_config: format expected one of {tuple(LAYERS)}, got {fmt!r}"
         )
     family = LAYERS[fmt][0]
-    grouped = kernels.family(family).grouped
+    grouped = registry.family(family).grouped
     group = c.get("group", 128 if grouped else None)
     if grouped:
         if isinstance(group, bool) or group not in GROUPS:
@@ -195,7 +195,7 @@ def replace_with_empty_layers(model: torch.nn.Module, config: dict) -> dict[str,
     """
     c = check_config(config)
     family, layer = LAYERS[c["format"]]
-    grouped = kernels.family(family).grouped
+    grouped = registry.family(family).grouped
     multiple = c["group"] if grouped else BLOCK
     keep = set(c["modules_to_not_convert"])
 

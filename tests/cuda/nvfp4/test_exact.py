@@ -15,9 +15,9 @@ from numba import cuda
 from q2gemv import Nvfp4Weight
 from q2gemv.cuda.nvfp4 import exact as xw
 from q2gemv.cuda.nvfp4.scales import scale_entry
-from q2gemv.cuda.runtime import launcher
 from q2gemv.formats.nvfp4 import E2M1_VALUES, E4M3_VALUES
 from q2gemv.golden.check import assert_bits_equal
+from q2gemv.host import call as road
 from q2gemv.reference import exact as rex
 
 BF16 = ml_dtypes.bfloat16
@@ -160,7 +160,7 @@ def test_prepare_writes_the_limbs_in_fragment_order():
 def _run(w, a, warps=None, monkeypatch=None):
     if warps is not None:
         monkeypatch.setattr(xw, "warps_for", lambda n, k, m: warps)
-    return launcher.run_kernel("w4a16_gemv_exact", a.view(np.uint16), w)
+    return road.run_kernel("w4a16_gemv_exact", a.view(np.uint16), w)
 
 
 @pytest.mark.parametrize("warps", [xw.WARPS, xw.WIDE_WARPS])

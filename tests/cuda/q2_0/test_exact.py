@@ -1,6 +1,6 @@
 """The exact-contract kernels (q2gemv.cuda.q2_0.exact) against q2gemv.reference.exact, bit for bit.
 
-Only public entry points: ``launcher.run_kernel``, ``prepare_device`` / ``q2_launches``,
+Only public entry points: ``road.run_kernel``, ``prepare_device`` / ``q2_launches``,
 and the device helpers through one-CTA test kernels. The kernel body may be
 reorganised freely; these results may not change. Runs on the CUDA
 simulator in CI (tiny shapes) and on the GPU where there is one.
@@ -18,6 +18,7 @@ from q2gemv.cuda.q2_0 import exact as ex
 from q2gemv.cuda.runtime import launcher
 from q2gemv.formats.bf16 import BF16
 from q2gemv.golden.check import assert_bits_equal
+from q2gemv.host import call as road
 from q2gemv.reference import exact as rex
 
 NAN, INF, NEG_INF = 0x7FC0, 0x7F80, 0xFF80
@@ -39,7 +40,7 @@ def _weight(rng, n, k, group) -> Q2Weight:
 
 
 def _check(a_bits, w, label):
-    got = launcher.run_kernel("q2_0_gemv_exact", a_bits, w)
+    got = road.run_kernel("q2_0_gemv_exact", a_bits, w)
     want = rex.q2_0_gemv_exact(a_bits.view(BF16), w).view(np.uint16)
     assert got.dtype == np.uint16 and got.shape == (a_bits.shape[0], w.n)
     assert_bits_equal(got, want, label)
@@ -138,7 +139,7 @@ def test_run_kernel_is_batch_invariant():
     a[9, 4] = 0x7FC0  # a NaN row inside the second chunk
     ys = _check(a, w, f"m={CHUNKED_M}")
     for i in (0, 9, CHUNKED_M - 1):
-        assert np.array_equal(launcher.run_kernel("q2_0_gemv_exact", a[i : i + 1], w)[0], ys[i]), i
+        assert np.array_equal(road.run_kernel("q2_0_gemv_exact", a[i : i + 1], w)[0], ys[i]), i
 
 
 @pytest.mark.parametrize(
@@ -214,7 +215,6 @@ def test_q2_launches_chunk_by_max_m():
 
 def test_prepared_operands_serve_two_weights():
     """One prepare, two GEMVs (the same ExactOperands, no second prepare): both bit-exact."""
-    from q2gemv.cuda.runtime import launcher
 
     rng = np.random.default_rng(9)
     a = _acts(rng, 3, 128)

@@ -11,7 +11,7 @@ import pytest
 from numba import cuda
 
 import q2gemv
-from q2gemv.cuda.runtime import interop, launcher
+from q2gemv.cuda.runtime import launcher
 from q2gemv.golden.check import assert_bits_equal
 from tests.q2_cases import random_acts, random_weight
 
@@ -69,7 +69,7 @@ def test_second_call_hits_and_new_buffers_are_never_stale(counted, numerics):
 
 
 def test_stream_kernel_and_nvfp4_are_part_of_the_key(counted, monkeypatch):
-    monkeypatch.setattr(interop, "LAUNCH_CACHE_SIZE", 2)
+    monkeypatch.setattr(launcher, "LAUNCH_CACHE_SIZE", 2)
     rng = np.random.default_rng(2)
     w = q2gemv.Nvfp4Weight.from_float(rng.standard_normal((3, 32)).astype(np.float32))
     dw = q2gemv.to_device(w)
@@ -125,7 +125,7 @@ def test_torch_cached_calls_match_reference_and_follow_buffers(family):
             q2gemv.gemv(ta2, dw, out=out)
         s.synchronize()
         assert_bits_equal(out.view(torch.int16).cpu().numpy().view(np.uint16), _want(a2, w))
-    assert 0 < len(dw.launch_cache) <= interop.LAUNCH_CACHE_SIZE
+    assert 0 < len(dw.launch_cache) <= launcher.LAUNCH_CACHE_SIZE
 
 
 @pytest.mark.gpu

@@ -48,8 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from ...dispatch import plan as launch
-from ...dispatch import registry as kernels
+from ...dispatch import plan, registry
 from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK
 from ..exact_contract import (
@@ -79,10 +78,10 @@ WARPS = 8  # warps per CTA, splitting K (at least 8: the scale table has 256 ent
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
 # Rows of a launch up to which a small grid takes WIDE_WARPS (measured: docs/design_notes.md).
 WIDE_MAX_M = 2
-ROWS_PER_CTA = kernels.get("w4a16_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
+ROWS_PER_CTA = registry.get("w4a16_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 STEP = lay.STEP  # elements of a row per warp step: 4 blocks
 ZSUM_NAN = lay.ZSUM_NAN  # the row sum of a weight row with a NaN scale
-MAX_M = kernels.W4_EXACT_MAX_M
+MAX_M = registry.W4_EXACT_MAX_M
 MAX_K = 1 << 22  # 64-bit accumulators: |D * scale| < 2**34, at most 2**18 blocks
 LIMBS = 3
 COLS = 8  # columns of one B tile (the n8 of the IMMA)
@@ -372,7 +371,7 @@ def warps_for(n: int, k: int, m: int) -> int:
     """Warps a CTA of a launch of ``m`` rows on an N x K weight: :data:`WIDE_WARPS` for a grid
     too small to fill the GPU at up to :data:`WIDE_MAX_M` rows
     (:func:`q2gemv.cuda.exact_contract.wide_warps`), else :data:`WARPS`; the same bits."""
-    tiles = launch.div_ceil(n, ROWS_PER_CTA)
+    tiles = plan.div_ceil(n, ROWS_PER_CTA)
     wide = wide_warps(tiles, padded_k(k) // STEP, WIDE_WARPS, m, WIDE_MAX_M)
     return WIDE_WARPS if wide else WARPS
 
@@ -428,8 +427,8 @@ PREP_THREADS = 256  # the prepare's CTA: 2048 elements of a row per CTA
 
 def prepare_launch(m: int, k: int) -> tuple:
     """``(kernel, grid, block)`` of the prepare for ``m`` rows of ``k``: (row, span) CTAs."""
-    threads = min(PREP_THREADS, launch.div_ceil(padded_k(k) // 8, 32) * 32)
-    return prepare_kernel(), (m, launch.div_ceil(padded_k(k) // 8, threads)), threads
+    threads = min(PREP_THREADS, plan.div_ceil(padded_k(k) // 8, 32) * 32)
+    return prepare_kernel(), (m, plan.div_ceil(padded_k(k) // 8, threads)), threads
 
 
 def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
@@ -483,18 +482,18 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
             f"out: expected uint16 of shape {(ops.m, dw.n)}, got {d_out.dtype} {tuple(d_out.shape)}"
         )
     codes, xscales, zsum = dw.exec_layout()
-    launch.check_weight_halves("w4a16_gemv_exact", 2 * codes.size)
+    plan.check_weight_halves("w4a16_gemv_exact", 2 * codes.size)
     if ops.limbs.size >= MAX_LIMB_WORDS:  # the kernel's 32-bit operand index
         raise ValueError(
             f"a: at most {MAX_LIMB_WORDS // LIMBS - 1} x 4 activation values (M * K, K padded "
             f"to {STEP}) per call, got M={ops.m}, K={ops.k}; split M"
         )
     gm, ge, special, sign = global_parts(dw.global_scale)
-    grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    grid = plan.div_ceil(dw.n, ROWS_PER_CTA)
     flat = ops.limbs.reshape(ops.limbs.size)
     xs = xscales.reshape(xscales.size).view(np.uint64)
     launches = []
-    for r0, rows in launch.check_chunks(rows_of, ops.m, MAX_M):
+    for r0, rows in plan.check_chunks(rows_of, ops.m, MAX_M):
         warps = warps_for(dw.n, dw.k, rows)
         launches.append(
             (

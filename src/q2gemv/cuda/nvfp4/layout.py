@@ -21,7 +21,7 @@ import functools
 import numpy as np
 from numba import cuda, int64, uint8, uint32
 
-from ...dispatch import plan as launch
+from ...dispatch import plan
 from ...formats import nvfp4_layout as lay
 from ...formats.nvfp4 import BLOCK
 from ..runtime.interop import visible_to_all_streams
@@ -158,7 +158,7 @@ def ptx_specs() -> list[tuple[str, object, str]]:
 
 
 def _blocks(total: int) -> int:
-    return max(1, launch.div_ceil(total, THREADS))
+    return max(1, plan.div_ceil(total, THREADS))
 
 
 def pack(wp, scales, n: int, k: int, stream=0) -> tuple:

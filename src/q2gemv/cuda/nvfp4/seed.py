@@ -41,8 +41,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
-from ...dispatch import nvfp4_tiers as tiers
-from ...dispatch import registry as kernels
+from ...dispatch import nvfp4_tiers, registry
 from ...dispatch.nvfp4_tiers import W4a16BatchmTiers, check_plan, plan_w4a16
 from ...dispatch.plan import check_launch_rows
 from ...formats.bf16 import as_bf16_rows, bits_to_bf16
@@ -51,7 +50,7 @@ from ...host.backends import simulator_lock
 from ..runtime.dev import bf16_to_f32, f32_to_bf16, fadd_rn, fma, fmul_rn, u32_as_f32, warp_sum
 from .weight import DeviceNvfp4Weight, as_device_weight
 
-THREADS_PER_CTA = kernels.THREADS_PER_CTA
+THREADS_PER_CTA = registry.THREADS_PER_CTA
 WARPS_PER_CTA = THREADS_PER_CTA // 32
 SMEM_STATIC_LIMIT = 48 * 1024
 # K elements staged per tile: 32 groups, one per lane, so lane l always meets
@@ -67,12 +66,12 @@ class _SpecView(Mapping):
     """Read-only live view of the registry's specs of one family and contract, by name."""
 
     def __init__(self, family: str, contract: str):
-        self._names = kernels.table(family, contract)
+        self._names = registry.table(family, contract)
 
-    def __getitem__(self, name: str) -> kernels.KernelSpec:
+    def __getitem__(self, name: str) -> registry.KernelSpec:
         if name not in self._names:
             raise KeyError(name)
-        return kernels.get(name)
+        return registry.get(name)
 
     def __iter__(self):
         return iter(self._names)
@@ -83,7 +82,7 @@ class _SpecView(Mapping):
 
 # A kernel's identity and compile-time knobs (max_m, cols = rows_per_warp, depth, a_ahead,
 # unroll_words, grid): the registry's spec, q2gemv.dispatch.registry.
-KernelSpec = kernels.KernelSpec
+KernelSpec = registry.KernelSpec
 
 
 def stage_f32(max_m: int) -> bool:
@@ -305,7 +304,7 @@ def spec_of(name: str) -> KernelSpec:
     return SPECS[name]
 
 
-MAX_M = kernels.table("w4a16", "seed")  # live: name -> rows per launch
+MAX_M = registry.table("w4a16", "seed")  # live: name -> rows per launch
 _BUILD_LOCK = threading.Lock()  # threads asking for one kernel at once build it once
 
 
@@ -343,7 +342,7 @@ def buildable_kernels(names: Iterable[str] = KERNEL_NAMES) -> list[str]:
     return ok
 
 
-tiers.set_default_resolver(buildable_kernels)  # which tiers exist = which build here
+nvfp4_tiers.set_default_resolver(buildable_kernels)  # which tiers exist = which build here
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
@@ -383,7 +382,8 @@ def launch_raw(name: str, d_a, dw: DeviceNvfp4Weight, d_out, m: int, stream=0) -
 
     Refuses ``m`` beyond the kernel's ``max_m`` (the kernel stages and
     accumulates at most that many rows) instead of leaving rows unwritten.
-    A view of the launcher: ``launch_all([seed_launch(...)])``
+    A thin wrapper below the road (:mod:`q2gemv.host.call`), for benchmarks
+    and scripts holding device arrays: ``launch_all([seed_launch(...)])``
     (:mod:`q2gemv.cuda.runtime.launcher`) after checking ``name`` is a W4A16 tier.
     """
     from ..runtime import launcher
@@ -440,6 +440,10 @@ def w4a16_gemv(
     max_m). Otherwise the launches follow :func:`q2gemv.dispatch.nvfp4_tiers.plan_w4a16`
     over ``tiers`` (default: every tier here treated as present, compiled on
     first use, so the kill switches of :mod:`q2gemv.dispatch.nvfp4_tiers` apply).
+
+    A thin wrapper for a caller's own tier table: :func:`q2gemv.gemv` is the
+    road; this runs its plan through the road's host edge
+    (:func:`q2gemv.cuda.runtime.launcher.run_host`), the same launches.
     """
     if not isinstance(weight, (Nvfp4Weight, DeviceNvfp4Weight)):
         as_device_weight(weight)  # raises the TypeError naming weight

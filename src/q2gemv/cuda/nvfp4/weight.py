@@ -181,7 +181,7 @@ class DeviceNvfp4Weight:
         Raises:
             TypeError / ValueError naming ``packed``, ``scales`` or ``global_scale``.
         """
-        from ...dispatch import plan as launch
+        from ...dispatch import plan
         from ..runtime.interop import as_device_buffer
 
         d = as_device_buffer(packed, "packed")
@@ -193,7 +193,7 @@ class DeviceNvfp4Weight:
         dt = np.dtype(d.dtype)
         if dt.kind not in "ui" or dt.itemsize not in (1, 4):
             raise TypeError(f"packed: expected uint8 [n, k/2] or uint32 [n, k/8], got {dt}")
-        addr = launch.device_address(d)
+        addr = plan.device_address(d)
         if addr is not None and addr % 4:
             raise ValueError(
                 f"packed: expected a 4-byte aligned device buffer, got address {addr:#x}"

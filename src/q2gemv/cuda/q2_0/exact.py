@@ -46,8 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import cuda, int32, int64, types, uint16, uint32, uint64
 
-from ...dispatch import plan as launch
-from ...dispatch import registry as kernels
+from ...dispatch import plan, registry
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
 from ..exact_contract import (
@@ -77,9 +76,9 @@ WARPS = 8  # warps per CTA, splitting K
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
 # Rows of a launch up to which a small grid takes WIDE_WARPS (measured: docs/design_notes.md).
 WIDE_MAX_M = 4
-ROWS_PER_CTA = kernels.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
-MAX_M = kernels.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
-UNIT = kernels.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
+ROWS_PER_CTA = registry.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
+MAX_M = registry.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
+UNIT = registry.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
 ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the code sums)
 SCALE_LSB = 24  # fp16 scales in units of 2**-24
@@ -462,8 +461,8 @@ def warps_for(n: int, k: int, m: int) -> int:
     :data:`WIDE_WARPS` for a grid too small to fill the GPU at up to :data:`WIDE_MAX_M` rows
     (:func:`q2gemv.cuda.exact_contract.wide_warps`: 2 such CTAs fit an SM at 56 registers),
     else :data:`WARPS`. Any choice gives the same bits."""
-    steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
-    wide = wide_warps(launch.div_ceil(n, ROWS_PER_CTA), steps, WIDE_WARPS, m, WIDE_MAX_M)
+    steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
+    wide = wide_warps(plan.div_ceil(n, ROWS_PER_CTA), steps, WIDE_WARPS, m, WIDE_MAX_M)
     return WIDE_WARPS if wide else WARPS
 
 
@@ -544,7 +543,7 @@ Operands = ExactOperands
 def prepare_launch(m: int, k: int) -> tuple:
     """``(kernel, grid, block)`` of ``exact_prepare`` for ``m`` rows of ``k``: (row, span) CTAs."""
     threads = prepare_threads(k)
-    return _prepare_kernel(), (m, launch.div_ceil(k // 4, threads)), threads
+    return _prepare_kernel(), (m, plan.div_ceil(k // 4, threads)), threads
 
 
 def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
@@ -559,7 +558,7 @@ def check_k(k: int) -> None:
 def prepare_threads(k: int) -> int:
     """``exact_prepare``'s CTA size: one thread per limb word (4 codes), a multiple of 32, at
     most :data:`PREP_THREADS`."""
-    return min(PREP_THREADS, launch.div_ceil(k // 4, 32) * 32)
+    return min(PREP_THREADS, plan.div_ceil(k // 4, 32) * 32)
 
 
 def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOperands:
@@ -588,7 +587,7 @@ def checked_operands(ops: ExactOperands, dw, d_out, name: str) -> tuple:
             f"out: expected uint16 of shape {(ops.m, dw.n)}, got {d_out.dtype} {tuple(d_out.shape)}"
         )
     codes, scales = dw.exec_layout()
-    launch.check_weight_halves(name, 2 * codes.size)
+    plan.check_weight_halves(name, 2 * codes.size)
     if LIMBS * ops.m * (ops.k // 4) >= MAX_LIMB_WORDS:  # the kernel's 32-bit operand index
         raise ValueError(
             f"a: at most {MAX_LIMB_WORDS // LIMBS - 1} x 4 activation values (M * K) per call, "
@@ -611,9 +610,9 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
     :data:`MAX_M` rows. They must cover the M rows once, in order.
     """
     codes, scales, flat = checked_operands(ops, dw, d_out, "q2_0_gemv_exact")
-    grid = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    grid = plan.div_ceil(dw.n, ROWS_PER_CTA)
     launches = []
-    for r0, rows in launch.check_chunks(chunks, ops.m, MAX_M):
+    for r0, rows in plan.check_chunks(chunks, ops.m, MAX_M):
         warps = warps_for(dw.n, dw.k, rows)
         launches.append(
             (

@@ -5,7 +5,7 @@ default: :func:`register` adds its :class:`~q2gemv.dispatch.registry.KernelSpec`
 which ``q2gemv.gemv(a, w, kernel="q2_0_gemv_exact_batched")`` runs it. It computes the exact
 contract's value (:mod:`q2gemv.reference.exact`), so its bits equal ``q2_0_gemv_exact``'s for
 every M, shape and launch shape. It is not the default because it is not yet faster:
-``benchmarks/sweep_exact_launch.py`` measures it beside the default's chunks of 8 rows
+``benchmarks/experimental/sweep_exact_launch.py`` measures it beside the default's chunks of 8 rows
 (``benchmarks/NOTES.md``). It reads the same prepared operands (``exact_prepare``) and the
 same execution layout as ``q2_0_gemv_exact`` (:mod:`q2gemv.cuda.q2_0.exact`).
 """
@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
 
-from ...dispatch import plan as launch
-from ...dispatch import registry as kernels
+from ...dispatch import plan, registry
 from ...formats import q2_0_layout as lay
 from ..exact_contract import BF16_NAN, FRAC_BITS, SPECIAL_ROW, round_fixed_bf16
 from ..runtime import tuning
@@ -58,20 +57,20 @@ check_k = exact.check_k
 prepare_launch = exact.prepare_launch
 
 
-def spec() -> kernels.KernelSpec:
+def spec() -> registry.KernelSpec:
     """This variant's registry entry (``golden=False``: the shipped goldens do not list it)."""
-    return kernels.KernelSpec(
+    return registry.KernelSpec(
         NAME, "q2_0", "exact", "q2gemv.reference.exact.q2_0_gemv_exact", "q2_0_exact_batched",
         ROWS_PER_CTA, MAX_M, per_m=True, a_align=16, grid_wait=True, golden=False,
         module=__name__,
     )  # fmt: skip
 
 
-def register() -> kernels.KernelSpec:
+def register() -> registry.KernelSpec:
     """Register :func:`spec` (again: a no-op) and return it."""
-    if any(s.name == NAME for s in kernels.specs("q2_0", "exact")):
-        return kernels.get(NAME)
-    return kernels.register(spec())
+    if any(s.name == NAME for s in registry.specs("q2_0", "exact")):
+        return registry.get(NAME)
+    return registry.register(spec())
 
 
 def groups_for(m: int) -> int:
@@ -434,12 +433,12 @@ class LaunchRule:
     max_regs: int | None = None
 
     def grid(self, n: int) -> tuple[int, int]:
-        tiles = launch.div_ceil(n, ROWS_PER_CTA)
-        return (launch.div_ceil(tiles, self.warps // self.cols), self.parts)
+        tiles = plan.div_ceil(n, ROWS_PER_CTA)
+        return (plan.div_ceil(tiles, self.warps // self.cols), self.parts)
 
     def groups(self, m: int) -> int:
         """Column groups the build for ``m`` rows has: a multiple of ``cols``."""
-        return launch.div_ceil(groups_for(m), self.cols) * self.cols
+        return plan.div_ceil(groups_for(m), self.cols) * self.cols
 
 
 def launch_rule(n: int, k: int, m: int) -> LaunchRule:
@@ -451,11 +450,11 @@ def launch_rule(n: int, k: int, m: int) -> LaunchRule:
     if not 1 <= m <= MAX_M:
         raise ValueError(f"m: {NAME} serves 1..{MAX_M} rows per launch, got {m}")
     kn = tuning.knobs(str(Path(__file__).parent), NAME)
-    tiles = launch.div_ceil(n, ROWS_PER_CTA)
+    tiles = plan.div_ceil(n, ROWS_PER_CTA)
     if tiles >= kn["wide_tiles"]:
         return LaunchRule(kn["wide_warps"], 1)
-    ctas = launch.div_ceil(tiles, kn["narrow_warps"])
-    steps = launch.div_ceil(k // UNIT, lay.STEP_UNITS)
+    ctas = plan.div_ceil(tiles, kn["narrow_warps"])
+    steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
     parts = max(1, min(round(kn["target_ctas"] / ctas), steps // kn["min_steps"]))
     return LaunchRule(kn["narrow_warps"], parts)
 
@@ -465,9 +464,9 @@ def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
     rows, the CTA shape :func:`launch_rule` picks. Validates before anything is launched, as
     :func:`q2gemv.cuda.q2_0.exact.q2_launches` does."""
     codes, scales, flat = exact.checked_operands(ops, dw, d_out, NAME)
-    tiles = launch.div_ceil(dw.n, ROWS_PER_CTA)
+    tiles = plan.div_ceil(dw.n, ROWS_PER_CTA)
     launches = []
-    for r0, rows in launch.check_chunks(rows_of, ops.m, MAX_M):
+    for r0, rows in plan.check_chunks(rows_of, ops.m, MAX_M):
         rule = launch_rule(dw.n, dw.k, rows)
         grid = rule.grid(dw.n)
         if rule.parts > 1:  # 3 words an output, a counter a CTA column

@@ -18,7 +18,7 @@ import functools
 import numpy as np
 from numba import cuda, int64, uint16, uint32
 
-from ...dispatch import plan as launch
+from ...dispatch import plan
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
 from ..runtime.interop import visible_to_all_streams
@@ -116,7 +116,7 @@ def ptx_specs() -> list[tuple[str, object, str]]:
 
 def _grid(n: int, k: int, group: int) -> int:
     total = max(lay.code_words(n, k), lay.scale_halves(n, k, group))
-    return max(1, launch.div_ceil(total, THREADS))
+    return max(1, plan.div_ceil(total, THREADS))
 
 
 def pack(b16, n: int, k: int, group: int, stream=0) -> tuple:

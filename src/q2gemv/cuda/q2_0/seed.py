@@ -36,8 +36,7 @@ from collections.abc import Mapping
 import numpy as np
 from numba import cuda, float32, uint32
 
-from ...dispatch import plan as launch
-from ...dispatch import registry as kernels
+from ...dispatch import plan, registry
 from ...formats import q2_0 as fmt
 from ..runtime.dev import (
     bf16_hi_to_f32,
@@ -436,7 +435,7 @@ SIGNATURE = (
 )
 
 
-def _body(spec: kernels.KernelSpec, m: int):
+def _body(spec: registry.KernelSpec, m: int):
     """The kernel body of ``spec`` for launches of ``m`` rows (``m`` ignored unless per_m)."""
     if spec.template == "q2_0_gemv":
         return _q2_0_gemv_body
@@ -452,12 +451,12 @@ def _body(spec: kernels.KernelSpec, m: int):
 class _KernelTable(Mapping):
     """Live read-only ``name -> (body factory of M, max_m, per_m)`` of the registry's Q2_0 seed kernels."""
 
-    _names = kernels.table("q2_0", "seed")
+    _names = registry.table("q2_0", "seed")
 
     def __getitem__(self, name: str) -> tuple:
         if name not in self._names:
             raise KeyError(name)
-        spec = kernels.get(name)
+        spec = registry.get(name)
         return (functools.partial(_body, spec), spec.max_m, spec.per_m)
 
     def __iter__(self):
@@ -470,11 +469,11 @@ class _KernelTable(Mapping):
 KERNELS = _KernelTable()
 
 
-def spec_of(name: str) -> kernels.KernelSpec:
+def spec_of(name: str) -> registry.KernelSpec:
     """The registry spec of Q2_0 seed kernel ``name``; ValueError naming ``kernel`` otherwise."""
     if name not in KERNELS:
         raise ValueError(f"kernel: expected one of {sorted(KERNELS)}, got {name!r}")
-    return kernels.get(name)
+    return registry.get(name)
 
 
 def _variant(name: str, m: int | None) -> int:
@@ -503,7 +502,9 @@ def compiled(name: str, m: int | None = None):
 
 
 @functools.cache
-def _compiled(spec: kernels.KernelSpec, variant: int):  # keyed by the spec: re-registered = rebuilt
+def _compiled(
+    spec: registry.KernelSpec, variant: int
+):  # keyed by the spec: re-registered = rebuilt
     return cuda.jit(SIGNATURE)(_body(spec, variant or 1))
 
 
@@ -534,10 +535,10 @@ def launch_args(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int) -> tuple[tupl
     spec = spec_of(name)
     if not isinstance(dw, DeviceQ2Weight):
         raise TypeError(f"weight: expected a DeviceQ2Weight, got {type(dw).__name__}")
-    launch.check_launch_rows(name, d_a, d_out, m, spec.max_m, dw.n, dw.k)
+    plan.check_launch_rows(name, d_a, d_out, m, spec.max_m, dw.n, dw.k)
     if spec.a_align > 2:
-        launch.check_alignment(name, d_a, spec.a_align)
-    launch.check_weight_halves(name, dw.n * fmt.row_bytes(dw.k, dw.group) // 2)
+        plan.check_alignment(name, d_a, spec.a_align)
+    plan.check_weight_halves(name, dw.n * fmt.row_bytes(dw.k, dw.group) // 2)
     b16, bh = dw.gguf_halves()
     args = (
         d_a,
@@ -556,8 +557,9 @@ def launch_raw(name: str, d_a, dw: DeviceQ2Weight, d_out, m: int, stream=0) -> N
     """One launch of kernel ``name`` on device arrays: A [m, K], C [m, N] (bf16 bits).
 
     Refuses ``m`` beyond what the kernel stages (1 for the M=1 kernels,
-    8 for batchm) instead of writing out of bounds. A view of the launcher:
-    ``launch_all([seed_launch(...)])`` (:mod:`q2gemv.cuda.runtime.launcher`)
+    8 for batchm) instead of writing out of bounds. A thin wrapper below the
+    road (:mod:`q2gemv.host.call`), for benchmarks and scripts holding device
+    arrays: ``launch_all([seed_launch(...)])`` (:mod:`q2gemv.cuda.runtime.launcher`)
     after checking ``name`` is a Q2_0 seed kernel.
     """
     from ..runtime import launcher

@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 from numba import cuda
 
-from ...dispatch import plan as launch
+from ...dispatch import plan
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
 from ..runtime.once import fill_once
@@ -178,7 +178,7 @@ class DeviceQ2Weight:
             raise ValueError(
                 f"raw: expected {want} bytes for n={n} k={k} group={group}, got {d.size}"
             )
-        addr = launch.device_address(d)
+        addr = plan.device_address(d)
         if addr is not None and addr % 2:
             raise ValueError(f"raw: expected a 2-byte aligned device buffer, got address {addr:#x}")
         flat = d.reshape(d.size)

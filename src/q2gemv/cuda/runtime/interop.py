@@ -1,6 +1,7 @@
 """Device-resident activations and outputs: numba device arrays, CuPy arrays, torch tensors.
 
-:func:`q2gemv.gemv` sends any activation that already lives on the GPU here,
+:func:`q2gemv.gemv` takes activations that already live on the GPU through here (the road,
+:mod:`q2gemv.host.call`, builds the call with :func:`as_bits` and :func:`output`),
 so nothing is copied to the host:
 
 * numba device arrays (real or simulated) and any object with
@@ -21,12 +22,10 @@ never imported here unless a torch tensor was passed.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from numba import cuda
 
-from ...host.arrays import is_torch, numba_stream
+from ...host.arrays import is_torch
 
 
 def as_bits(x, name: str):
@@ -104,145 +103,13 @@ def check_device_array(x, name: str, dtype, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name}: expected a C-contiguous device array")
 
 
-def gemv_device(
-    a, weight, launches, out_shape, *, family: str, out=None, stream=None, numerics="seed",
-    key=None,
-):  # fmt: skip
-    """Run ``launches`` (``(row0, rows, kernel)``) on device activations ``a``; see module doc.
+def output(kind, a, d_a, dw, parts, out_shape, out, st):
+    """``(result to return, its uint16 device view)``: a new array, or ``out`` checked.
 
-    ``weight`` may be a host or device-resident weight (a host weight is
-    uploaded for this call: upload it once with ``to_device()`` to reuse it).
-    ``out_shape`` is ``(N,)`` for 1-D ``a`` or ``(M, N)``. ``numerics``:
-    ``"seed"`` runs ``launches`` as they are; ``"exact"`` runs the family's
-    activation prepare then its exact GEMV per plan entry, all on the
-    caller's stream, with the operands in a per-(stream, M, K) workspace
-    (:func:`exact_workspace`). Everything is checked before the first launch
-    (:func:`q2gemv.cuda.runtime.launcher.launches`).
-
-    ``key``: the call's cache key (:func:`q2gemv.api.call_key`), or None.
-    When given (a device-resident weight and ``out=``), the validated
-    launches are bound (:class:`~q2gemv.cuda.runtime.launcher.BoundPlan`) and stored
-    in ``weight.launch_cache`` under it, so the next call with the same
-    buffers, shapes, dtypes, stream, kernel and contract is a dictionary
-    lookup and the launches (:func:`q2gemv.gemv`'s fast path).
+    ``out`` must be the kind of ``a`` (``kind``, from :func:`as_bits`), of
+    ``out_shape``, and share no memory with ``d_a`` or the device weight's
+    arrays named ``parts`` (its family's ``FamilySpec.device_arrays``).
     """
-    from ...dispatch import registry as kernels
-    from ...host.backends import simulator_lock
-    from . import launcher
-
-    spec = kernels.family(family)
-    d_a, kind = as_bits(a, "a")
-    st = numba_stream(stream, a)
-    with simulator_lock():
-        dw = spec.as_device_weight(weight, st, numerics)
-        if numerics == "exact":
-            exact = launcher.exact_kernel_of(family, launches)[1]
-            exact.check_k(dw.k)
-        result, d_out = _output(kind, a, d_a, dw, out_shape, out, st)
-        d_a2 = d_a.reshape(1, dw.k) if d_a.ndim == 1 else d_a
-        d_out2 = d_out.reshape(1, dw.n) if d_out.ndim == 1 else d_out
-        m = d_a2.shape[0]
-        if m == 0:
-            return result
-        cache = getattr(weight, "launch_cache", None) if key is not None else None
-        bind = cache is not None and len(launches) <= BIND_MAX_LAUNCHES
-        if numerics != "exact":
-            ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st)
-            if not bind:
-                launcher.launch_all(ls, st)
-                return result
-            bound = launcher.BoundPlan(ls, _handle(key), keep=_keep(a, out, stream))
-        else:
-            with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
-                ops = exact_workspace(m, dw.k, st, exact)
-                ls = launcher.launches(family, numerics, launches, dw, d_a2, d_out2, st, ops)
-                if not bind:
-                    launcher.launch_all(ls, st)
-                    return result
-            bound = launcher.BoundPlan(
-                ls, _handle(key), lock=_WORKSPACE_LOCK, keep=(ops, *_keep(a, out, stream))
-            )
-        _remember(cache, key, bound)
-        bound()
-    return result
-
-
-# A decode loop's calls differ only in their buffers: one bound plan per (buffers' addresses,
-# shapes, dtypes, strides, stream, kernel, contract), per weight, at most this many per weight
-# (the oldest is dropped first), and only for plans of at most BIND_MAX_LAUNCHES launches
-# (a long plan is kernel-bound: binding it would cost more than it saves).
-LAUNCH_CACHE_SIZE = 64
-BIND_MAX_LAUNCHES = 64
-
-
-def _handle(key) -> int:
-    """The raw stream handle in a cache key (the simulator's streams have none: 0)."""
-    return key[2] if type(key[2]) is int else 0
-
-
-def _keep(a, out, stream) -> tuple:
-    """What a bound plan must keep alive: nothing on a GPU (it holds addresses, keyed by
-    address), the caller's objects under the simulator (keyed by identity there)."""
-    from .prebound import SIMULATED
-
-    return (a, out, stream) if SIMULATED else ()
-
-
-_CACHE_LOCK = threading.Lock()  # misses only: lookups on the fast path take no lock
-
-
-def _remember(cache: dict, key, bound) -> None:
-    with _CACHE_LOCK:
-        while len(cache) >= LAUNCH_CACHE_SIZE:
-            cache.pop(next(iter(cache)), None)
-        cache[key] = bound
-
-
-# Exact-contract operands per (device, stream, M, K), reused by every later call there: a call
-# allocates nothing once its shape has run on its stream, so it can be captured in a CUDA graph
-# after a warm-up call (cudaMalloc is not allowed during capture), and the graph keeps reading
-# the same buffers. Calls on one stream are ordered by the stream; the lock orders the
-# enqueueing of one call's two steps against another thread's on the same stream.
-_WORKSPACES: dict[tuple, object] = {}
-_WORKSPACE_LOCK = threading.Lock()
-
-
-def _stream_key(st) -> int:
-    if not st:
-        return 0
-    try:
-        return int(st)
-    except TypeError:  # the simulator's streams have no handle
-        return id(st)
-
-
-def exact_workspace(m: int, k: int, st, exact):
-    """The exact-contract operands of (this device, ``st``, the exact module ``exact``, m, k).
-
-    ``exact``: the module of the plan's exact kernel
-    (:func:`~q2gemv.cuda.runtime.launcher.exact_kernel_of`); its ``Operands``
-    (Q2_0: :class:`~q2gemv.cuda.q2_0.exact.ExactOperands`; NVFP4:
-    :class:`~q2gemv.cuda.nvfp4.exact.W4Operands`). Allocated on first use and
-    kept for the process (a few bytes per activation: about ``3 M K`` bytes);
-    :func:`clear_workspaces` drops them (never while a captured CUDA graph that
-    uses them may still replay).
-    """
-    device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
-    key = (device, _stream_key(st), exact.__name__, int(m), int(k))
-    ops = _WORKSPACES.get(key)
-    if ops is None:
-        ops = _WORKSPACES[key] = exact.Operands.allocate(m, k, st)
-    return ops
-
-
-def clear_workspaces() -> None:
-    """Forget every exact-contract workspace (the buffers are freed when unused)."""
-    with _WORKSPACE_LOCK:
-        _WORKSPACES.clear()
-
-
-def _output(kind, a, d_a, dw, out_shape, out, st):
-    """``(result to return, its uint16 device view)``: a new array, or ``out`` checked."""
     if out is None:
         if kind == "torch":
             import torch
@@ -259,20 +126,11 @@ def _output(kind, a, d_a, dw, out_shape, out, st):
         raise ValueError(f"out: expected shape {tuple(out_shape)}, got {tuple(d_out.shape)}")
     if _same_memory(d_out, d_a):
         raise ValueError("out: must not alias the activations a")
-    for name, part in _device_parts(dw).items():
-        if _same_memory(d_out, part):
+    for name in parts:
+        part = getattr(dw, name)  # None: not made (a weight's raw bytes or layout)
+        if part is not None and _same_memory(d_out, part):
             raise ValueError(f"out: must not overlap the weight's device buffer ({name})")
     return out, d_out
-
-
-def _device_parts(dw) -> dict[str, object]:
-    """The device arrays of a device weight, by attribute name."""
-    if hasattr(dw, "b16"):
-        names = ("b16", "codes", "scales")
-    else:
-        names = ("wp", "scales", "codes", "xscales", "zsum")
-    # a weight holds its raw bytes and its layout only where made (None otherwise)
-    return {name: getattr(dw, name) for name in names if getattr(dw, name) is not None}
 
 
 def _same_memory(x, y) -> bool:

@@ -1,11 +1,14 @@
 """The one launcher: a plan of launches ``(row0, rows, kernel)`` on device arrays, run or bound.
 
-Every CUDA path of the package goes through here: :func:`q2gemv.gemv` on host
-arrays (:func:`run_host`) and on device arrays (:mod:`q2gemv.cuda.runtime.interop`),
-prepared activations (:mod:`q2gemv.host.prepared`), the golden harness, tests and
-scripts (:func:`run_kernel`: one kernel's chunks), and the benchmark and the
-families' ``launch_raw`` (:func:`seed_launch`: one launch, then
-:func:`launch_all` or :func:`prebind`). This module knows no family: each is
+Every CUDA path of the package goes through here. The road
+(:mod:`q2gemv.host.call`: :func:`q2gemv.gemv`, prepared activations, the golden
+harness's single kernels) runs its call through :func:`run_host` (host bits
+in, host bits out) or :func:`enqueue` (device arrays: bound and cached
+under the call's key, exact operands in a per-stream workspace), both over
+:func:`launches`. Thin wrappers below the road, for
+benchmarks and scripts that hold device arrays: :func:`exact_launches` (one
+exact GEMV's launches) and :func:`seed_launch` (one seed launch, the families'
+``launch_raw``), then :func:`launch_all` or :func:`prebind`. This module knows no family: each is
 reached through its :class:`~q2gemv.dispatch.registry.FamilySpec`.
 The plan itself comes from :func:`q2gemv.api.plan`; nothing here re-chunks it
 (the exact contract's ``exact_prepare`` is the one launch that is not a plan
@@ -27,13 +30,14 @@ Two steps:
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Protocol
 
 import numpy as np
 from numba import cuda
 
-from ...dispatch import plan as launch
-from ...dispatch import registry as kernels
+from ...dispatch import registry
+from ...dispatch.plan import ChunkPlan, check_alignment
 from ...host.backends import SIMULATOR_LOCK
 from .prebound import SIMULATED, PreboundLaunch
 
@@ -59,8 +63,8 @@ def launches(
     """
     if numerics == "exact":
         return _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare)
-    mod = kernels.family(family).seed()  # the seed launch interface (kernels.FamilySpec)
-    block = kernels.THREADS_PER_CTA  # every kernel's CTA (the thread maps assume 256)
+    mod = registry.family(family).seed()  # the seed launch interface (registry.FamilySpec)
+    block = registry.THREADS_PER_CTA  # every kernel's CTA (the thread maps assume 256)
     out = []
     for r0, rows, name in plan:
         va, vo = d_a[r0 : r0 + rows], d_out[r0 : r0 + rows]
@@ -94,21 +98,21 @@ class ExactFamily(Protocol):
 
 def exact_module(family: str) -> ExactFamily:
     """The exact contract's module of ``family`` (:class:`ExactFamily`), named by its spec."""
-    return kernels.family(family).exact()
+    return registry.family(family).exact()
 
 
-def exact_kernel_of(family: str, plan) -> tuple[kernels.KernelSpec, ExactFamily]:
+def exact_kernel_of(family: str, plan) -> tuple[registry.KernelSpec, ExactFamily]:
     """The exact kernel a plan of ``family`` runs, and its module (:func:`q2gemv.dispatch.registry.module_of`).
 
     The kernel of the plan's first launch when it is an exact kernel of
     ``family`` (a variant registered beside the default), else the family's
     ``exact_kernel``; :func:`launches` then requires every launch to be of it.
     """
-    spec = kernels.get(kernels.family(family).exact_kernel)
+    spec = registry.get(registry.family(family).exact_kernel)
     first = plan[0][2] if len(plan) else spec.name
-    if first in {s.name for s in kernels.specs(family, "exact")}:
-        spec = kernels.get(first)
-    return spec, importlib.import_module(kernels.module_of(spec.name))
+    if first in {s.name for s in registry.specs(family, "exact")}:
+        spec = registry.get(first)
+    return spec, importlib.import_module(registry.module_of(spec.name))
 
 
 def _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
@@ -125,7 +129,7 @@ def _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare: bool = T
             )
         rows_of.append((r0, rows))
     chunks = mod.chunk_launches(ops, dw, d_out, rows_of)  # validates the weight, out and rows
-    launch.check_alignment(spec.name, d_a, spec.a_align)  # the prepares load 16 bytes
+    check_alignment(spec.name, d_a, spec.a_align)  # the prepares load 16 bytes
     out = [(kern, grid, block, args, spec.name) for kern, grid, block, args in chunks]
     if prepare:  # once, over all rows, before the chunks
         out.insert(0, (*mod.prepare_launch(m, k), ops.prepare_args(d_a), mod.PREPARE))
@@ -157,10 +161,10 @@ def prepare_device(family: str, d_a, stream=0, ops=None):
     return ops
 
 
-def exact_plan(family: str, m: int) -> launch.ChunkPlan:
+def exact_plan(family: str, m: int) -> ChunkPlan:
     """The plan of ``m`` rows under the exact contract: chunks of the family's exact kernel."""
-    spec = kernels.get(kernels.family(family).exact_kernel)
-    return launch.ChunkPlan(m, spec.max_m, lambda rows: spec.name)
+    spec = registry.get(registry.family(family).exact_kernel)
+    return ChunkPlan(m, spec.max_m, lambda rows: spec.name)
 
 
 def exact_launches(family: str, d_a, dw, d_out, stream=0, ops=None) -> list[tuple]:
@@ -168,7 +172,8 @@ def exact_launches(family: str, d_a, dw, d_out, stream=0, ops=None) -> list[tupl
 
     The family's prepare, skipped when ``ops`` (the operands of an earlier
     prepare of ``d_a``) are given, then the chunks of :func:`exact_plan`.
-    For scripts and benchmarks; :func:`q2gemv.gemv` goes through :func:`launches`.
+    A thin wrapper below the road, for scripts and benchmarks holding device
+    arrays; :func:`q2gemv.gemv` builds its call in :mod:`q2gemv.host.call`.
     """
     plan = exact_plan(family, int(d_a.shape[0]))
     return launches(family, "exact", plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
@@ -178,14 +183,14 @@ def seed_launch(name: str, d_a, dw, d_out, m: int) -> tuple:
     """One validated seed-contract launch of kernel ``name`` on exactly ``d_a`` [m, K] / ``d_out``.
 
     Returns ``(dispatcher, grid, block, args, name)``, as :func:`launches`
-    does per plan entry, for :func:`launch_all` or :func:`prebind`: the road
-    of the family modules' ``launch_raw`` and of the benchmark's single
-    launches. The family's ``launch_args`` validates it (rows, shapes,
+    does per plan entry, for :func:`launch_all` or :func:`prebind`: a thin
+    wrapper below the road (:mod:`q2gemv.host.call`) for the family modules'
+    ``launch_raw`` and the benchmark's single launches. The family's ``launch_args`` validates it (rows, shapes,
     dtypes, alignment, weight size) before the kernel is looked up.
     """
-    mod = kernels.family(kernels.get(name).family).seed()
+    mod = registry.family(registry.get(name).family).seed()
     grid, args = mod.launch_args(name, d_a, dw, d_out, m)
-    return mod.compiled(name, m), grid, kernels.THREADS_PER_CTA, args, name
+    return mod.compiled(name, m), grid, registry.THREADS_PER_CTA, args, name
 
 
 def prebind(launches_: list[tuple], stream=0) -> list[PreboundLaunch]:
@@ -244,6 +249,119 @@ class BoundPlan:
         return f"BoundPlan({', '.join(self.names)})"
 
 
+# A decode loop's calls differ only in their buffers: one bound plan per (buffers' addresses,
+# shapes, dtypes, strides, stream, kernel, contract), per weight, at most this many per weight
+# (the oldest is dropped first), and only for plans of at most BIND_MAX_LAUNCHES launches
+# (a long plan is kernel-bound: binding it would cost more than it saves).
+LAUNCH_CACHE_SIZE = 64
+BIND_MAX_LAUNCHES = 64
+
+
+def _handle(key) -> int:
+    """The raw stream handle in a cache key (the simulator's streams have none: 0)."""
+    return key[2] if type(key[2]) is int else 0
+
+
+def _keep(a, out, stream) -> tuple:
+    """What a bound plan must keep alive: nothing on a GPU (it holds addresses, keyed by
+    address), the caller's objects under the simulator (keyed by identity there)."""
+    from .prebound import SIMULATED
+
+    return (a, out, stream) if SIMULATED else ()
+
+
+_CACHE_LOCK = threading.Lock()  # misses only: lookups on the fast path take no lock
+
+
+def _remember(cache: dict, key, bound) -> None:
+    with _CACHE_LOCK:
+        while len(cache) >= LAUNCH_CACHE_SIZE:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = bound
+
+
+# Exact-contract operands per (device, stream, M, K), reused by every later call there: a call
+# allocates nothing once its shape has run on its stream, so it can be captured in a CUDA graph
+# after a warm-up call (cudaMalloc is not allowed during capture), and the graph keeps reading
+# the same buffers. Calls on one stream are ordered by the stream; the lock orders the
+# enqueueing of one call's two steps against another thread's on the same stream.
+_WORKSPACES: dict[tuple, object] = {}
+_WORKSPACE_LOCK = threading.Lock()
+
+
+def _stream_key(st) -> int:
+    if not st:
+        return 0
+    try:
+        return int(st)
+    except TypeError:  # the simulator's streams have no handle
+        return id(st)
+
+
+def exact_workspace(m: int, k: int, st, exact):
+    """The exact-contract operands of (this device, ``st``, the exact module ``exact``, m, k).
+
+    ``exact``: the module of the plan's exact kernel
+    (:func:`~q2gemv.cuda.runtime.exact_kernel_of`); its ``Operands``
+    (Q2_0: :class:`~q2gemv.cuda.q2_0.exact.ExactOperands`; NVFP4:
+    :class:`~q2gemv.cuda.nvfp4.exact.W4Operands`). Allocated on first use and
+    kept for the process (a few bytes per activation: about ``3 M K`` bytes);
+    :func:`clear_workspaces` drops them (never while a captured CUDA graph that
+    uses them may still replay).
+    """
+    device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
+    key = (device, _stream_key(st), exact.__name__, int(m), int(k))
+    ops = _WORKSPACES.get(key)
+    if ops is None:
+        ops = _WORKSPACES[key] = exact.Operands.allocate(m, k, st)
+    return ops
+
+
+def clear_workspaces() -> None:
+    """Forget every exact-contract workspace (the buffers are freed when unused)."""
+    with _WORKSPACE_LOCK:
+        _WORKSPACES.clear()
+
+
+def enqueue(family: str, numerics: str, plan, dw, d_a, d_out, st, key=None, cache=None, keep=()):
+    """Enqueue ``plan`` (``(row0, rows, kernel)``) on device bits ``d_a`` (uint16 [M, K], M >= 1)
+    into ``d_out`` (uint16 [M, N]) on ``st``: the device edge of the road (:mod:`q2gemv.host.call`).
+
+    ``numerics``: ``"seed"`` runs ``plan`` as it is; ``"exact"`` runs the
+    family's activation prepare then its exact GEMV per plan entry, with the
+    operands in a per-(stream, M, K) workspace (:func:`exact_workspace`).
+    Everything is checked before the first launch
+    (:func:`q2gemv.cuda.runtime.launches`).
+
+    ``key``, ``cache``: the call's cache key (:func:`q2gemv.host.arrays.call_key`)
+    and the device weight's ``launch_cache`` (None: nothing is bound). With
+    both, the validated launches are bound
+    (:class:`~q2gemv.cuda.runtime.BoundPlan`) and stored under the key,
+    so the next call with the same buffers, shapes, dtypes, stream, kernel and
+    contract is a dictionary lookup and the launches (:func:`q2gemv.gemv`'s
+    fast path). ``keep``: the caller's objects (``a``, ``out``, ``stream``) a
+    bound plan holds under the simulator (:func:`_keep`).
+    """
+    bind = cache is not None and len(plan) <= BIND_MAX_LAUNCHES
+    if numerics != "exact":
+        ls = launches(family, numerics, plan, dw, d_a, d_out, st)
+        if not bind:
+            launch_all(ls, st)
+            return
+        bound = BoundPlan(ls, _handle(key), keep=_keep(*keep))
+    else:
+        exact = exact_kernel_of(family, plan)[1]
+        with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
+            ops = exact_workspace(int(d_a.shape[0]), dw.k, st, exact)
+            ls = launches(family, numerics, plan, dw, d_a, d_out, st, ops)
+            if not bind:
+                launch_all(ls, st)
+                return
+        bound = BoundPlan(ls, _handle(key), lock=_WORKSPACE_LOCK, keep=(ops, *_keep(*keep)))
+    _remember(cache, key, bound)
+    bound()
+
+
 def _prebound(launches_: list[tuple], stream, **kw) -> list[PreboundLaunch]:
     """One PreboundLaunch per launch; PDL for a kernel that waits (:func:`grid_waits`) and is
     not its call's first launch (the first follows unrelated work in the stream)."""
@@ -256,7 +374,7 @@ def _prebound(launches_: list[tuple], stream, **kw) -> list[PreboundLaunch]:
 def grid_waits(name: str) -> bool:
     """Whether kernel ``name`` may be launched with PDL after an earlier launch of its call
     (:attr:`q2gemv.dispatch.registry.KernelSpec.grid_wait`; a prepare is not a registered kernel)."""
-    return any(s.name == name and s.grid_wait for s in kernels.specs())
+    return any(s.name == name and s.grid_wait for s in registry.specs())
 
 
 def check_bits(a_bits, k: int) -> None:
@@ -271,42 +389,30 @@ def check_bits(a_bits, k: int) -> None:
         raise ValueError(f"a_bits: expected shape [M, K] = [M, {k}], got {a_bits.shape}")
 
 
-def run_host(family: str, numerics: str, plan, a_bits: np.ndarray, dw, stream=0) -> np.ndarray:
-    """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N].
+def run_host(
+    family: str, numerics: str, plan, a_bits, dw, stream=0, ops=None, *, d_a=None
+) -> np.ndarray:
+    """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N] on the host.
 
-    Uploads the activations, validates every launch of ``plan`` (before any
-    is enqueued), runs them through the dispatcher on ``stream`` (0 or a
-    numba stream) and copies the result back.
+    The host edge of the road (:mod:`q2gemv.host.call`): uploads the
+    activations (or takes ``d_a``, bits already on the device, with ``ops``
+    their exact-contract operands: no prepare launch), validates every launch
+    of ``plan`` (before any is enqueued), runs them through the dispatcher on
+    ``stream`` (0 or a numba stream) and copies the result back.
     """
-    m = a_bits.shape[0]
+    m = int((a_bits if d_a is None else d_a).shape[0])
     out = np.empty((m, dw.n), dtype=np.uint16)
     if m == 0:
         return out
-    d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
+    if d_a is None:
+        d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
     d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
-    launch_all(launches(family, numerics, plan, dw, d_a, d_out, stream), stream)
+    ls = launches(family, numerics, plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
+    launch_all(ls, stream)
     d_out.copy_to_host(out, stream=stream)
     if stream:
         stream.synchronize()
     return out
-
-
-def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Run kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K]) -> uint16 [M, N].
-
-    The plan is the kernel's chunks of its ``max_m`` rows (one launch per row
-    for the M=1 kernels; an exact kernel's activation prepare runs once
-    before its chunks); ``weight`` is a host or device weight of the
-    kernel's family (uploaded here when on the host). For the golden
-    harness, scripts and tests; :func:`q2gemv.gemv` builds its own plan.
-    Raises the launcher's errors (naming ``kernel``, ``weight``, ``a_bits``)
-    before anything is launched.
-    """
-    spec = kernels.get(kernel)
-    dw = kernels.family(spec.family).as_device_weight(weight, stream, spec.contract)
-    check_bits(a_bits, dw.k)
-    plan = launch.ChunkPlan(a_bits.shape[0], spec.max_m, lambda rows: spec.name)
-    return run_host(spec.family, spec.contract, plan, a_bits, dw, stream)
 
 
 __all__ = [
@@ -315,7 +421,6 @@ __all__ = [
     "exact_kernel_of",
     "prepare_device",
     "seed_launch",
-    "run_kernel",
     "launches",
     "launch_all",
     "BoundPlan",
@@ -324,4 +429,7 @@ __all__ = [
     "exact_plan",
     "exact_launches",
     "prebind",
+    "enqueue",
+    "exact_workspace",
+    "clear_workspaces",
 ]

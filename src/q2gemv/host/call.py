@@ -1,0 +1,393 @@
+"""One road from a call to a kernel: :class:`Call`, built and validated once, then run.
+
+Every GEMV of the package is a :class:`Call`: :func:`q2gemv.gemv` on host
+activations, on activations already on the GPU and on
+:func:`q2gemv.prepare`'s result; :func:`q2gemv.plan` and
+:func:`q2gemv.explain` (a call without activations); the golden harness's
+single kernels (:func:`run_kernel`). :func:`build` checks everything, in one
+order, before anything is uploaded or launched; :func:`run` runs it on the
+reference backend or through :mod:`q2gemv.cuda.runtime.launcher`::
+
+    gemv(a, w, ...) ──► build ──► Call(spec, mode, weight, activations, m/n/k, out, stream,
+                          │             backend, launches)
+                          │  host bits | device view | prepared operands
+                          ▼
+                         run ──► reference: the plan's kernel's NumPy reference
+                              └► cuda: upload (host) ─► launcher.launches ─► enqueue ─► download (host)
+
+Host and device calls differ only at the edges: host bits are uploaded and
+the result downloaded; device activations stay where they are, and a call
+with a device weight and ``out=`` binds its launches under its key
+(:func:`q2gemv.host.arrays.call_key`) for :func:`q2gemv.gemv`'s fast path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dispatch import plan, registry
+from ..formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
+from .arrays import check_stream, is_device_array, numba_stream
+from .backends import BACKENDS, default_backend, require_cuda
+from .prepared import PreparedActivations
+
+NUMERICS = ("exact", "seed")
+
+
+# -- the checks, in the order build() runs them -----------------------------------------------
+
+
+def family_spec(weight) -> tuple[registry.FamilySpec, bool]:
+    """``(family spec, on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
+    found = registry.family_of(weight)
+    if found is None:
+        raise TypeError(
+            "weight: expected a Q2Weight, Nvfp4Weight or their device-resident forms, "
+            f"got {type(weight).__name__}"
+        )
+    return found
+
+
+def weight_arrays(weight) -> dict[str, np.ndarray]:
+    """The host arrays holding a weight's bytes, by attribute name (none for a device weight)."""
+    found = registry.family_of(weight)
+    if found is None or found[1]:
+        return {}
+    return {name: getattr(weight, name) for name in found[0].weight_arrays}
+
+
+def check_call_args(kernel, backend, stream, on_device: bool = False) -> None:
+    """``kernel``, ``backend`` and ``stream`` of :func:`q2gemv.gemv`, refused before a plan.
+
+    Before anything is uploaded or launched: a kernel that is not a name
+    (``kernel=["q2_0_gemv"]``), an unknown backend, ``backend="cuda"`` where
+    neither a GPU nor the simulator serves (ValueError saying how to get one),
+    and a stream that is not None, a raw ``cudaStream_t`` (int >= 0) or a
+    numba stream.
+    """
+    if kernel is not None and not isinstance(kernel, str):
+        raise TypeError(
+            f"kernel: expected a kernel name (str) or None, got {type(kernel).__name__}"
+        )
+    if backend is not None and (not isinstance(backend, str) or backend not in BACKENDS):
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    if backend == "cuda" and not on_device:
+        require_cuda()
+    check_stream(stream)
+
+
+def resolve_numerics(family: str, numerics: str | None = None, kernel: str | None = None) -> str:
+    """The contract a call runs under, ``"exact"`` or ``"seed"``; errors name the argument.
+
+    Args:
+        family: ``"q2_0"`` or ``"w4a16"`` (:func:`q2gemv.api.weight_family`).
+        numerics: ``"exact"``, ``"seed"`` or None (the family's default).
+        kernel: the kernel forced by ``kernel=``, or None.
+
+    Rules: ``numerics=None`` is ``"exact"`` for both families, unless a
+    forced kernel decides (a seed kernel, or a W4A16 tier, runs the seed
+    contract: ``kernel=`` wins over the default); a kernel of the other
+    contract than an explicit ``numerics`` is a ValueError naming
+    ``kernel``. Validates ``numerics`` before anything else.
+    """
+    if numerics is not None and (not isinstance(numerics, str) or numerics not in NUMERICS):
+        raise ValueError(
+            f"numerics: expected one of {NUMERICS} or None (the weight family's default), "
+            f"got {numerics!r}"
+        )
+    if kernel is None:
+        return numerics or "exact"
+    exact, seed = registry.table(family, "exact"), registry.table(family, "seed")
+    if kernel in exact:
+        if numerics == "seed":
+            raise ValueError(
+                f"kernel: {kernel} computes the exact contract, but numerics='seed' was asked "
+                f"for (seed kernels: {', '.join(seed)})"
+            )
+        return "exact"
+    if kernel in seed:
+        if numerics == "exact":
+            raise ValueError(
+                f"kernel: {kernel} computes the seed contract, but numerics='exact' was asked "
+                f"for (the exact kernel: {', '.join(exact)}; or leave numerics=None)"
+            )
+        return "seed"
+    raise ValueError(f"kernel: expected one of {(*seed, *exact)}, got {kernel!r}")
+
+
+def check_m(m) -> int:
+    """``m`` as an int in ``0 .. PLAN_MAX_M``; ValueError naming ``m`` otherwise.
+
+    The bound keeps a plan finite (one entry per launch) and matches the
+    kernels' int32 row counts and offsets.
+    """
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+        raise ValueError(f"m: expected an int >= 0, got {m!r}")
+    if m > plan.PLAN_MAX_M:
+        raise ValueError(
+            f"m: expected at most {plan.PLAN_MAX_M} rows (the kernels take int32 row counts), "
+            f"got {m}"
+        )
+    return int(m)
+
+
+def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
+    """Refuse an ``out`` that is not a writeable bfloat16 array of ``shape``, or overlaps an input.
+
+    Inputs are the activations ``a`` and the bytes of ``weight`` (when given):
+    writing results over them would corrupt the call's own inputs (and, for
+    a weight, every later call).
+    """
+    if not isinstance(out, np.ndarray) or out.dtype != BF16:
+        got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
+        raise TypeError(f"out: expected a bfloat16 numpy array, got {got}")
+    if out.shape != shape:
+        raise ValueError(f"out: expected shape {shape}, got {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError("out: expected a writeable array")
+    if np.shares_memory(out, a):
+        raise ValueError("out: must not alias the activations a")
+    for name, arr in weight_arrays(weight).items():
+        if np.shares_memory(out, arr):
+            raise ValueError(f"out: must not overlap the weight's bytes (weight.{name})")
+
+
+def pick_backend(backend: str | None, on_device: bool, default) -> str:
+    """The backend a call runs on (``backend`` already checked by :func:`check_call_args`).
+
+    None: ``"cuda"`` for a device weight, else ``default()``. The reference
+    backend cannot read a device weight (TypeError naming ``weight``).
+    """
+    if backend is None:
+        backend = "cuda" if on_device else default()
+    if backend == "reference" and on_device:
+        raise TypeError("weight: the reference backend needs a host weight, not a device one")
+    return backend
+
+
+def plan_launches(weight, spec: registry.FamilySpec, mode: str, m: int, kernel: str | None):
+    """The launches ``(row0, rows, kernel)`` of ``m`` rows, never materialised (arguments checked).
+
+    Exact: the kernel's chunks of its ``max_m`` rows; seed: the family's seed rule.
+    """
+    if mode == "exact":
+        name = spec.exact_kernel if kernel is None else kernel
+        return plan.ChunkPlan(m, registry.get(name).max_m, lambda rows: name)
+    return registry.resolve(spec.seed_plan)(weight, m, kernel)
+
+
+# -- the call ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """One GEMV, validated: what :func:`run` needs and nothing it must check again.
+
+    Attributes:
+        spec: the weight's family; ``mode``: ``"exact"`` or ``"seed"``.
+        weight: the caller's weight (host or device); ``dw``: the device weight
+            the launches read (cuda backend; None otherwise).
+        form: how the activations came: ``"host"`` (``a`` uint16 bf16 bits
+            [M, K]), ``"device"`` (``a`` a uint16 device view [M, K] of the
+            caller's array ``caller_a``), ``"prepared"`` (``a`` the
+            :class:`~q2gemv.host.prepared.PreparedActivations`) or ``"plan"``
+            (none: :func:`q2gemv.plan` / :func:`q2gemv.explain`).
+        m, n, k: activation rows, output columns, the reduction length.
+        shape: the result's shape, ``(N,)`` for 1-D activations or ``(M, N)``.
+        out: the validated ``out`` (None: a new result); device form: ``result``
+            is what is returned and ``d_out`` its uint16 [M, N] device view.
+        stream: the numba stream (or 0) launches go on; backend: ``"reference"``
+            or ``"cuda"``; launches: the plan, ``(row0, rows, kernel)`` entries.
+        key: the call's launch-cache key (device weight, device ``a`` and ``out``).
+    """
+
+    spec: registry.FamilySpec
+    mode: str
+    weight: object
+    on_device: bool
+    form: str
+    a: object
+    m: int
+    n: int
+    k: int
+    shape: tuple[int, ...]
+    launches: object
+    backend: str = "cuda"
+    out: object = None
+    stream: object = 0
+    dw: object = None
+    caller_a: object = None
+    result: object = None
+    d_out: object = None
+    key: tuple | None = None
+
+
+def build_plan(weight, m, kernel: str | None = None, numerics: str | None = None) -> Call:
+    """The call :func:`q2gemv.plan` and :func:`q2gemv.explain` describe: ``m`` rows, no activations."""
+    spec, on_device = family_spec(weight)
+    check_call_args(kernel, None, None)
+    m = check_m(m)
+    mode = resolve_numerics(spec.name, numerics, kernel)
+    launches = plan_launches(weight, spec, mode, m, kernel)
+    return Call(spec, mode, weight, on_device, "plan", None, m, weight.n, weight.k, (m, weight.n),
+                launches, backend="")  # fmt: skip
+
+
+def build(a, weight, *, kernel=None, backend=None, out=None, stream=None, numerics=None,
+          key=None) -> Call:  # fmt: skip
+    """Validate one :func:`q2gemv.gemv` call and return it as a :class:`Call`.
+
+    Checks run in this order, each raising the TypeError / ValueError naming
+    its argument: the weight, ``kernel`` / ``backend`` / ``stream``, ``numerics``
+    (against ``kernel``), then the activations in their form (shape, K), ``out``,
+    the backend for the weight, the plan; on the cuda backend the weight is
+    then made device-resident (a host weight uploaded for this call).
+    """
+    spec, on_device = family_spec(weight)
+    check_call_args(kernel, backend, stream, on_device)
+    mode = resolve_numerics(spec.name, numerics, kernel)
+    head = (spec, mode, weight, on_device)
+    if isinstance(a, PreparedActivations):
+        return _build_prepared(head, a, backend, out, stream)
+    if is_device_array(a):
+        return _build_device(head, a, kernel, backend, out, stream, key)
+    bits, was_1d = as_bf16_rows(a, weight.k)
+    m, n = bits.shape[0], weight.n
+    shape = (n,) if was_1d else (m, n)
+    if out is not None:
+        check_out(out, a, shape, weight)
+    backend = pick_backend(backend, on_device, default_backend)
+    launches = plan_launches(weight, spec, mode, m, kernel)
+    return _on_backend(Call(*head, "host", bits, m, n, weight.k, shape, launches, backend, out,
+                            numba_stream(stream)))  # fmt: skip
+
+
+def _build_prepared(head, p: PreparedActivations, backend, out, stream) -> Call:
+    """A call on :func:`q2gemv.prepare`'s result: the family's prepared kernel, exact contract."""
+    spec, mode, weight, on_device = head
+    if not spec.prepared or mode != "exact":
+        what = (
+            f"an {spec.title} weight" if not spec.prepared else "numerics='seed' or a seed kernel"
+        )
+        raise ValueError(
+            f"a: prepared activations (q2gemv.prepare) serve {registry.prepared_family().title} "
+            f"weights under the exact contract only, not {what}; pass the bf16 array instead"
+        )
+    if p.k != weight.k:
+        raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {p.k}")
+    m, n = p.m, weight.n
+    shape = (n,) if p.was_1d else (m, n)
+    if out is not None:
+        check_out(out, p.bits, shape, weight)
+    backend = pick_backend(backend, on_device, lambda: p.backend)
+    if backend == "cuda" and m and p.operands is None:
+        raise ValueError(
+            "a: these activations were prepared for the reference backend (no device "
+            "operands); call q2gemv.prepare(a, backend='cuda') for the cuda backend"
+        )
+    launches = plan_launches(weight, spec, mode, m, spec.prepared_kernel)
+    return _on_backend(Call(*head, "prepared", p, m, n, weight.k, shape, launches, backend, out,
+                            numba_stream(stream)))  # fmt: skip
+
+
+def _build_device(head, a, kernel, backend, out, stream, key) -> Call:
+    """A call on activations already on the GPU (:mod:`q2gemv.cuda.runtime.interop`)."""
+    spec, mode, weight, on_device = head
+    if backend not in (None, "cuda"):
+        raise ValueError(f"backend: activations on the GPU need backend='cuda', got {backend!r}")
+    shape = tuple(a.shape)
+    if len(shape) not in (1, 2):
+        raise ValueError(f"a: expected shape [K] or [M, K], got {shape}")
+    if shape[-1] != weight.k:
+        raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {shape[-1]}")
+    m = 1 if len(shape) == 1 else shape[0]
+    launches = plan_launches(weight, spec, mode, m, kernel)
+    out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
+    from ..cuda.runtime import interop, launcher
+
+    d_a, kind = interop.as_bits(a, "a")
+    st = numba_stream(stream, a)
+    dw = spec.as_device_weight(weight, st, mode)
+    if mode == "exact":
+        launcher.exact_kernel_of(spec.name, launches)[1].check_k(dw.k)
+    result, d_out = interop.output(kind, a, d_a, dw, spec.device_arrays, out_shape, out, st)
+    return Call(*head, "device", d_a.reshape(m, dw.k), m, dw.n, dw.k, out_shape, launches, "cuda",
+                out, st, dw, a, result, d_out.reshape(m, dw.n), key)  # fmt: skip
+
+
+def _on_backend(c: Call) -> Call:
+    """``c`` with its device weight where it runs on the cuda backend (uploaded if on the host)."""
+    if c.backend == "reference":
+        return c
+    dw = c.spec.as_device_weight(c.weight, c.stream, c.mode)  # seed: the storage bytes only
+    return Call(**{**c.__dict__, "dw": dw})
+
+
+# -- running it --------------------------------------------------------------------------------
+
+
+def run(c: Call):
+    """Run a built :class:`Call`; returns bf16 of ``c.shape`` (``out`` itself when given)."""
+    if c.m and c.backend == "cuda":
+        y = _run_cuda(c)  # the device form: written into its device output, nothing to copy
+        if c.form == "device":
+            return c.result
+    elif c.form == "device":
+        return c.result
+    elif c.m == 0:
+        y = np.empty((0, c.n), np.uint16)
+    else:  # the reference of the plan's kernel (every launch: same bits)
+        bits = c.a.bits if c.form == "prepared" else c.a
+        y = c.spec.reference(c.launches[0][2])(bits_to_bf16(bits), c.weight).view(np.uint16)
+    result = bits_to_bf16(y.reshape(c.shape))
+    if c.out is None:
+        return result
+    c.out[...] = result
+    return c.out
+
+
+def _run_cuda(c: Call):
+    """The launches of ``c`` through the one launcher; host forms: uploaded, then downloaded."""
+    from ..cuda.runtime import launcher
+
+    name, st = c.spec.name, c.stream
+    if c.form == "device":
+        cache = getattr(c.weight, "launch_cache", None) if c.key is not None else None
+        keep = (c.caller_a, c.out, c.stream)
+        launcher.enqueue(name, c.mode, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep)
+        return None
+    if c.form == "prepared":  # the operands made once by q2gemv.prepare: no prepare launch
+        p = c.a
+        return launcher.run_host(name, c.mode, c.launches, None, c.dw, st, p.operands,
+                                 d_a=p.device_bits)  # fmt: skip
+    return launcher.run_host(name, c.mode, c.launches, c.a, c.dw, st)
+
+
+def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
+    """Kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K]) -> uint16 [M, N].
+
+    A thin wrapper over the road for the golden harness, scripts and tests:
+    a host call whose plan is the kernel's chunks of its ``max_m`` rows (one
+    launch per row for the M=1 kernels; a W4A16 tier chunked too, where
+    :func:`q2gemv.gemv` refuses a tier that does not cover M), run on the
+    cuda backend. ``weight`` is a host or device weight of the kernel's
+    family. Raises the launcher's errors (naming ``kernel``, ``weight``,
+    ``a_bits``) before anything is launched.
+    """
+    from ..cuda.runtime.launcher import check_bits
+
+    kspec = registry.get(kernel)
+    spec = registry.family(kspec.family)
+    st = numba_stream(stream)
+    dw = spec.as_device_weight(weight, st, kspec.contract)
+    check_bits(a_bits, dw.k)
+    m = a_bits.shape[0]
+    launches = plan.ChunkPlan(m, kspec.max_m, lambda rows: kspec.name)
+    c = Call(spec, kspec.contract, weight, True, "host", a_bits, m, dw.n, dw.k, (m, dw.n), launches,
+             stream=st, dw=dw)  # fmt: skip
+    return _run_cuda(c)
+
+
+__all__ = ["Call", "build", "build_plan", "run", "run_kernel", "resolve_numerics"]
