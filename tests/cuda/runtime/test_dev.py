@@ -452,14 +452,15 @@ def test_mma_u8s8_is_the_ptx_m16n8k32_product_with_a_signed_b():
 
 
 @cuda.jit
-def _cp_async_kernel(src32, src16, out32, out16):
+def _cp_async_kernel(src32, src16, out32, out16, out4):
     s32 = cuda.shared.array(64, uint32)
     s16 = cuda.shared.array(64, uint16)
+    s4 = cuda.shared.array(16, uint32)
     t = cuda.threadIdx.x  # 16 threads
     _dev.cp_async16(s32, 4 * t, src32, 4 * ((t + 5) % 16))
     _dev.cp_async16(s16, 8 * (t % 8), src16, 8 * ((t + 3) % 8))
     _dev.cp_async_commit()
-    _dev.cp_async4(s32, (4 * t + 1) % 64, src32, 63 - t)  # a second group, 4 bytes
+    _dev.cp_async4(s4, (t + 1) % 16, src32, 63 - t)  # a second group, 4 bytes
     _dev.cp_async_commit()
     _dev.cp_async_wait[0]()
     cuda.syncthreads()
@@ -467,26 +468,28 @@ def _cp_async_kernel(src32, src16, out32, out16):
     out32[t, 0], out32[t, 1], out32[t, 2], out32[t, 3] = w0, w1, w2, w3
     for j in range(4):
         out16[t, j] = s16[4 * t + j]
+    out4[t] = s4[t]
 
 
 def test_cp_async_copies_land_after_the_wait_and_ld_vec_reads_them():
     """cp_async16/4 into shared arrays of uint32 and uint16 (16 and 4 bytes whatever the
-    element size), visible after cp_async_wait[0] and a barrier; ld_vec_u32x4 on shared."""
+    element size), visible after cp_async_wait[0] and a barrier; ld_vec_u32x4 on shared.
+    (No two copies write one address: PTX orders no cp.async against another.)"""
     rng = np.random.default_rng(44)
     src32 = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
     src16 = rng.integers(0, 2**16, 64).astype(np.uint16)
     out32 = np.zeros((16, 4), np.uint32)
     out16 = np.zeros((16, 4), np.uint16)
-    _cp_async_kernel[1, 16](src32, src16, out32, out16)
+    out4 = np.zeros(16, np.uint32)
+    _cp_async_kernel[1, 16](src32, src16, out32, out16, out4)
     s32 = np.zeros(64, np.uint32)
     s16 = np.zeros(64, np.uint16)
     for t in range(16):
         s32[4 * t : 4 * t + 4] = src32[4 * ((t + 5) % 16) : 4 * ((t + 5) % 16) + 4]
         s16[8 * (t % 8) : 8 * (t % 8) + 8] = src16[8 * ((t + 3) % 8) : 8 * ((t + 3) % 8) + 8]
-    for t in range(16):
-        s32[(4 * t + 1) % 64] = src32[63 - t]
     assert np.array_equal(out32, s32.reshape(16, 4)[[(t + 1) % 16 for t in range(16)]])
     assert np.array_equal(out16, s16[:64].reshape(16, 4))
+    assert np.array_equal(out4, [src32[63 - (t - 1) % 16] for t in range(16)])
 
 
 @cuda.jit
