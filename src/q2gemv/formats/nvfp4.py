@@ -49,6 +49,7 @@ import ml_dtypes
 import numpy as np
 
 from ._frozen import check_u8, frozen
+from .bf16 import float_matrix
 
 BLOCK = 16  # weights per E4M3 scale
 E2M1_MAX = 6.0
@@ -493,11 +494,7 @@ class Nvfp4Weight:
         Raises ValueError for non-finite weights or a shape that is not
         [n, k] with k a multiple of 16.
         """
-        w = np.asarray(w)
-        if w.dtype.kind != "f" and w.dtype != np.dtype(ml_dtypes.bfloat16):
-            raise TypeError(f"w: expected a float array, got {w.dtype}")
-        if w.ndim != 2:
-            raise ValueError(f"w: expected shape [n, k], got {w.shape}")
+        w = float_matrix(w)
         n, k = w.shape
         if n < 1 or k < BLOCK or k % BLOCK:
             raise ValueError(

@@ -32,10 +32,10 @@ import operator
 from dataclasses import dataclass, field
 from typing import Literal
 
-import ml_dtypes
 import numpy as np
 
 from ._frozen import check_u8, frozen
+from .bf16 import float_matrix
 
 GROUPS = (64, 128)
 SCALE_BYTES = 2
@@ -438,11 +438,7 @@ def quantize_q2_0(
     ``d = fp16(gamma)``; a block with gamma == 0 is all code 1 (zero).
     """
     group = check_group(group)
-    w = np.asarray(w)
-    if w.dtype.kind != "f" and w.dtype != np.dtype(ml_dtypes.bfloat16):
-        raise TypeError(f"w: expected a float array, got {w.dtype}")
-    if w.ndim != 2:
-        raise ValueError(f"w: expected shape [n, k], got {w.shape}")
+    w = float_matrix(w)
     n, k = w.shape
     _check_nk(n, k, group)
     if not isinstance(allow_nonfinite, bool):

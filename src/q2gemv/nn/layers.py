@@ -243,6 +243,13 @@ class _QuantizedLinear(torch.nn.Module):
         raise NotImplementedError
 
     @classmethod
+    def _quantized(cls, linear: torch.nn.Linear, quantize: Callable, numerics):
+        """Both ``from_linear``: ``quantize(fp32 weight)``, the linear's bias, on its device."""
+        w = _linear_weight_f32(linear)
+        mod = cls(quantize(w), linear.bias, numerics=numerics)
+        return mod.to(linear.weight.device)
+
+    @classmethod
     def _empty(cls, n, k, family, numerics, shapes: dict, bias, device, **settings):
         """An ``empty()`` layer: ``torch.empty`` uint8 weight buffers of ``shapes`` (in
         ``_WEIGHT_BUFFERS`` order), ``settings`` set as attributes, not loaded yet."""
@@ -399,9 +406,9 @@ class Q2Linear(_QuantizedLinear):
 
         Returns a :class:`Q2Linear` on the linear's device.
         """
-        w = _linear_weight_f32(linear)
-        mod = cls(quantize_q2_0(w, group=group, method=method), linear.bias, numerics=numerics)
-        return mod.to(linear.weight.device)
+        return cls._quantized(
+            linear, lambda w: quantize_q2_0(w, group=group, method=method), numerics
+        )
 
     @classmethod
     def from_gguf(
@@ -537,9 +544,7 @@ class Nvfp4Linear(_QuantizedLinear):
 
         Returns an :class:`Nvfp4Linear` on the linear's device.
         """
-        w = _linear_weight_f32(linear)
-        mod = cls(Nvfp4Weight.from_float(w), linear.bias, numerics=numerics)
-        return mod.to(linear.weight.device)
+        return cls._quantized(linear, Nvfp4Weight.from_float, numerics)
 
     @classmethod
     def from_safetensors(
