@@ -10,19 +10,23 @@ import q2gemv
 from q2gemv import quantize_q2_0
 
 HEADS, KV_HEADS = 4, 2
+# The sizes both tiny models share (vocab 192: prompts() draws token ids below it).
+TINY_SIZES = dict(
+    vocab_size=192,
+    hidden_size=128,
+    intermediate_size=256,
+    num_attention_heads=HEADS,
+    num_key_value_heads=KV_HEADS,
+    max_position_embeddings=64,
+)
 
 
 def tiny_config(layers: int = 2, tie: bool = False):
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=192,
-        hidden_size=128,
-        intermediate_size=256,
+        **TINY_SIZES,
         num_hidden_layers=layers,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        max_position_embeddings=64,
         rms_norm_eps=1e-5,
         rope_theta=10000.0,
         tie_word_embeddings=tie,
@@ -40,12 +44,20 @@ def tiny_llama(seed: int = 0, layers: int = 2, tie: bool = False):
 
     torch.manual_seed(seed)
     config = tiny_config(layers, tie)
-    model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
-    model.model.rotary_emb = LlamaRotaryEmbedding(config=config)
+    return _randomized(LlamaForCausalLM(config), LlamaRotaryEmbedding(config=config))
+
+
+def _randomized(model, rotary_emb, biases: bool = False):
+    """``model`` in bf16 (eval) with an fp32 ``rotary_emb``, its norm weights (and, with
+    ``biases``, its biases) drawn at random in parameter order."""
+    model = model.to(torch.bfloat16).eval()
+    model.model.rotary_emb = rotary_emb
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.25 * torch.randn_like(p, dtype=torch.float32))
+            elif biases and name.endswith(".bias"):
+                p.copy_(0.5 * torch.randn_like(p, dtype=torch.float32))
     return model
 
 
@@ -126,28 +138,15 @@ def tiny_qwen2(seed: int = 0, layers: int = 2, tie: bool = True):
 
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=192,
-        hidden_size=128,
-        intermediate_size=256,
+        **TINY_SIZES,
         num_hidden_layers=layers,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        max_position_embeddings=64,
         rms_norm_eps=1e-6,
         rope_theta=1000000.0,
         tie_word_embeddings=tie,
         bos_token_id=1,
         eos_token_id=2,
     )
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
-    model.model.rotary_emb = Qwen2RotaryEmbedding(config=config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.25 * torch.randn_like(p, dtype=torch.float32))
-            elif name.endswith(".bias"):
-                p.copy_(0.5 * torch.randn_like(p, dtype=torch.float32))
-    return model
+    return _randomized(Qwen2ForCausalLM(config), Qwen2RotaryEmbedding(config=config), biases=True)
 
 
 def equal_amax_per_group(model, value: float = 0.125) -> None:
@@ -176,4 +175,6 @@ def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 
 
 def prompts(batch: int = 2, length: int = 5, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, 192, (batch, length), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(
+        0, TINY_SIZES["vocab_size"], (batch, length), generator=torch.Generator().manual_seed(seed)
+    )

@@ -70,22 +70,8 @@ FIELDS = (
 )
 INT_FIELDS = {"n", "k", "m", "group", "launches_per_call", "repeats", "calls_per_graph", "copies"}
 INT_FIELDS |= {"bytes", "sms"}
-FLOAT_FIELDS = {
-    "time_us",
-    "time_min_us",
-    "time_max_us",
-    "rotated_mib",
-    "gbps",
-    "read_ceiling_gbps",
-    "pct_read_ceiling",
-    "fma_floor_us",
-    "pct_fma_floor",
-    "bf16_us",
-    "speedup_vs_bf16",
-    "m1_x_m_us",
-    "speedup_vs_m1_x_m",
-    "clock_mhz",
-}
+TEXT_FIELDS = {"family", "kernel", "role", "check", "timing", "bytes_formula", "device"}
+FLOAT_FIELDS = set(FIELDS) - INT_FIELDS - TEXT_FIELDS - {"selected"}  # "selected": a bool
 
 
 def case_row(case: Case, **measured) -> dict:

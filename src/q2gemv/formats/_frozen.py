@@ -20,6 +20,18 @@ from __future__ import annotations
 import numpy as np
 
 
+def check_u8(x, name: str, ndim: int, kind: str = "array") -> np.ndarray:
+    """``x`` if it is a numpy uint8 array of ``ndim`` dimensions (TypeError/ValueError naming
+    ``name``): what a weight's bytes must be before :func:`frozen` takes them."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy uint8 array, got {type(x).__name__}")
+    if x.dtype != np.uint8:
+        raise TypeError(f"{name}: expected dtype uint8, got {x.dtype}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D {kind}, got shape {x.shape}")
+    return x
+
+
 def is_frozen(x: np.ndarray) -> bool:
     """True when no Python object can write ``x``'s memory (see the module docstring).
 

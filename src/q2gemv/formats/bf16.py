@@ -103,3 +103,14 @@ def as_bf16_rows(a: np.ndarray, k: int, name: str = "a") -> tuple[np.ndarray, bo
     if bits2.shape[1] != k:
         raise ValueError(f"{name}: expected K={k} columns (the weight's k), got {bits2.shape[1]}")
     return bits2, was_1d
+
+
+def float_matrix(w, name: str = "w") -> np.ndarray:
+    """``w`` as a 2-D float array (any NumPy float or ``ml_dtypes.bfloat16``), as the
+    quantizers take it; TypeError/ValueError naming ``name``."""
+    w = np.asarray(w)
+    if w.dtype.kind != "f" and w.dtype != np.dtype(ml_dtypes.bfloat16):
+        raise TypeError(f"{name}: expected a float array, got {w.dtype}")
+    if w.ndim != 2:
+        raise ValueError(f"{name}: expected shape [n, k], got {w.shape}")
+    return w

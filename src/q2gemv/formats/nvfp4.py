@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-from ._frozen import frozen
+from ._frozen import check_u8, frozen
+from .bf16 import float_matrix
 
 BLOCK = 16  # weights per E4M3 scale
 E2M1_MAX = 6.0
@@ -302,16 +303,6 @@ def divisor_from_global_scale(global_scale) -> float | None:
 # -- the weight --------------------------------------------------------------------
 
 
-def _check_u8_2d(x, name: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name}: expected a numpy uint8 array, got {type(x).__name__}")
-    if x.dtype != np.uint8:
-        raise TypeError(f"{name}: expected dtype uint8, got {x.dtype}")
-    if x.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D array, got shape {x.shape}")
-    return x
-
-
 @dataclass(frozen=True, eq=False)
 class Nvfp4Weight:
     """An immutable NVFP4 weight matrix [n, k] (see the module docstring for the layout).
@@ -343,8 +334,8 @@ class Nvfp4Weight:
     global_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        packed = _check_u8_2d(self.packed, "packed")
-        scales = _check_u8_2d(self.scales, "scales")
+        packed = check_u8(self.packed, "packed", 2)
+        scales = check_u8(self.scales, "scales", 2)
         n, half_k = packed.shape
         k = 2 * half_k
         if n < 1:
@@ -477,7 +468,7 @@ class Nvfp4Weight:
             ValueError: ``codes`` is not 2-D, a code above 15, an odd k, or
                 shapes that disagree.
         """
-        codes = _check_u8_2d(codes, "codes")
+        codes = check_u8(codes, "codes", 2)
         if codes.size and int(codes.max()) > 15:
             raise ValueError(f"codes: expected values 0..15, found {int(codes.max())}")
         if codes.shape[1] % 2:
@@ -503,11 +494,7 @@ class Nvfp4Weight:
         Raises ValueError for non-finite weights or a shape that is not
         [n, k] with k a multiple of 16.
         """
-        w = np.asarray(w)
-        if w.dtype.kind != "f" and w.dtype != np.dtype(ml_dtypes.bfloat16):
-            raise TypeError(f"w: expected a float array, got {w.dtype}")
-        if w.ndim != 2:
-            raise ValueError(f"w: expected shape [n, k], got {w.shape}")
+        w = float_matrix(w)
         n, k = w.shape
         if n < 1 or k < BLOCK or k % BLOCK:
             raise ValueError(

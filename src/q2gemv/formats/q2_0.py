@@ -32,10 +32,10 @@ import operator
 from dataclasses import dataclass, field
 from typing import Literal
 
-import ml_dtypes
 import numpy as np
 
-from ._frozen import frozen
+from ._frozen import check_u8, frozen
+from .bf16 import float_matrix
 
 GROUPS = (64, 128)
 SCALE_BYTES = 2
@@ -174,20 +174,11 @@ def unpack_codes(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
 def unpack_scales(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
     """Extract the per-block fp16 scales ``d`` of ``n`` rows of ``block_q2_0`` bytes.
 
-    Args:
-        raw: uint8 block bytes, exactly ``n * row_bytes(k, group)`` of them
-            (1-D, as in :attr:`Q2Weight.raw`).
-        n: rows (output features).
-        k: codes per row, a multiple of ``group``.
-        group: codes per block, 64 or 128.
+    Args and Raises: as for :func:`unpack_codes`.
 
     Returns:
         float16 [n, k // group], the bytes 0..1 of each block read
         little-endian, bit patterns unchanged (NaN and Inf kept; a new array).
-
-    Raises:
-        ValueError: when ``group`` is not 64 or 128, or ``raw`` does not hold
-        exactly that many bytes (NumPy's reshape error).
     """
     d = np.ascontiguousarray(_blocks(raw, n, k, group)[:, :, :SCALE_BYTES])
     return d.view("<f2").reshape(n, k // group).astype(np.float16)
@@ -243,13 +234,7 @@ class Q2Weight:
     def __post_init__(self) -> None:
         group = check_group(self.group)
         n, k = _check_nk(self.n, self.k, group)  # Python ints: no fixed-width overflow below
-        raw = self.raw
-        if not isinstance(raw, np.ndarray):
-            raise TypeError(f"raw: expected a numpy uint8 array, got {type(raw).__name__}")
-        if raw.dtype != np.uint8:
-            raise TypeError(f"raw: expected dtype uint8, got {raw.dtype}")
-        if raw.ndim != 1:
-            raise ValueError(f"raw: expected a 1-D byte array, got shape {raw.shape}")
+        raw = check_u8(self.raw, "raw", 1, "byte array")
         want = n * row_bytes(k, group)
         if raw.size != want:
             raise ValueError(
@@ -453,11 +438,7 @@ def quantize_q2_0(
     ``d = fp16(gamma)``; a block with gamma == 0 is all code 1 (zero).
     """
     group = check_group(group)
-    w = np.asarray(w)
-    if w.dtype.kind != "f" and w.dtype != np.dtype(ml_dtypes.bfloat16):
-        raise TypeError(f"w: expected a float array, got {w.dtype}")
-    if w.ndim != 2:
-        raise ValueError(f"w: expected shape [n, k], got {w.shape}")
+    w = float_matrix(w)
     n, k = w.shape
     _check_nk(n, k, group)
     if not isinstance(allow_nonfinite, bool):

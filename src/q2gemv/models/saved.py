@@ -86,15 +86,7 @@ def quantization_config(model: torch.nn.Module) -> dict:
     for name, mod in model.named_modules(remove_duplicate=False):
         if name and isinstance(mod, torch.nn.Linear):
             left[name] = None
-    return {
-        "quant_method": QUANT_METHOD,
-        "version": CONFIG_VERSION,
-        "format": fmt,
-        "group": group,
-        "numerics": numerics,
-        "modules_to_not_convert": list(left),
-        "fused_projections": fusion.fused_projections(model),
-    }
+    return _config(fmt, group, numerics, list(left), fusion.fused_projections(model))
 
 
 def record_quantization_config(model: torch.nn.Module) -> None:
@@ -173,14 +165,19 @@ def check_config(config: dict) -> dict:
         )
     for entry in fused:
         fusion.check_fused_entry(entry)
+    return _config(fmt, group, numerics, list(skip), [list(e) for e in fused])
+
+
+def _config(fmt: str, group, numerics, skip: list, fused: list) -> dict:
+    """The ``quantization_config`` dict: every key of :data:`CONFIG_KEYS`, this version's."""
     return {
         "quant_method": QUANT_METHOD,
         "version": CONFIG_VERSION,
         "format": fmt,
         "group": group,
         "numerics": numerics,
-        "modules_to_not_convert": list(skip),
-        "fused_projections": [list(e) for e in fused],
+        "modules_to_not_convert": skip,
+        "fused_projections": fused,
     }
 
 

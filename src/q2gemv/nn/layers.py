@@ -137,6 +137,16 @@ def _check_sizes(n, k, multiple: int, what: str) -> tuple[int, int]:
     return n, k
 
 
+def _named(found: dict, name: str, param: str, what: str, path):
+    """``found[name]``, or a KeyError naming ``param`` and listing what ``path`` holds."""
+    if name not in found:
+        raise KeyError(
+            f"{param}: no {what} {name!r} in {os.fspath(path)} "
+            f"({what}s: {', '.join(found) or 'none'})"
+        )
+    return found[name]
+
+
 def _empty_bias(n: int, bias: bool, device) -> torch.Tensor | None:
     if not isinstance(bias, bool):
         raise TypeError(f"bias: expected a bool, got {type(bias).__name__}")
@@ -212,12 +222,48 @@ class _QuantizedLinear(torch.nn.Module):
         """Output features ``n`` (``torch.nn.Linear``'s name)."""
         return self.n
 
-    def _state(self) -> dict:
+    _FORMAT = ""  # the state's "format"
+
+    def _settings(self) -> dict:
+        """The state's format-specific settings (``group``, or ``global_scale``)."""
         raise NotImplementedError
+
+    def _state(self) -> dict:
+        return {
+            "format": self._FORMAT,
+            "version": STATE_VERSION,
+            "n": self.n,
+            "k": self.k,
+            "numerics": self.numerics,
+            **self._settings(),
+        }
 
     def _checked_state(self, extra) -> dict:
         """The attributes a loaded ``extra`` state sets, after every check (ValueError)."""
         raise NotImplementedError
+
+    @classmethod
+    def _quantized(cls, linear: torch.nn.Linear, quantize: Callable, numerics):
+        """Both ``from_linear``: ``quantize(fp32 weight)``, the linear's bias, on its device."""
+        w = _linear_weight_f32(linear)
+        mod = cls(quantize(w), linear.bias, numerics=numerics)
+        return mod.to(linear.weight.device)
+
+    @classmethod
+    def _empty(cls, n, k, family, numerics, shapes: dict, bias, device, **settings):
+        """An ``empty()`` layer: ``torch.empty`` uint8 weight buffers of ``shapes`` (in
+        ``_WEIGHT_BUFFERS`` order), ``settings`` set as attributes, not loaded yet."""
+        layer = cls.__new__(cls)
+        _QuantizedLinear.__init__(layer)
+        layer.n, layer.k = n, k
+        for name, value in settings.items():
+            setattr(layer, name, value)
+        layer._unloaded = True
+        layer.numerics = _check_numerics(family, numerics)
+        for name in cls._WEIGHT_BUFFERS:
+            layer.register_buffer(name, torch.empty(shapes[name], dtype=torch.uint8, device=device))
+        layer.register_buffer("bias", _empty_bias(n, bias, device))
+        return layer
 
     def get_extra_state(self) -> torch.Tensor:
         """The layer's settings as a 1-D ``torch.uint8`` tensor of UTF-8 JSON (on the CPU).
@@ -296,6 +342,7 @@ class Q2Linear(_QuantizedLinear):
     raw: torch.Tensor
     bias: torch.Tensor | None
     _WEIGHT_BUFFERS = ("raw",)
+    _FORMAT = "q2_0"
 
     def __init__(
         self, weight: Q2Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
@@ -336,15 +383,8 @@ class Q2Linear(_QuantizedLinear):
         """
         group = check_group(group)
         n, k = _check_sizes(n, k, group, "group")
-        layer = cls.__new__(cls)
-        _QuantizedLinear.__init__(layer)
-        layer.n, layer.k, layer.group = n, k, group
-        layer._unloaded = True
-        layer.numerics = _check_numerics("q2_0", numerics)
-        raw = torch.empty((n, row_bytes(k, group)), dtype=torch.uint8, device=device)
-        layer.register_buffer("raw", raw)
-        layer.register_buffer("bias", _empty_bias(n, bias, device))
-        return layer
+        shapes = {"raw": (n, row_bytes(k, group))}
+        return cls._empty(n, k, "q2_0", numerics, shapes, bias, device, group=group)
 
     @classmethod
     def from_linear(
@@ -366,9 +406,9 @@ class Q2Linear(_QuantizedLinear):
 
         Returns a :class:`Q2Linear` on the linear's device.
         """
-        w = _linear_weight_f32(linear)
-        mod = cls(quantize_q2_0(w, group=group, method=method), linear.bias, numerics=numerics)
-        return mod.to(linear.weight.device)
+        return cls._quantized(
+            linear, lambda w: quantize_q2_0(w, group=group, method=method), numerics
+        )
 
     @classmethod
     def from_gguf(
@@ -394,12 +434,8 @@ class Q2Linear(_QuantizedLinear):
         from ..io import load_q2_weights
 
         weights = load_q2_weights(path, ambiguous_group=ambiguous_group)
-        if tensor_name not in weights:
-            raise KeyError(
-                f"tensor_name: no Q2_0 tensor {tensor_name!r} in {os.fspath(path)} "
-                f"(Q2_0 tensors: {', '.join(weights) or 'none'})"
-            )
-        return cls(weights[tensor_name], bias, numerics=numerics)
+        weight = _named(weights, tensor_name, "tensor_name", "Q2_0 tensor", path)
+        return cls(weight, bias, numerics=numerics)
 
     def quantized_weight(self) -> Q2Weight:
         """The module's weight as a host :class:`~q2gemv.Q2Weight` (a copy of ``raw``)."""
@@ -414,15 +450,8 @@ class Q2Linear(_QuantizedLinear):
         y = op(x, raw, self.n, self.k, self.group, self.numerics)
         return _add_bias(y, self.bias)
 
-    def _state(self) -> dict:
-        return {
-            "format": "q2_0",
-            "version": STATE_VERSION,
-            "n": self.n,
-            "k": self.k,
-            "group": self.group,
-            "numerics": self.numerics,
-        }
+    def _settings(self) -> dict:
+        return {"group": self.group}
 
     def _checked_state(self, extra) -> dict:
         state, legacy = _state_from(extra)
@@ -462,6 +491,7 @@ class Nvfp4Linear(_QuantizedLinear):
     scales: torch.Tensor
     bias: torch.Tensor | None
     _WEIGHT_BUFFERS = ("packed", "scales")
+    _FORMAT = "nvfp4"
 
     def __init__(
         self, weight: Nvfp4Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
@@ -500,17 +530,8 @@ class Nvfp4Linear(_QuantizedLinear):
         assign=True)`` for a meta layer) or the model is loaded by ``from_pretrained``.
         """
         n, k = _check_sizes(n, k, NVFP4_BLOCK, "the NVFP4 block")
-        layer = cls.__new__(cls)
-        _QuantizedLinear.__init__(layer)
-        layer.n, layer.k = n, k
-        layer.global_scale = 1.0
-        layer._unloaded = True
-        layer.numerics = _check_numerics("w4a16", numerics)
-        layer.register_buffer("packed", torch.empty((n, k // 2), dtype=torch.uint8, device=device))
-        scales = torch.empty((n, k // NVFP4_BLOCK), dtype=torch.uint8, device=device)
-        layer.register_buffer("scales", scales)
-        layer.register_buffer("bias", _empty_bias(n, bias, device))
-        return layer
+        shapes = {"packed": (n, k // 2), "scales": (n, k // NVFP4_BLOCK)}
+        return cls._empty(n, k, "w4a16", numerics, shapes, bias, device, global_scale=1.0)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, numerics: str | None = None) -> Nvfp4Linear:
@@ -523,9 +544,7 @@ class Nvfp4Linear(_QuantizedLinear):
 
         Returns an :class:`Nvfp4Linear` on the linear's device.
         """
-        w = _linear_weight_f32(linear)
-        mod = cls(Nvfp4Weight.from_float(w), linear.bias, numerics=numerics)
-        return mod.to(linear.weight.device)
+        return cls._quantized(linear, Nvfp4Weight.from_float, numerics)
 
     @classmethod
     def from_safetensors(
@@ -549,12 +568,8 @@ class Nvfp4Linear(_QuantizedLinear):
         from ..io import load_nvfp4_weights
 
         layers = load_nvfp4_weights(path)
-        if layer_prefix not in layers:
-            raise KeyError(
-                f"layer_prefix: no NVFP4 layer {layer_prefix!r} in {os.fspath(path)} "
-                f"(NVFP4 layers: {', '.join(layers) or 'none'})"
-            )
-        return cls(layers[layer_prefix], bias, numerics=numerics)
+        weight = _named(layers, layer_prefix, "layer_prefix", "NVFP4 layer", path)
+        return cls(weight, bias, numerics=numerics)
 
     def quantized_weight(self) -> Nvfp4Weight:
         """The module's weight as a host :class:`~q2gemv.Nvfp4Weight` (copies of the buffers)."""
@@ -572,15 +587,8 @@ class Nvfp4Linear(_QuantizedLinear):
         y = op(x, b["packed"], b["scales"], self.global_scale, self.numerics)
         return _add_bias(y, self.bias)
 
-    def _state(self) -> dict:
-        return {
-            "format": "nvfp4",
-            "version": STATE_VERSION,
-            "n": self.n,
-            "k": self.k,
-            "global_scale": self.global_scale,
-            "numerics": self.numerics,
-        }
+    def _settings(self) -> dict:
+        return {"global_scale": self.global_scale}
 
     def _checked_state(self, extra) -> dict:
         state, legacy = _state_from(extra)

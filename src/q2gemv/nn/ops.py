@@ -236,6 +236,24 @@ def _gemv_cuda(api, x2: torch.Tensor, dw, numerics: str | None) -> torch.Tensor:
 # -- the custom ops ----------------------------------------------------------------------
 
 
+def _linear(x, n: int, k: int, device_weight, host_weight, numerics) -> torch.Tensor:
+    """Both ops' run, ``x`` checked: CUDA ``x`` through the device weight
+    (``device_weight()``, cached), CPU ``x`` through the reference backend on the host
+    weight (``host_weight()``); ``[..., k] -> [..., n]``."""
+    lead = tuple(x.shape[:-1])
+    x2 = _rows(x, k)
+    if x.device.type == "cuda":
+        y = _run_cuda(x2, device_weight, numerics)
+    elif x.device.type == "cpu":
+        from .. import api
+
+        w = host_weight()
+        y = _from_host_bf16(api.gemv(_host_bf16(x2), w, backend="reference", numerics=numerics))
+    else:
+        raise ValueError(f"x: expected a CPU or CUDA tensor, got one on {x.device}")
+    return y.reshape(*lead, n)
+
+
 def _q2_linear_impl(
     x: torch.Tensor, raw: torch.Tensor, n: int, k: int, group: int, numerics: str | None = None
 ) -> torch.Tensor:
@@ -255,18 +273,14 @@ def _q2_linear_impl(
     """
     _check_x(x, k)
     _check_buffer(raw, "raw", x, (n, row_bytes(k, group)))
-    lead = tuple(x.shape[:-1])
-    x2 = _rows(x, k)
-    if x.device.type == "cuda":
-        y = _run_cuda(x2, lambda: _q2_device_weight(raw, n, k, group), numerics)
-    elif x.device.type == "cpu":
-        from .. import api
-
-        w = Q2Weight.from_bytes(raw.detach().reshape(-1).numpy(), n, k, group)
-        y = _from_host_bf16(api.gemv(_host_bf16(x2), w, backend="reference", numerics=numerics))
-    else:
-        raise ValueError(f"x: expected a CPU or CUDA tensor, got one on {x.device}")
-    return y.reshape(*lead, n)
+    return _linear(
+        x,
+        n,
+        k,
+        lambda: _q2_device_weight(raw, n, k, group),
+        lambda: Q2Weight.from_bytes(raw.detach().reshape(-1).numpy(), n, k, group),
+        numerics,
+    )
 
 
 # Schemas spelled out (no inference from annotations, which torch 2.4 cannot read under
@@ -313,20 +327,16 @@ def _nvfp4_linear_impl(
     _check_buffer(packed, "packed", x, (n, k // 2))
     _check_buffer(scales, "scales", x, (n, k // 16))
     global_scale = check_global_scale(global_scale)  # Nvfp4Weight's rules, before any work
-    lead = tuple(x.shape[:-1])
-    x2 = _rows(x, k)
-    if x.device.type == "cuda":
-        y = _run_cuda(x2, lambda: _nvfp4_device_weight(packed, scales, global_scale), numerics)
-    elif x.device.type == "cpu":
-        from .. import api
-
-        w = Nvfp4Weight.from_parts(
+    return _linear(
+        x,
+        n,
+        k,
+        lambda: _nvfp4_device_weight(packed, scales, global_scale),
+        lambda: Nvfp4Weight.from_parts(
             packed.detach().numpy(), scales.detach().numpy(), np.float32(global_scale)
-        )
-        y = _from_host_bf16(api.gemv(_host_bf16(x2), w, backend="reference", numerics=numerics))
-    else:
-        raise ValueError(f"x: expected a CPU or CUDA tensor, got one on {x.device}")
-    return y.reshape(*lead, n)
+        ),
+        numerics,
+    )
 
 
 nvfp4_linear = torch.library.custom_op(

@@ -150,16 +150,7 @@ def q2_0_gemv_vec(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     the activations does not change this order. ``a`` is bf16 [K] or [M, K];
     returns bf16 [N] or [M, N].
 
-    Args:
-        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
-        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
-
-    Returns:
-        bf16 [N] for a 1-D ``a``, else [M, N].
-
-    Raises:
-        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
-        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
+    Args, Returns, Raises: as for :func:`q2_0_gemv`.
     """
     return _rows(a, weight, 32, 16, warp_tree_sum_f32)
 
@@ -172,16 +163,7 @@ def q2_0_gemv_vec_batchm(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     kernel's bit for bit (batch invariance); chunking M into launches of at
     most 8 rows is inert.
 
-    Args:
-        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
-        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
-
-    Returns:
-        bf16 [N] for a 1-D ``a``, else [M, N].
-
-    Raises:
-        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
-        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
+    Args, Returns, Raises: as for :func:`q2_0_gemv`.
     """
     return q2_0_gemv_vec(a, weight)
 
@@ -192,16 +174,7 @@ def q2_0_gemv_vec_rt4(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     Each warp computes 4 rows, but every row keeps candidate B's per-lane
     word order and butterfly, so the bits are those of ``q2_0_gemv_vec``.
 
-    Args:
-        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
-        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
-
-    Returns:
-        bf16 [N] for a 1-D ``a``, else [M, N].
-
-    Raises:
-        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
-        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
+    Args, Returns, Raises: as for :func:`q2_0_gemv`.
     """
     return q2_0_gemv_vec(a, weight)
 
@@ -213,15 +186,6 @@ def q2_0_gemv_vec_batchm_rt2(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     keeps candidate B's per-lane word order and butterfly, so the bits are
     those of ``q2_0_gemv_vec`` for any M.
 
-    Args:
-        a: bf16 (``ml_dtypes.bfloat16``) [K] or [M, K] activations.
-        weight: the :class:`~q2gemv.formats.q2_0.Q2Weight` [N, K] (either group).
-
-    Returns:
-        bf16 [N] for a 1-D ``a``, else [M, N].
-
-    Raises:
-        TypeError: ``weight`` is not a Q2Weight, or ``a`` is not bfloat16.
-        ValueError: ``a`` is not 1-D/2-D or its K differs from ``weight.k``.
+    Args, Returns, Raises: as for :func:`q2_0_gemv`.
     """
     return q2_0_gemv_vec(a, weight)

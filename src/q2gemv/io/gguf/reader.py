@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ...formats.q2_0 import GGUF_TYPE_PQ2_0, GGUF_TYPE_Q2_0, GROUPS, Q2Weight, block_bytes
+from .._mapped import close_quietly, open_map
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -782,11 +783,7 @@ def _file_size(path: str) -> int:
 
 
 def _open_map(path: str) -> tuple[mmap.mmap | bytes, int]:
-    size = _file_size(path)
-    if size == 0:
-        return b"", 0
-    with open(path, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), size
+    return open_map(path, _file_size(path))
 
 
 def read_gguf(path: str | os.PathLike) -> GgufFile:
@@ -810,7 +807,7 @@ def read_gguf(path: str | os.PathLike) -> GgufFile:
     try:
         return _parse(buf, size, path)
     finally:
-        _close_quietly(buf)
+        close_quietly(buf)
 
 
 def load_q2_weights(
@@ -885,19 +882,11 @@ def load_q2_weights(
             out[t.name] = Q2Weight.from_bytes(raw, t.n, t.k, g)
     except BaseException:
         out.clear()
-        _close_quietly(buf)
+        close_quietly(buf)
         raise
     if not out:
-        _close_quietly(buf)
+        close_quietly(buf)
     return out
-
-
-def _close_quietly(buf) -> None:
-    if isinstance(buf, mmap.mmap):
-        try:
-            buf.close()
-        except BufferError:  # views still alive: the map closes when they go
-            pass
 
 
 # -- text: one escaped line per value (reprs, the inspect summary) --------------------------

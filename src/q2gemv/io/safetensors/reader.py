@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
 import struct
 from collections.abc import Mapping
@@ -47,6 +46,7 @@ import ml_dtypes
 import numpy as np
 
 from ...formats.nvfp4 import BLOCK, Nvfp4Weight, check_global_scale, global_scale_from_divisor
+from .._mapped import close_quietly, open_map
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors reference implementation's limit
 
@@ -238,11 +238,7 @@ def _files(path: Path) -> list[Path]:
 
 
 def _open(file: Path):
-    size = file.stat().st_size
-    if size == 0:
-        return b"", 0
-    with open(file, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), size
+    return open_map(file, file.stat().st_size)
 
 
 class SafetensorsCheckpoint:
@@ -292,7 +288,7 @@ class SafetensorsCheckpoint:
     def close(self) -> None:
         """Close the maps that no returned array views."""
         for m in self._maps:
-            _close_quietly(m)
+            close_quietly(m)
 
     def __contains__(self, name: object) -> bool:
         return name in self.entries
@@ -432,11 +428,3 @@ def _view(
     return np.frombuffer(buf, dtype=np.uint8, count=e.end - e.begin, offset=e.begin).reshape(
         e.shape
     )
-
-
-def _close_quietly(buf) -> None:
-    if isinstance(buf, mmap.mmap):
-        try:
-            buf.close()
-        except BufferError:  # views still alive: the map closes when they go
-            pass
