@@ -116,7 +116,7 @@ def test_bad_numerics_is_a_value_error_naming_it_before_anything_runs(bad, monke
     def never(*args, **kwargs):
         raise AssertionError("ran before numerics was checked")
 
-    monkeypatch.setattr(launcher, "run_host", never)
+    monkeypatch.setattr(launcher, "run_bits", never)
     monkeypatch.setattr(launcher, "enqueue", never)
     w, a = _case()
     from numba import cuda

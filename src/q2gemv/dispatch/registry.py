@@ -328,6 +328,47 @@ class FamilySpec:
         return resolve(spec.reference)
 
 
+@dataclass(frozen=True)
+class Route:
+    """One call's registry entries, resolved once (:func:`route`): what runs it reads them here.
+
+    Attributes:
+        family: the weight's :class:`FamilySpec`; ``contract``: ``"exact"`` or ``"seed"``.
+        kernel: the exact contract's kernel on the cuda backend (the plan's
+            first kernel where it is an exact kernel of ``family``, else the
+            family's ``exact_kernel``); None otherwise.
+        module: the module that launches the plan on the cuda backend (exact:
+            ``kernel``'s module, the exact-family interface of
+            :mod:`q2gemv.cuda.runtime.launcher`; seed: the family's seed
+            module); None on the reference backend.
+        reference_fn: the NumPy reference of the plan's kernel on the reference
+            backend (every launch of a plan gives the same bits); None otherwise.
+    """
+
+    family: FamilySpec
+    contract: str
+    kernel: KernelSpec | None = None
+    module: object = None
+    reference_fn: object = None
+
+
+def route(spec: FamilySpec, contract: str, plan, backend: str = "cuda") -> Route:
+    """The :class:`Route` of a plan (``(row0, rows, kernel)`` entries) of family ``spec``.
+
+    The cuda backend imports the launching module (numba); the reference
+    backend the reference of the plan's first kernel (none for an empty plan).
+    """
+    if backend == "reference":
+        return Route(spec, contract, reference_fn=spec.reference(plan[0][2]) if len(plan) else None)
+    if contract != "exact":
+        return Route(spec, contract, module=spec.seed())
+    kernel = get(spec.exact_kernel)
+    first = plan[0][2] if len(plan) else kernel.name
+    if first in {s.name for s in specs(spec.name, "exact")}:
+        kernel = get(first)
+    return Route(spec, contract, kernel, importlib.import_module(module_of(kernel.name)))
+
+
 _FAMILIES: dict[str, FamilySpec] = {}
 
 
@@ -444,6 +485,8 @@ register_family(FamilySpec(
 __all__ = [
     "KernelSpec",
     "FamilySpec",
+    "Route",
+    "route",
     "family",
     "family_of",
     "families",

@@ -2,7 +2,8 @@
 
 :func:`q2gemv.gemv`, :func:`q2gemv.prepare` and the device-array interop
 (:mod:`q2gemv.cuda.runtime.interop`) all ask here: is this a device array
-(:func:`is_device_array`, :func:`is_torch`), is this a stream argument we
+(:func:`is_device_array`, :func:`is_torch`; a call's activations once:
+:func:`device_activations`), is this a stream argument we
 take (:func:`check_stream`), which numba stream do the launches go on
 (:func:`numba_stream`), and what identifies a call for the launch cache
 (:func:`call_key`). Importing this module imports neither numba nor torch:
@@ -31,6 +32,25 @@ def is_device_array(x) -> bool:
     if getattr(x, "__cuda_ndarray__", False) or hasattr(x, "__cuda_array_interface__"):
         return True
     return is_torch(x) and x.is_cuda
+
+
+def device_activations(a, stream) -> tuple[str, object] | None:
+    """``(kind, numba stream)`` of activations ``a`` on the GPU, None for anything else.
+
+    The one look at a call's activations: ``kind`` is ``"torch"`` (a CUDA
+    tensor), ``"numba"`` (a numba device array) or ``"cai"`` (another
+    ``__cuda_array_interface__`` object: CuPy), as
+    :func:`q2gemv.cuda.runtime.interop.device_bits` takes it; the stream is
+    :func:`numba_stream` of the (checked) ``stream`` argument for ``a``.
+    """
+    cuda_ndarray = getattr(a, "__cuda_ndarray__", False)
+    if cuda_ndarray or hasattr(a, "__cuda_array_interface__"):
+        kind = "torch" if is_torch(a) else "numba" if cuda_ndarray else "cai"
+    elif is_torch(a) and a.is_cuda:
+        kind = "torch"
+    else:
+        return None
+    return kind, numba_stream(stream, a)
 
 
 def check_stream(stream) -> None:
@@ -138,4 +158,11 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
     return (ka, ko, st, kernel, numerics, nvfp4_tiers.env_generation())
 
 
-__all__ = ["is_torch", "is_device_array", "check_stream", "numba_stream", "call_key"]
+__all__ = [
+    "is_torch",
+    "is_device_array",
+    "device_activations",
+    "check_stream",
+    "numba_stream",
+    "call_key",
+]

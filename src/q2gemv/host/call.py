@@ -9,11 +9,12 @@ order, before anything is uploaded or launched; :func:`run` runs it on the
 reference backend or through :mod:`q2gemv.cuda.runtime.launcher`::
 
     gemv(a, w, ...) ──► build ──► Call(spec, mode, weight, activations, m/n/k, out, stream,
-                          │             backend, launches)
+                          │             backend, launches, route)
                           │  host bits | device view | prepared operands
                           ▼
                          run ──► reference: the plan's kernel's NumPy reference
-                              └► cuda: upload (host) ─► launcher.launches ─► enqueue ─► download (host)
+                              └► cuda: launcher.run_bits (host: upload, launches, download)
+                                       | launcher.enqueue (device: launches, bound and cached)
 
 Host and device calls differ only at the edges: host bits are uploaded and
 the result downloaded; device activations stay where they are, and a call
@@ -29,7 +30,7 @@ import numpy as np
 
 from ..dispatch import plan, registry
 from ..formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
-from .arrays import check_stream, is_device_array, numba_stream
+from .arrays import check_stream, device_activations, numba_stream
 from .backends import BACKENDS, default_backend, require_cuda
 from .prepared import PreparedActivations
 
@@ -201,6 +202,10 @@ class Call:
         stream: the numba stream (or 0) launches go on; backend: ``"reference"``
             or ``"cuda"``; launches: the plan, ``(row0, rows, kernel)`` entries.
         key: the call's launch-cache key (device weight, device ``a`` and ``out``).
+        route: the call's registry entries, resolved once by :func:`build`
+            (:class:`~q2gemv.dispatch.registry.Route`: the launching module and
+            exact kernel on the cuda backend, the plan's reference on the
+            reference backend); None for a plan.
     """
 
     spec: registry.FamilySpec
@@ -222,6 +227,7 @@ class Call:
     result: object = None
     d_out: object = None
     key: tuple | None = None
+    route: registry.Route | None = None
 
 
 def build_plan(weight, m, kernel: str | None = None, numerics: str | None = None) -> Call:
@@ -251,8 +257,9 @@ def build(a, weight, *, kernel=None, backend=None, out=None, stream=None, numeri
     head = (spec, mode, weight, on_device)
     if isinstance(a, PreparedActivations):
         return _build_prepared(head, a, backend, out, stream)
-    if is_device_array(a):
-        return _build_device(head, a, kernel, backend, out, stream, key)
+    on_gpu = device_activations(a, stream)  # (kind, stream) for activations on the GPU
+    if on_gpu is not None:
+        return _build_device(head, a, on_gpu, kernel, backend, out, key)
     bits, was_1d = as_bf16_rows(a, weight.k)
     m, n = bits.shape[0], weight.n
     shape = (n,) if was_1d else (m, n)
@@ -292,7 +299,7 @@ def _build_prepared(head, p: PreparedActivations, backend, out, stream) -> Call:
                             numba_stream(stream)))  # fmt: skip
 
 
-def _build_device(head, a, kernel, backend, out, stream, key) -> Call:
+def _build_device(head, a, on_gpu, kernel, backend, out, key) -> Call:
     """A call on activations already on the GPU (:mod:`q2gemv.cuda.runtime.interop`)."""
     spec, mode, weight, on_device = head
     if backend not in (None, "cuda"):
@@ -305,24 +312,27 @@ def _build_device(head, a, kernel, backend, out, stream, key) -> Call:
     m = 1 if len(shape) == 1 else shape[0]
     launches = plan_launches(weight, spec, mode, m, kernel)
     out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
-    from ..cuda.runtime import interop, launcher
+    from ..cuda.runtime import interop
 
-    d_a, kind = interop.as_bits(a, "a")
-    st = numba_stream(stream, a)
+    kind, st = on_gpu
+    d_a = interop.device_bits(a, "a", kind)
     dw = spec.as_device_weight(weight, st, mode)
+    route = registry.route(spec, mode, launches)
     if mode == "exact":
-        launcher.exact_kernel_of(spec.name, launches)[1].check_k(dw.k)
+        route.module.check_k(dw.k)
     result, d_out = interop.output(kind, a, d_a, dw, spec.device_arrays, out_shape, out, st)
     return Call(*head, "device", d_a.reshape(m, dw.k), m, dw.n, dw.k, out_shape, launches, "cuda",
-                out, st, dw, a, result, d_out.reshape(m, dw.n), key)  # fmt: skip
+                out, st, dw, a, result, d_out.reshape(m, dw.n), key, route)  # fmt: skip
 
 
 def _on_backend(c: Call) -> Call:
-    """``c`` with its device weight where it runs on the cuda backend (uploaded if on the host)."""
+    """``c`` with its route, and its device weight where it runs on the cuda backend (uploaded
+    if on the host)."""
+    route = registry.route(c.spec, c.mode, c.launches, c.backend)
     if c.backend == "reference":
-        return c
+        return Call(**{**c.__dict__, "route": route})
     dw = c.spec.as_device_weight(c.weight, c.stream, c.mode)  # seed: the storage bytes only
-    return Call(**{**c.__dict__, "dw": dw})
+    return Call(**{**c.__dict__, "dw": dw, "route": route})
 
 
 # -- running it --------------------------------------------------------------------------------
@@ -340,7 +350,7 @@ def run(c: Call):
         y = np.empty((0, c.n), np.uint16)
     else:  # the reference of the plan's kernel (every launch: same bits)
         bits = c.a.bits if c.form == "prepared" else c.a
-        y = c.spec.reference(c.launches[0][2])(bits_to_bf16(bits), c.weight).view(np.uint16)
+        y = c.route.reference_fn(bits_to_bf16(bits), c.weight).view(np.uint16)
     result = bits_to_bf16(y.reshape(c.shape))
     if c.out is None:
         return result
@@ -352,17 +362,17 @@ def _run_cuda(c: Call):
     """The launches of ``c`` through the one launcher; host forms: uploaded, then downloaded."""
     from ..cuda.runtime import launcher
 
-    name, st = c.spec.name, c.stream
+    route, st = c.route, c.stream
     if c.form == "device":
         cache = getattr(c.weight, "launch_cache", None) if c.key is not None else None
         keep = (c.caller_a, c.out, c.stream)
-        launcher.enqueue(name, c.mode, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep)
+        launcher.enqueue(route, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep)
         return None
     if c.form == "prepared":  # the operands made once by q2gemv.prepare: no prepare launch
         p = c.a
-        return launcher.run_host(name, c.mode, c.launches, None, c.dw, st, p.operands,
+        return launcher.run_bits(route, c.launches, None, c.dw, st, p.operands,
                                  d_a=p.device_bits)  # fmt: skip
-    return launcher.run_host(name, c.mode, c.launches, c.a, c.dw, st)
+    return launcher.run_bits(route, c.launches, c.a, c.dw, st)
 
 
 def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
@@ -385,8 +395,9 @@ def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     check_bits(a_bits, dw.k)
     m = a_bits.shape[0]
     launches = plan.ChunkPlan(m, kspec.max_m, lambda rows: kspec.name)
+    route = registry.route(spec, kspec.contract, launches)
     c = Call(spec, kspec.contract, weight, True, "host", a_bits, m, dw.n, dw.k, (m, dw.n), launches,
-             stream=st, dw=dw)  # fmt: skip
+             stream=st, dw=dw, route=route)  # fmt: skip
     return _run_cuda(c)
 
 

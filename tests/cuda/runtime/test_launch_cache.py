@@ -22,13 +22,13 @@ N, K = 5, 64
 def counted(monkeypatch):
     """How many times the launcher validated a plan (the cache's misses)."""
     calls = []
-    real = launcher.launches
+    real = launcher._launches  # the road's validation (launches() is its public wrapper)
 
     def spy(*args, **kwargs):
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(launcher, "launches", spy)
+    monkeypatch.setattr(launcher, "_launches", spy)
     return calls
 
 

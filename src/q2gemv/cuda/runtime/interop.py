@@ -1,7 +1,7 @@
 """Device-resident activations and outputs: numba device arrays, CuPy arrays, torch tensors.
 
 :func:`q2gemv.gemv` takes activations that already live on the GPU through here (the road,
-:mod:`q2gemv.host.call`, builds the call with :func:`as_bits` and :func:`output`),
+:mod:`q2gemv.host.call`, builds the call with :func:`device_bits` and :func:`output`),
 so nothing is copied to the host:
 
 * numba device arrays (real or simulated) and any object with
@@ -35,15 +35,29 @@ def as_bits(x, name: str):
     tensor, or a non-contiguous array.
     """
     if is_torch(x):
-        import torch
+        return _torch_bits(x, name), "torch"
+    return _array_bits(x, name)
 
-        if not x.is_cuda:
-            raise TypeError(f"{name}: expected a CUDA tensor, got one on {x.device}")
-        if x.dtype != torch.bfloat16:
-            raise TypeError(f"{name}: expected torch.bfloat16, got {x.dtype}")
-        if not x.is_contiguous():
-            raise ValueError(f"{name}: expected a contiguous tensor")
-        return cuda.as_cuda_array(x.view(torch.int16)).view(np.uint16), "torch"
+
+def device_bits(x, name: str, kind: str):
+    """:func:`as_bits`'s array for ``x`` of a known ``kind`` (``"torch"``, ``"numba"`` or
+    ``"cai"``: :func:`q2gemv.host.arrays.device_activations`), which is not asked again."""
+    return _torch_bits(x, name) if kind == "torch" else _array_bits(x, name)[0]
+
+
+def _torch_bits(x, name: str):
+    import torch
+
+    if not x.is_cuda:
+        raise TypeError(f"{name}: expected a CUDA tensor, got one on {x.device}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"{name}: expected torch.bfloat16, got {x.dtype}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor")
+    return cuda.as_cuda_array(x.view(torch.int16)).view(np.uint16)
+
+
+def _array_bits(x, name: str):
     if getattr(x, "__cuda_ndarray__", False):
         d, kind = x, "numba"
     elif hasattr(x, "__cuda_array_interface__"):

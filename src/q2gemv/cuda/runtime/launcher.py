@@ -2,7 +2,7 @@
 
 Every CUDA path of the package goes through here. The road
 (:mod:`q2gemv.host.call`: :func:`q2gemv.gemv`, prepared activations, the golden
-harness's single kernels) runs its call through :func:`run_host` (host bits
+harness's single kernels) runs its call through :func:`run_bits` (host bits
 in, host bits out) or :func:`enqueue` (device arrays: bound and cached
 under the call's key, exact operands in a per-stream workspace), both over
 :func:`launches`. Thin wrappers below the road, for
@@ -29,7 +29,6 @@ Two steps:
 
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import Protocol
 
@@ -61,9 +60,15 @@ def launches(
     family's TypeError/ValueError (naming ``a``, ``out``, ``m``, ``weight``,
     ``kernel``) before anything is enqueued.
     """
-    if numerics == "exact":
-        return _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare)
-    mod = registry.family(family).seed()  # the seed launch interface (registry.FamilySpec)
+    route = registry.route(registry.family(family), numerics, plan)
+    return _launches(route, plan, dw, d_a, d_out, stream, ops, prepare)
+
+
+def _launches(route, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
+    """:func:`launches` of a call whose registry entries are resolved (a ``registry.Route``)."""
+    if route.contract == "exact":
+        return _exact_launches(route, plan, dw, d_a, d_out, stream, ops, prepare)
+    mod = route.module  # the seed launch interface (registry.FamilySpec.seed_module)
     block = registry.THREADS_PER_CTA  # every kernel's CTA (the thread maps assume 256)
     out = []
     for r0, rows, name in plan:
@@ -108,16 +113,13 @@ def exact_kernel_of(family: str, plan) -> tuple[registry.KernelSpec, ExactFamily
     ``family`` (a variant registered beside the default), else the family's
     ``exact_kernel``; :func:`launches` then requires every launch to be of it.
     """
-    spec = registry.get(registry.family(family).exact_kernel)
-    first = plan[0][2] if len(plan) else spec.name
-    if first in {s.name for s in registry.specs(family, "exact")}:
-        spec = registry.get(first)
-    return spec, importlib.import_module(registry.module_of(spec.name))
+    route = registry.route(registry.family(family), "exact", plan)
+    return route.kernel, route.module
 
 
-def _exact_launches(family, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
+def _exact_launches(route, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
     """The kernel's prepare over all rows (unless ``prepare`` is False), then the plan's chunks."""
-    spec, mod = exact_kernel_of(family, plan)
+    spec, mod = route.kernel, route.module
     m, k = (int(x) for x in d_a.shape)
     ops = _operands(mod, m, k, stream, ops)
     rows_of = []
@@ -323,11 +325,12 @@ def clear_workspaces() -> None:
         _WORKSPACES.clear()
 
 
-def enqueue(family: str, numerics: str, plan, dw, d_a, d_out, st, key=None, cache=None, keep=()):
+def enqueue(route, plan, dw, d_a, d_out, st, key=None, cache=None, keep=()):
     """Enqueue ``plan`` (``(row0, rows, kernel)``) on device bits ``d_a`` (uint16 [M, K], M >= 1)
     into ``d_out`` (uint16 [M, N]) on ``st``: the device edge of the road (:mod:`q2gemv.host.call`).
 
-    ``numerics``: ``"seed"`` runs ``plan`` as it is; ``"exact"`` runs the
+    ``route``: the call's registry entries (``registry.Route``: family, contract,
+    launching module). ``"seed"`` runs ``plan`` as it is; ``"exact"`` runs the
     family's activation prepare then its exact GEMV per plan entry, with the
     operands in a per-(stream, M, K) workspace (:func:`exact_workspace`).
     Everything is checked before the first launch
@@ -343,17 +346,16 @@ def enqueue(family: str, numerics: str, plan, dw, d_a, d_out, st, key=None, cach
     bound plan holds under the simulator (:func:`_keep`).
     """
     bind = cache is not None and len(plan) <= BIND_MAX_LAUNCHES
-    if numerics != "exact":
-        ls = launches(family, numerics, plan, dw, d_a, d_out, st)
+    if route.contract != "exact":
+        ls = _launches(route, plan, dw, d_a, d_out, st, None)
         if not bind:
             launch_all(ls, st)
             return
         bound = BoundPlan(ls, _handle(key), keep=_keep(*keep))
     else:
-        exact = exact_kernel_of(family, plan)[1]
         with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
-            ops = exact_workspace(int(d_a.shape[0]), dw.k, st, exact)
-            ls = launches(family, numerics, plan, dw, d_a, d_out, st, ops)
+            ops = exact_workspace(int(d_a.shape[0]), dw.k, st, route.module)
+            ls = _launches(route, plan, dw, d_a, d_out, st, ops)
             if not bind:
                 launch_all(ls, st)
                 return
@@ -394,7 +396,18 @@ def run_host(
 ) -> np.ndarray:
     """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N] on the host.
 
-    The host edge of the road (:mod:`q2gemv.host.call`): uploads the
+    :func:`run_bits` of family ``family`` under contract ``numerics``, for
+    callers below the road (the families' ``launch_raw``).
+    """
+    route = registry.route(registry.family(family), numerics, plan)
+    return run_bits(route, plan, a_bits, dw, stream, ops, d_a=d_a)
+
+
+def run_bits(route, plan, a_bits, dw, stream=0, ops=None, *, d_a=None) -> np.ndarray:
+    """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N] on the host.
+
+    The host edge of the road (:mod:`q2gemv.host.call`), ``route`` its
+    resolved registry entries (``registry.Route``): uploads the
     activations (or takes ``d_a``, bits already on the device, with ``ops``
     their exact-contract operands: no prepare launch), validates every launch
     of ``plan`` (before any is enqueued), runs them through the dispatcher on
@@ -407,7 +420,7 @@ def run_host(
     if d_a is None:
         d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
     d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
-    ls = launches(family, numerics, plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
+    ls = _launches(route, plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
     launch_all(ls, stream)
     d_out.copy_to_host(out, stream=stream)
     if stream:
@@ -425,6 +438,7 @@ __all__ = [
     "launch_all",
     "BoundPlan",
     "run_host",
+    "run_bits",
     "check_bits",
     "exact_plan",
     "exact_launches",
