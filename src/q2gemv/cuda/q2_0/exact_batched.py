@@ -1,13 +1,14 @@
 """``q2_0_gemv_exact_batched``: the exact Q2_0 GEMV for up to 32 activation rows in one pass.
 
 An exact-kernel variant (``docs/architecture.md``, "Where to add things"), not registered by
-default: :func:`register` adds its :class:`~q2gemv.dispatch.registry.KernelSpec` (``golden=False``), after
-which ``q2gemv.gemv(a, w, kernel="q2_0_gemv_exact_batched")`` runs it. It computes the exact
-contract's value (:mod:`q2gemv.reference.exact`), so its bits equal ``q2_0_gemv_exact``'s for
-every M, shape and launch shape. It is not the default because it is not yet faster:
-``benchmarks/experimental/sweep_exact_launch.py`` measures it beside the default's chunks of 8 rows
-(``benchmarks/NOTES.md``). It reads the same prepared operands (``exact_prepare``) and the
-same execution layout as ``q2_0_gemv_exact`` (:mod:`q2gemv.cuda.q2_0.exact`).
+default: :func:`register` adds its :class:`~q2gemv.dispatch.registry.KernelSpec`
+(``golden=False``), after which ``q2gemv.gemv(a, w, kernel="q2_0_gemv_exact_batched")`` runs
+it. It computes the exact contract's value (:mod:`q2gemv.reference.exact`), so its bits equal
+``q2_0_gemv_exact``'s for every M, shape and launch shape. Not the default: it beats the default's chunks of 8 rows only
+for 9..32 rows on wide weights, and loses on narrow ones (the launch sweep,
+``benchmarks/experimental/sweep_exact_launch.py``; ``benchmarks/NOTES.md``). It reads the same
+prepared operands (``exact_prepare``) and the same execution layout as ``q2_0_gemv_exact``
+(:mod:`q2gemv.cuda.q2_0.exact`).
 """
 
 from __future__ import annotations
