@@ -353,7 +353,8 @@ class Route:
 
 
 def route(spec: FamilySpec, contract: str, plan, backend: str = "cuda") -> Route:
-    """The :class:`Route` of a plan (``(row0, rows, kernel)`` entries) of family ``spec``.
+    """The :class:`Route` of a plan (``(row0, rows, kernel)`` entries) of family ``spec`` under
+    ``contract`` (``"exact"`` or ``"seed"``) on ``backend``.
 
     The cuda backend imports the launching module (numba); the reference
     backend the reference of the plan's first kernel (none for an empty plan).

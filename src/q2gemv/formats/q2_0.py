@@ -174,7 +174,7 @@ def unpack_codes(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
 def unpack_scales(raw: np.ndarray, n: int, k: int, group: int) -> np.ndarray:
     """Extract the per-block fp16 scales ``d`` of ``n`` rows of ``block_q2_0`` bytes.
 
-    Args and Raises: as for :func:`unpack_codes`.
+    Args (``raw``, ``n``, ``k``, ``group``) and Raises: as for :func:`unpack_codes`.
 
     Returns:
         float16 [n, k // group], the bytes 0..1 of each block read

@@ -150,7 +150,7 @@ def q2_0_gemv_vec(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     the activations does not change this order. ``a`` is bf16 [K] or [M, K];
     returns bf16 [N] or [M, N].
 
-    Args, Returns, Raises: as for :func:`q2_0_gemv`.
+    Args (``a``, ``weight``), Returns, Raises: as for :func:`q2_0_gemv`.
     """
     return _rows(a, weight, 32, 16, warp_tree_sum_f32)
 
@@ -163,7 +163,7 @@ def q2_0_gemv_vec_batchm(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     kernel's bit for bit (batch invariance); chunking M into launches of at
     most 8 rows is inert.
 
-    Args, Returns, Raises: as for :func:`q2_0_gemv`.
+    Args (``a``, ``weight``), Returns, Raises: as for :func:`q2_0_gemv`.
     """
     return q2_0_gemv_vec(a, weight)
 
@@ -174,7 +174,7 @@ def q2_0_gemv_vec_rt4(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     Each warp computes 4 rows, but every row keeps candidate B's per-lane
     word order and butterfly, so the bits are those of ``q2_0_gemv_vec``.
 
-    Args, Returns, Raises: as for :func:`q2_0_gemv`.
+    Args (``a``, ``weight``), Returns, Raises: as for :func:`q2_0_gemv`.
     """
     return q2_0_gemv_vec(a, weight)
 
@@ -186,6 +186,6 @@ def q2_0_gemv_vec_batchm_rt2(a: np.ndarray, weight: Q2Weight) -> np.ndarray:
     keeps candidate B's per-lane word order and butterfly, so the bits are
     those of ``q2_0_gemv_vec`` for any M.
 
-    Args, Returns, Raises: as for :func:`q2_0_gemv`.
+    Args (``a``, ``weight``), Returns, Raises: as for :func:`q2_0_gemv`.
     """
     return q2_0_gemv_vec(a, weight)
