@@ -102,48 +102,18 @@ def quantize_model(
     """Quantize ``model``'s ``torch.nn.Linear`` layers in place to q2gemv layers.
 
     Args:
-        model: a transformers decoder (Llama, Qwen2/3, Mistral, Gemma...) or any
-            ``torch.nn.Module``.
-        fmt: ``"q2_0"`` (:meth:`Q2Linear.from_linear`, GGUF ``block_q2_0``, method
-            ``"ggml"``) or ``"nvfp4"`` (:meth:`Nvfp4Linear.from_linear`, ModelOpt recipe).
+        model: a transformers decoder (Llama, Qwen2/3, Mistral, Gemma...) or any ``nn.Module``.
+        fmt: ``"q2_0"`` (:meth:`Q2Linear.from_linear`) or ``"nvfp4"`` (:meth:`Nvfp4Linear.from_linear`).
         group: the Q2_0 group, 64 or 128 (ignored for NVFP4).
-        skip: names left in floating point: a Linear is skipped when its qualified
-            name equals an entry or ends with ``"." + entry``. Every entry must match
-            at least one ``torch.nn.Linear`` of ``model`` (ValueError naming the entry
-            otherwise: a typo would quantize everything silently). None (default):
-            ``("lm_head",)``, applied only where the model has one.
+        skip: names left in floating point (exact or ``"." + entry`` suffix); None: ``("lm_head",)``.
         numerics: the layers' numerics contract (None: the library default).
-        progress: one progress step per layer quantized, on stderr (None: shown on a
-            terminal for large models, through tqdm when installed; True: always, a
-            plain line per layer without tqdm; False: never).
-        fuse: fuse each module's ``q_proj``/``k_proj``/``v_proj`` into one layer
-            ``qkv_proj`` and ``gate_proj``/``up_proj`` into ``gate_up_proj``, the members
-            becoming :class:`~q2gemv.models.fuse.FusedSlice` views of its one output
-            (bit-equal to separate layers; :mod:`q2gemv.models.fuse`). NVFP4 members are
-            fused only when their global scales are bit-equal (reported otherwise), and
-            empty (meta) NVFP4 layers never (their scales are not known). False keeps
-            one layer per Linear.
-
-    Skipped, with the reason in the report: names in ``skip``; ``in_features`` not a
-    multiple of the group (Q2_0) or of 16 (NVFP4); Linears whose parent reads their
-    ``.weight`` directly (``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``).
-    A Linear whose weight is on the ``meta`` device (an empty model) becomes an empty
-    layer on the meta device (``Q2Linear.empty`` / ``Nvfp4Linear.empty``: the right
-    buffer shapes, no bytes), to be filled by ``load_state_dict(..., assign=True)``.
-    Every other Linear is quantized before any is swapped: a failure (a non-finite
-    weight, a Q2_0 scale beyond fp16) raises naming the layer and leaves ``model``
-    unchanged. Those Linears must be bfloat16 (the q2gemv layers take bf16
-    activations): an fp32/fp16 model is refused up front (:func:`check_model_dtype`).
-    A Linear shared by several parents becomes one
-    q2gemv layer in all of them. The new layers are on each Linear's device; their
-    bias (if any) is kept in bf16.
-
-    On a transformers model, ``model.config.quantization_config`` is then set to the
-    dict describing the q2gemv layers (:func:`q2gemv.models.saved.quantization_config`),
-    which ``save_pretrained`` writes into ``config.json`` and ``from_pretrained`` reads
-    back (docs/models_save_load.md).
+        progress: one progress step per layer on stderr (None: on a terminal for large models).
+        fuse: fuse q/k/v and gate/up into one layer each (False: one layer per Linear).
 
     Returns a :class:`QuantizeReport` (``print(report)`` lists the skipped layers).
+    Raises ValueError for an unknown ``fmt``/``group``, a ``skip`` entry matching no Linear,
+    a non-bf16 model, or a layer that cannot be quantized (named; ``model`` unchanged).
+    Details: docs/models.md#quantize_model-in-detail.
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt: expected one of {FORMATS}, got {fmt!r}")
