@@ -1,51 +1,9 @@
 """A transformers Llama decoder from a llama.cpp GGUF file with Q2_0 / PQ2_0 linear layers.
 
-``config_from_gguf(path)`` reads the ``llama.*`` metadata into a
-``transformers.LlamaConfig`` (``qwen2.*``: a ``Qwen2Config``); ``load_gguf(path,
-model=None)`` fills a ``LlamaForCausalLM`` (``Qwen2ForCausalLM``; built from that
-config when ``model`` is None):
-
-* Q2_0 (type 42) and PQ2_0 (type 142) tensors become :class:`~q2gemv.torch.Q2Linear`
-  layers over the file's bytes (no dequantization; the bytes are copied once into
-  the layer's ``raw`` buffer);
-* F32, F16 and BF16 tensors (norms, embeddings, float linears) are copied into the
-  model's parameters, converted to the parameter's dtype;
-* any other tensor type, any tensor name without a module, any shape that disagrees
-  with the model, and any model parameter the file lacks raise :class:`GgufError`
-  naming the tensor, before the model is changed.
-
-llama.cpp tensor names (``convert_hf_to_gguf.py``, ``LlamaModel``) -> transformers::
-
-    token_embd.weight            model.embed_tokens.weight
-    output_norm.weight           model.norm.weight
-    output.weight                lm_head.weight          (absent: tied embeddings)
-    blk.{i}.attn_norm.weight     model.layers.{i}.input_layernorm.weight
-    blk.{i}.ffn_norm.weight      model.layers.{i}.post_attention_layernorm.weight
-    blk.{i}.attn_{q,k,v}.weight  model.layers.{i}.self_attn.{q,k,v}_proj
-    blk.{i}.attn_output.weight   model.layers.{i}.self_attn.o_proj
-    blk.{i}.ffn_{gate,up,down}.weight  model.layers.{i}.mlp.{gate,up,down}_proj
-
-Q/K rows: llama.cpp's converter reorders the rows of ``q_proj`` (with the number of
-heads) and ``k_proj`` (with the number of KV heads) from the halves layout of
-transformers' rotary embedding to interleaved pairs::
-
-    gguf = hf.reshape(heads, 2, head_dim // 2, k).swapaxes(1, 2).reshape(n, k)
-
-The order of whole rows changes, nothing inside a row, so it is undone on the packed
-tensor by a row gather (:func:`hf_rows_from_gguf`): the bytes of a row (its Q2_0
-blocks) move together, for quantized and float tensors alike.
-
-Supported: ``general.architecture == "llama"`` (which llama.cpp also uses for
-Mistral) and ``"qwen2"`` (a ``Qwen2ForCausalLM``: ``blk.{i}.attn_{q,k,v}.bias`` are
-its projections' biases, and its Q/K rows are stored in transformers' order, since
-llama.cpp's converter does not permute them for the "neox" rope it runs Qwen2 with).
-``rope_freqs.weight`` (Llama 3.1 rope scaling, not described by the metadata) is
-refused.
-
-Checked before any model is built or changed: the metadata's types, ranges and
-agreement with the tensors (:func:`check_metadata`); layer indices in canonical ASCII
-decimal (``blk.0.``, never ``blk.00.``), so no second name can stand for a weight; a
-given model's head counts and head dim equal to the file's.
+``config_from_gguf(path)`` reads the ``llama.*`` / ``qwen2.*`` metadata into a config;
+``load_gguf(path, model=None)`` fills a ``LlamaForCausalLM`` / ``Qwen2ForCausalLM``.
+Tensor names, the Q/K row order, what is supported and what is refused:
+docs/models.md#load_gguf-in-detail.
 """
 
 from __future__ import annotations
@@ -503,29 +461,20 @@ def load_gguf(
 
     Args:
         path: the ``.gguf`` file (``general.architecture`` ``"llama"`` or ``"qwen2"``).
-        model: a ``LlamaForCausalLM`` (``Qwen2ForCausalLM``) to fill in place (its
-            shapes must match the file); None builds one from :func:`config_from_gguf`
-            (without random initialization) in ``dtype``.
+        model: a ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` to fill in place; None builds one.
         numerics: the ``Q2Linear`` layers' numerics contract (None: library default).
-        dtype: parameter dtype of a model built here (float tensors are converted to
-            each parameter's dtype either way).
+        dtype: parameter dtype of a model built here.
         ambiguous_group: as for :func:`q2gemv.io.load_q2_weights`.
-        progress: one progress step per tensor, on stderr (None: shown on a terminal for
-            large models, through tqdm when installed; see :func:`quantize_model`).
-        fuse: q/k/v and gate/up of each layer as one fused layer each (their GGUF rows
-            concatenated, after the Q/K un-permutation; :mod:`q2gemv.models.fuse`), as
-            :func:`quantize_model` does; False keeps one ``Q2Linear`` per tensor.
+        progress: one progress step per tensor on stderr (None: on a terminal for large models).
+        fuse: q/k/v and gate/up of each layer as one fused layer each (False: one per tensor).
 
-    Everything is read and checked before ``model`` is changed (see the module
-    docstring for the names, the Q/K rows and what is refused). The model is
-    returned in eval mode on the CPU (move it with ``.to("cuda")``).
+    Returns the model in eval mode on the CPU; ``model`` is unchanged on any error.
+    Details: docs/models.md#load_gguf-in-detail.
 
     Raises:
-        GgufError: an unsupported type or architecture, metadata of the wrong type, out of
-            range or disagreeing with the tensors (see :func:`check_metadata`), a layer
-            index not in canonical spelling, a given model whose head counts or head dim
-            are not the file's, a tensor without a module, a shape mismatch, or a
-            parameter the file lacks (naming the tensor).
+        GgufError: an unsupported type or architecture, bad metadata (:func:`check_metadata`),
+            a non-canonical layer index, head counts not the file's, a tensor without a
+            module, a shape mismatch, or a missing parameter (naming the tensor).
         TypeError: ``model`` is neither None nor a transformers model.
     """
     wants_progress(progress, 0, False)  # TypeError naming progress

@@ -1,31 +1,9 @@
 """Fill a model from an NVFP4 safetensors checkpoint (ModelOpt or compressed-tensors layout).
 
-Every NVFP4 layer that :func:`q2gemv.io.load_nvfp4_weights` finds (prefix ``<p>``)
-becomes an :class:`~q2gemv.torch.Nvfp4Linear` at ``model.get_submodule(<p>)`` (which
-must be a ``torch.nn.Linear`` of the same shape; its bias, or ``<p>.bias`` from the
-checkpoint when the Linear has one, is kept in bf16). Every other tensor of the
-checkpoint is copied into the model parameter or buffer of the same name (F32, F16 and
-BF16 only, converted to its dtype). Everything is read and checked before the model is
-changed, through q2gemv's own reader (:class:`q2gemv.io.safetensors.SafetensorsCheckpoint`):
-every error is a :class:`~q2gemv.io.SafetensorsError` naming the file and the tensor.
-
-Nothing is dropped silently. The tensors of an NVFP4 layer ``<p>`` are its three
-layout tensors, ``<p>.bias``, and the activation-side ``<p>.input_scale`` /
-``<p>.input_global_scale`` (W4A4 state, which ModelOpt and compressed-tensors write
-for every NVFP4 layer; W4A16 keeps activations in bf16, so they are ignored: the one
-allow-list, :data:`IGNORED_SUFFIXES`). FP8 KV-cache scales (``*.k_scale``,
-``*.v_scale``: ModelOpt writes them under ``k_proj`` / ``v_proj``, compressed-tensors
-under ``self_attn``) that no parameter or buffer takes are ignored with one
-``UserWarning`` naming them: the model's KV cache stays in its own dtype. Any other
-``<p>.*`` tensor (``<p>.weight_zero_point``, a misspelt companion), an activation scale
-of a layer that is not NVFP4, and any tensor with no parameter or buffer of its name is
-refused.
-
-Tied weights (``tie_word_embeddings``): a checkpoint may store ``lm_head.weight``
-beside ``model.embed_tokens.weight`` (transformers' ``save_pretrained`` leaves it out,
-other writers keep it). It is accepted when its bits, in the parameter's dtype, equal
-the embedding's (the one tensor stored twice) and refused when they differ, naming
-both: a tied model cannot hold two different matrices.
+NVFP4 layers become :class:`~q2gemv.torch.Nvfp4Linear`; other float tensors are copied
+by name; every error is a :class:`~q2gemv.io.SafetensorsError` naming the file and the
+tensor. What is ignored, refused and how tied weights are checked:
+docs/models.md#load_safetensors-in-detail.
 """
 
 from __future__ import annotations
@@ -93,32 +71,19 @@ def load_safetensors(
 
     Args:
         path: a ``.safetensors`` file or a directory of shards.
-        model: the float model of the checkpoint's architecture (e.g. a transformers
-            ``LlamaForCausalLM`` built from its config); its parameter names are the
-            checkpoint's names. It may be built on the meta device (``with
-            torch.device("meta"):``, no random initialization): its tensors are then
-            taken from the checkpoint and the layers land on the CPU.
+        model: the float model of the checkpoint's architecture (may be on the meta device).
         numerics: the ``Nvfp4Linear`` layers' numerics contract (None: library default).
-        progress: one progress step per NVFP4 layer, on stderr (None: shown on a terminal
-            for large models, through tqdm when installed; see :func:`quantize_model`).
-        fuse: q/k/v and gate/up of each layer as one fused layer each
-            (:mod:`q2gemv.models.fuse`) where they are NVFP4 layers with bit-equal global
-            scales (each shard keeps its own scale exactly: nothing is requantized);
-            groups whose scales differ stay separate layers, named in one
-            ``UserWarning``. False keeps one ``Nvfp4Linear`` per layer.
+        progress: one progress step per NVFP4 layer on stderr (None: on a terminal for large models).
+        fuse: q/k/v and gate/up as one layer each where their global scales are bit-equal.
 
-    Returns ``model`` (eval mode). Every parameter of ``model`` (tied ones once) must
-    come from the checkpoint, and every tensor of the checkpoint must go somewhere (see
-    the module docstring for the activation scales ignored and for tied weights).
+    Returns ``model`` (eval mode). Details: docs/models.md#load_safetensors-in-detail.
 
     Raises:
-        SafetensorsError: a malformed file or NVFP4 layer (see
-            :func:`q2gemv.io.load_nvfp4_weights`; a non-finite global scale included),
-            a tensor with no parameter, buffer or NVFP4 layer of that name, a shape or
-            dtype that does not fit (a bias included), a bias for a Linear without one,
-            a stored tied weight that differs from the one it is tied to, or a model
-            parameter the checkpoint lacks; each naming the file and the tensor.
+        SafetensorsError: a malformed file or NVFP4 layer (:func:`q2gemv.io.load_nvfp4_weights`),
+            a tensor with no place in ``model``, a shape or dtype that does not fit, a stored
+            tied weight that differs, or a missing parameter; naming the file and the tensor.
         FileNotFoundError: ``path`` does not exist / holds no shards.
+        TypeError: ``model`` is not a ``torch.nn.Module``.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
