@@ -327,32 +327,19 @@ def save_gguf(
     """Write a quantized transformers Llama or Qwen2 model as a llama.cpp GGUF file.
 
     Args:
-        model: a ``LlamaForCausalLM`` or ``Qwen2ForCausalLM`` whose linears are
-            :class:`~q2gemv.torch.Q2Linear` (after :func:`quantize_model` ``fmt="q2_0"`` or
-            :func:`load_gguf`) or float ``torch.nn.Linear`` (e.g. the skipped LM head).
-        path: the ``.gguf`` file to create or replace (atomically: a failure leaves no
-            partial file, and an existing file stays as it was).
+        model: a ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` of ``Q2Linear`` and float linears.
+        path: the ``.gguf`` file to create or replace, atomically.
         name: optional ``general.name``.
-        tokenizer_from: optional GGUF file of the same model (llama.cpp's
-            ``convert_hf_to_gguf.py`` output, any quantization) whose ``tokenizer.*``
-            metadata (vocabulary, merges, token types, special ids, chat template) is
-            copied with its stored types; these keys replace the config's ids.
-        progress: one step per tensor written (None: shown on a terminal for large
-            models; see :mod:`q2gemv.tools.progress`).
+        tokenizer_from: optional GGUF file of the same model whose ``tokenizer.*`` keys are copied.
+        progress: one step per tensor written (None: on a terminal for large models).
 
-    What is written (llama.cpp's converter conventions: metadata keys, tensor names,
-    type 142 for group 128 and 42 for group 64 with a ``q2gemv.q2_0.group.<name>`` key,
-    Llama's Q/K rows reordered by :func:`gguf_rows_from_hf`): ``docs/export.md``.
-
-    Not written without ``tokenizer_from``: a tokenizer vocabulary (llama.cpp needs
-    ``tokenizer.ggml.*`` to run the file; see ``docs/export.md``).
+    What is written, and the tokenizer: docs/export.md#q2_0---gguf.
 
     Raises:
         ValueError: another model type, rope scaling, sliding-window attention, an
-            :class:`~q2gemv.torch.Nvfp4Linear`, a parameter with no llama.cpp name, a
-            bias the architecture does not hold, a tensor on the meta device, or a
-            ``tokenizer_from`` file without ``tokenizer.*`` keys (``GgufError`` when it
-            is not a GGUF file).
+            ``Nvfp4Linear``, a parameter with no llama.cpp name, a bias the architecture
+            does not hold, a tensor on the meta device, or a ``tokenizer_from`` file
+            without ``tokenizer.*`` keys (``GgufError`` when it is not a GGUF file).
         ImportError: the ``gguf`` package is not installed (``pip install gguf``).
     """
     wants_progress(progress, 0, False)  # TypeError naming progress, before any work
@@ -506,29 +493,13 @@ def save_safetensors(
     """Write a model with :class:`~q2gemv.torch.Nvfp4Linear` layers as an NVFP4 checkpoint folder.
 
     Args:
-        model: any module whose quantized linears are ``Nvfp4Linear`` (e.g. after
-            :func:`quantize_model` ``fmt="nvfp4"``); its other parameters (embeddings,
-            norms, float linears) are written in their dtype (F32, F16, BF16).
-        path: the folder (created when missing); ``model.safetensors`` and, for a
-            transformers model, ``config.json`` (its config with a
-            ``quantization_config``) are written into it, each file atomically.
-        layout: ``"compressed-tensors"`` (``<p>.weight_packed`` U8 [n, k/2],
-            ``<p>.weight_scale`` F8_E4M3 [n, k/16], ``<p>.weight_global_scale`` F32 [1],
-            a DIVISOR; ``quantization_config`` of :func:`compressed_tensors_config`) or
-            ``"modelopt"`` (``<p>.weight``, ``<p>.weight_scale``, ``<p>.weight_scale_2``
-            F32 [], the multiplier as the layer holds it; :func:`modelopt_config`).
-            No activation scales: the layers are W4A16.
-        inexact: compressed-tensors only. A layer's multiplier ``g`` is written as the
-            divisor ``d`` with ``fp32(1 / d) == g`` (what :func:`load_safetensors` and vLLM
-            compute), found by :func:`~q2gemv.formats.nvfp4.divisor_from_global_scale`.
-            About one multiplier in nine has no such divisor: ``"raise"`` (default)
-            refuses the model, naming the layers; ``"nearest"`` writes ``fp32(1 / g)``
-            and warns (those layers load back with a multiplier one ulp away).
+        model: a module whose quantized linears are ``Nvfp4Linear`` (others keep their dtype).
+        path: the folder (created when missing) for ``model.safetensors`` (+ ``config.json``).
+        layout: ``"compressed-tensors"`` (scale divisor) or ``"modelopt"`` (multiplier).
+        inexact: ``"raise"`` or ``"nearest"`` for a multiplier with no fp32 divisor.
         progress: one step per tensor written (see :mod:`q2gemv.tools.progress`).
 
-    Tied parameters are written once (a tied ``lm_head.weight`` is left out, as
-    ``save_pretrained`` does); buffers (rotary tables) are not written. One file, no
-    sharding.
+    The tensors, the config and the divisor: docs/export.md (NVFP4 -> safetensors).
 
     Raises:
         ValueError: a :class:`~q2gemv.torch.Q2Linear` (use :func:`save_gguf`), a tensor

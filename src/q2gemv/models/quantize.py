@@ -103,9 +103,9 @@ def quantize_model(
 
     Args:
         model: a transformers decoder (Llama, Qwen2/3, Mistral, Gemma...) or any ``nn.Module``.
-        fmt: ``"q2_0"`` (:meth:`Q2Linear.from_linear`) or ``"nvfp4"`` (:meth:`Nvfp4Linear.from_linear`).
+        fmt: ``"q2_0"`` (:meth:`Q2Linear.from_linear`) or ``"nvfp4"`` (``Nvfp4Linear``).
         group: the Q2_0 group, 64 or 128 (ignored for NVFP4).
-        skip: names left in floating point (exact or ``"." + entry`` suffix); None: ``("lm_head",)``.
+        skip: names left in floating point (name or ``"." + name`` suffix; None: lm_head).
         numerics: the layers' numerics contract (None: the library default).
         progress: one progress step per layer on stderr (None: on a terminal for large models).
         fuse: fuse q/k/v and gate/up into one layer each (False: one layer per Linear).

@@ -73,7 +73,7 @@ def load_safetensors(
         path: a ``.safetensors`` file or a directory of shards.
         model: the float model of the checkpoint's architecture (may be on the meta device).
         numerics: the ``Nvfp4Linear`` layers' numerics contract (None: library default).
-        progress: one progress step per NVFP4 layer on stderr (None: on a terminal for large models).
+        progress: one step per NVFP4 layer on stderr (None: on a terminal for large models).
         fuse: q/k/v and gate/up as one layer each where their global scales are bit-equal.
 
     Returns ``model`` (eval mode). Details: docs/models.md#load_safetensors-in-detail.
