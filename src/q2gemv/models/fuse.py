@@ -1,27 +1,8 @@
 """Fused projections: q/k/v as one quantized layer, gate/up as another.
 
-A transformers decoder calls ``q_proj``, ``k_proj`` and ``v_proj`` on the same hidden
-states, and ``gate_proj`` and ``up_proj`` on the same input. Each output column of a
-q2gemv GEMV is computed alone (a Q2_0 or NVFP4 row of the weight gives one output,
-whatever the other rows are), so the member weights concatenated along N (their rows,
-stacked in member order) give in one call the outputs of the separate layers, bit for bit.
-
-Layout in the model (the parent is the attention or MLP module)::
-
-    parent.qkv_proj       Q2Linear / Nvfp4Linear [nq + nk + nv, k]  (the only weight copy)
-    parent.q_proj         FusedSlice: columns 0 .. nq of qkv_proj's output
-    parent.k_proj         FusedSlice: columns nq .. nq + nk
-    parent.v_proj         FusedSlice: columns nq + nk .. n
-
-``FusedSlice`` modules have no state (the state dict holds ``parent.qkv_proj.*`` only),
-and the parent's own forward is transformers' code, unchanged: each member call returns
-its slice of ONE fused output, computed once per input (:class:`FusedSlice`).
-
-Fusable (:data:`FUSABLE`): members that are q2gemv layers of one type, one ``k``, one
-numerics contract, one Q2_0 group, biases on all or on none (a zero bias added to a
-missing one would turn a -0 output into +0), and, for NVFP4, bit-equal global scales
-(the kernels apply one fp32 global scale per weight: shards with other scales stay
-separate layers; nothing is requantized).
+The members' rows stacked into one layer give the separate layers' outputs bit for bit;
+each member becomes a stateless :class:`FusedSlice` of that one output. What can be
+fused (:data:`FUSABLE`), the layout and the design: docs/models.md#fused-projections.
 """
 
 from __future__ import annotations

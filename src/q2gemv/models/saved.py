@@ -1,27 +1,8 @@
 """What a saved q2gemv model says about itself: its ``quantization_config`` and empty layers.
 
-A model quantized by :func:`~q2gemv.torch.quantize_model` carries, on a transformers
-model, ``model.config.quantization_config`` (:func:`quantization_config`), which
-``save_pretrained`` writes into ``config.json``::
-
-    {"quant_method": "q2gemv", "version": 1, "format": "q2_0", "group": 128,
-     "numerics": null, "modules_to_not_convert": ["lm_head"], "fused_projections": []}
-
-* ``format``: ``"q2_0"`` (:class:`~q2gemv.torch.Q2Linear`) or ``"nvfp4"``
-  (:class:`~q2gemv.torch.Nvfp4Linear`); ``group``: 64 or 128 for Q2_0, null for NVFP4;
-* ``numerics``: the layers' numerics contract (null: the library default);
-* ``modules_to_not_convert``: the qualified name of every ``torch.nn.Linear`` left in
-  floating point (exact names, not patterns); every other Linear is a q2gemv layer;
-* ``fused_projections``: the layers fused into one (:mod:`q2gemv.models.fuse`): per
-  fused layer, its members' qualified names in row order, e.g.
-  ``["model.layers.0.self_attn.q_proj", "...k_proj", "...v_proj"]`` (the fused layer,
-  ``qkv_proj`` / ``gate_up_proj`` beside them, holds the state).
-
-Loading (:mod:`q2gemv.models.hf`) builds the model on the meta device, replaces its
-Linears by :func:`replace_with_empty_layers` (shapes from the model, format and group
-from the config: no float weight is made), then fills every layer from the checkpoint:
-the buffers (``raw``, or ``packed`` and ``scales``; ``bias``) and each layer's
-``_extra_state`` (a JSON tensor: format, n, k, group or global scale, numerics).
+:func:`quantization_config` is the dict ``save_pretrained`` writes into ``config.json``;
+:func:`replace_with_empty_layers` rebuilds the layers it describes on the meta device.
+The fields and the loading road: docs/models_save_load.md#what-is-saved.
 This module does not import transformers.
 """
 
