@@ -22,10 +22,8 @@ little-endian)::
 32 when absent. ``ne`` is innermost-first: a row-major 2-D weight
 ``[n, k]`` is stored with ``ne = [k, n]``.
 
-Q2_0 tensors (GGUF type 42, and 142 ``PQ2_0``) are read as
-:class:`~q2gemv.formats.q2_0.Q2Weight` views of the mapped file. Their group
-(64 or 128) is derived from the byte room the file gives them, never from the
-type id alone (see :func:`q2_groups_for_room`).
+Q2_0 tensors (types 42 and 142) are read as :class:`~q2gemv.formats.q2_0.Q2Weight`
+views of the map; their group comes from their byte room (docs/files.md).
 """
 
 from __future__ import annotations
@@ -815,31 +813,13 @@ def load_q2_weights(
 ) -> dict[str, Q2Weight]:
     """Every Q2_0 (type 42) and PQ2_0 (type 142) tensor of a GGUF file, memory-mapped.
 
-    The file is mapped read-only and each :class:`Q2Weight` wraps its slice
-    of the map: no tensor byte is copied or read here (the arrays keep the
-    map alive). Other tensor types of ggml's table are skipped; a type id
-    outside it is refused (its size is unknown, and a flipped type byte would
-    otherwise drop a Q2 tensor silently). ``path`` (str or
-    os.PathLike) names the file; returns tensor name -> :class:`Q2Weight`
-    in file order (empty when the file has no Q2 tensors).
+    Args:
+        path: the GGUF file (str or os.PathLike), mapped read-only; nothing is copied.
+        ambiguous_group: 64 or 128 for a foreign type-42 tensor whose size fits both groups.
 
-    Shape: GGUF dims are innermost-first, so a tensor with ``ne = [k, n]``
-    becomes ``Q2Weight(n=ne[1], k=ne[0])``; a 1-D tensor has ``n = 1``; for
-    more dims the outer ones are flattened into ``n = ne[1] * ne[2] * ...``.
-
-    Group: GGUF stores no byte size, so the room of a tensor is the distance
-    from its offset to the next larger tensor offset (or to the end of the
-    file), and group ``g`` is accepted when its size ``n*k/g * (2 + g/4)``
-    satisfies ``size <= room < size + alignment`` (padding up to the
-    alignment may follow). Type 42 is group 64 in mainline ggml and group 128
-    in older PrismML files, so the id alone decides nothing. When both groups
-    fit (tensors under ``64 * alignment`` elements) the tie is broken by, in
-    order: the metadata key ``q2gemv.q2_0.group.<name>`` that
-    :func:`save_q2_weights` writes (so every file this package writes reads
-    back unaided; it must agree with the size), type 142 (group 128, the only
-    meaning of that id), and for a foreign 42 tensor ``ambiguous_group`` when
-    given, else this raises. ``ambiguous_group`` is not used for tensors
-    whose size or recorded group decides.
+    Returns tensor name -> :class:`Q2Weight` in file order (empty when there are none);
+    other ggml tensor types are skipped. Shapes and the group rule:
+    docs/files.md#load_q2_weights-shapes-and-groups.
 
     Raises:
         GgufError: malformed file, no group fits a tensor's room, a 142

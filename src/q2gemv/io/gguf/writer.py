@@ -286,28 +286,14 @@ def save_q2_weights(
 ) -> None:
     """Write ``weights`` as a GGUF v3 file that :func:`load_q2_weights` reads back.
 
-    ``path`` (str or os.PathLike) is created or overwritten; ``weights`` maps
-    tensor name -> :class:`Q2Weight`; returns None.
+    Args:
+        path: the file to create or overwrite (str or os.PathLike), atomically.
+        weights: tensor name -> :class:`Q2Weight`, written in dict order.
+        metadata: extra GGUF metadata, written first in dict order.
+        type_id: None (142 for group 128, 42 for group 64), 42 for all, or 142 (group 128 only).
+        alignment: the data alignment, a power of two from 8 to 2**31.
 
-    Layout: header, ``metadata`` in dict order followed by
-    ``general.alignment`` (u32; kept in place when ``metadata`` already has
-    it with the same value) and one u32 ``q2gemv.q2_0.group.<name>`` per
-    weight (its group, so a tensor too small for its size to decide the
-    group reads back unaided), one tensor info per weight in dict order with
-    ``ne = [k, n]`` (innermost first), zero padding to ``alignment``, then
-    each tensor's raw ``block_q2_0`` bytes, unchanged, each padded with zeros
-    to a multiple of ``alignment`` (the last one too, as ggml does).
-
-    Type ids: by default 142 (PQ2_0) for group 128 and 42 (Q2_0) for group
-    64. ``type_id=42`` writes every tensor as 42, group 128 ones included,
-    as older PrismML files do; ``type_id=142`` requires group 128 throughout.
-
-    Metadata values: ``str``; ``bool``; ``int`` (int32, or int64/uint64 when
-    it does not fit, as gguf-py chooses); ``float`` (float32, as gguf-py
-    chooses: pass ``np.float64`` to keep 64 bits); any numpy scalar of a
-    GGUF type (its dtype decides); lists of one of these kinds (nested lists
-    allowed), 1-D numpy arrays, or a :class:`GgufArray` read from a file
-    (written back byte for byte).
+    Returns None. Layout and metadata value types: docs/files.md#save_q2_weights-layout.
 
     Raises:
         TypeError/ValueError naming the argument (a weight not a Q2Weight, a
