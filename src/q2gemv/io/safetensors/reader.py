@@ -10,12 +10,8 @@ A safetensors file is::
                              "data_offsets": [begin, end]}, ...}
     data         the tensors, at data_offsets relative to byte 8 + header_len
 
-This module parses that header itself and returns views of a read-only memory map:
-no tensor byte is copied (the ``safetensors`` package's NumPy backend copies, and
-cannot return F8_E4M3 tensors: docs/design_notes.md). It is the one reader of every
-loader (:class:`SafetensorsCheckpoint`, used by :func:`load_nvfp4_weights` and
-:func:`q2gemv.models.load_safetensors`), so a file is accepted or refused the same way
-everywhere, with a :class:`SafetensorsError` naming file and tensor.
+Parsed here into views of a read-only memory map (no copy), the one reader of every
+loader; every refusal is a :class:`SafetensorsError` naming file and tensor (docs/files.md).
 
 The two NVFP4 layouts, per linear layer prefix ``<p>`` (the bit layout of
 the pieces is in :mod:`q2gemv.formats.nvfp4`)::
@@ -26,10 +22,8 @@ the pieces is in :mod:`q2gemv.formats.nvfp4`)::
     <p>.weight_global_scale  F32 [] or [1]       <p>.weight_scale_2  F32 [] or [1]
       a DIVISOR:  w = e2m1 * (s / g_ct)            a MULTIPLIER: w = e2m1 * s * g
 
-The compressed-tensors divisor becomes the multiplier ``fp32(1 / g_ct)``
-(:func:`q2gemv.formats.nvfp4.global_scale_from_divisor` states the rounding).
-Activation-side tensors (``input_scale``, ``input_global_scale``) are W4A4 state and
-are ignored.
+The divisor becomes the multiplier ``fp32(1 / g_ct)``
+(:func:`q2gemv.formats.nvfp4.global_scale_from_divisor`).
 """
 
 from __future__ import annotations
@@ -380,21 +374,12 @@ class SafetensorsCheckpoint:
 def load_nvfp4_weights(path: str | os.PathLike) -> dict[str, Nvfp4Weight]:
     """Every NVFP4 linear layer of a safetensors checkpoint, memory-mapped, keyed by prefix.
 
-    ``path`` is a ``.safetensors`` file or a directory whose ``*.safetensors``
-    shards are read together (a layer's tensors may sit in different shards).
-    Layers are found per prefix by :func:`find_nvfp4_layers`; the key of the
-    result is the prefix (``"model.layers.0.mlp.down_proj"``).
+    Args:
+        path: a ``.safetensors`` file or a directory of shards read together.
 
-    ``packed`` and ``scales`` are read-only views of the mapped file (E4M3
-    scales as their uint8 bits), so nothing is copied. ModelOpt's ``weight_scale_2``
-    is the multiplier as stored; compressed-tensors' ``weight_global_scale`` becomes
-    ``fp32(1 / g_ct)`` (:meth:`Nvfp4Weight.from_compressed_tensors`).
-
-    Checked before a weight is built: packed is U8 [n, k/2], scales are
-    F8_E4M3 or U8 [n, k/16] with k a multiple of 16, the global scale is an
-    F32 scalar or [1], finite, and gives a finite multiplier (a NaN or Inf
-    ``weight_scale_2``, or a ``weight_global_scale`` of 0, NaN or Inf, would
-    make every weight of the layer NaN or Inf).
+    Returns layer prefix (``"model.layers.0.mlp.down_proj"``) -> :class:`Nvfp4Weight`,
+    over read-only views of the map. What is checked:
+    docs/files.md#load_nvfp4_weights-what-is-checked.
 
     Raises:
         SafetensorsError: a malformed file, a layer missing a companion
