@@ -207,21 +207,12 @@ def _buffer_bytes(raw) -> np.ndarray:
 class Q2Weight:
     """An immutable ``block_q2_0`` weight matrix [n, k]: the GGUF bytes, unchanged.
 
-    Ownership (:mod:`q2gemv.formats._frozen`): bytes that nothing can write
-    (``bytes``, a read-only memory map such as :mod:`q2gemv.io`'s, views of
-    them) are wrapped without a copy; any other buffer (a writeable array, a
-    read-only view of one, a ``bytearray``) is copied once into immutable
-    memory. Either way ``raw`` can never be flagged writeable again, and
-    writing to the caller's original buffer afterwards cannot change the
-    weight. Only mutating a mapped file on disk under a loaded weight is
-    undefined (docs/guarantees.md). ``pickle``, ``copy.copy`` and
-    ``copy.deepcopy`` rebuild through the constructor from ``bytes``, so a
-    copy is exactly as immutable.
+    Bytes nothing can write are wrapped without a copy, any other buffer is copied once;
+    ``raw`` is never writeable (docs/guarantees.md#ownership-of-weight-bytes).
 
     Attributes:
         raw: 1-D uint8, exactly ``n * (k // group) * (2 + group // 4)`` bytes,
             row-major blocks (see the module docstring for the bit layout).
-            Read-only (not even ``raw.flags.writeable = True`` succeeds).
         n: output features (rows). k: input features (codes per row).
         group: codes per block, 64 or 128.
     """
@@ -262,22 +253,14 @@ class Q2Weight:
         """Wrap GGUF ``block_q2_0`` bytes (any buffer: bytes, memoryview, mmap, ndarray).
 
         Args:
-            raw: the block bytes of a row-major [n, k] matrix: any object
-                that supports the buffer protocol (bytes, bytearray,
-                memoryview, ``mmap.mmap``, ``array.array``, ...; taken through
-                ``memoryview``, so on every supported Python, not only those
-                with ``__buffer__``) holding exactly
-                ``n * (k // group) * (2 + group // 4)`` bytes in C order, or a
-                1-D contiguous uint8 ndarray of that many bytes.
+            raw: a buffer-protocol object or 1-D contiguous uint8 ndarray holding exactly
+                ``n * (k // group) * (2 + group // 4)`` bytes of a row-major [n, k] matrix.
             n: output features (rows), >= 1.
             k: input features (codes per row), >= 1 and a multiple of ``group``.
             group: codes per block, 64 or 128 (default 128).
 
-        Returns:
-            An immutable :class:`Q2Weight`. Zero-copy when nothing can write
-            ``raw`` (``bytes``, a read-only mmap or a view of one); a writeable
-            buffer (ndarray, ``bytearray``, writeable mmap) is copied once, so
-            later writes to it do not reach the weight (class docstring).
+        Returns an immutable :class:`Q2Weight`, zero-copy only when nothing can write
+        ``raw`` (docs/guarantees.md#ownership-of-weight-bytes).
 
         Raises:
             ValueError/TypeError naming the argument on a wrong length, dtype,
@@ -403,18 +386,10 @@ def quantize_q2_0(
     """Quantize float weights [n, k] to ``block_q2_0``.
 
     Args:
-        w: float array [n, k] (any NumPy float dtype or ``ml_dtypes.bfloat16``;
-            rounded to fp32 first), ``k``
-            a multiple of ``group``.
-        group: codes per block, 64 or 128 (default 128).
+        w: float array [n, k] (NumPy float or ``ml_dtypes.bfloat16``, rounded to fp32 first).
+        group: codes per block, 64 or 128 (default 128); divides ``k``.
         method: ``"ggml"`` (default) or ``"absmean"``, as described below.
-        allow_nonfinite: False (default): weights that are NaN or Inf after
-            rounding to fp32, or a block whose scale ``d`` would overflow fp16
-            (its amax or gamma rounds to fp16 Inf: 65520 and beyond), are a
-            ValueError naming ``w`` (such a weight gives NaN/Inf outputs).
-            True: ggml's bytes for any input (an overflowing block gets
-            ``d = Inf``; a block holding a NaN gets ``d = NaN`` and, with
-            either method, every code 1), which :meth:`Q2Weight.validate` reports.
+        allow_nonfinite: True keeps ggml's bytes for non-finite input (docs/guarantees.md).
 
     Returns:
         A :class:`Q2Weight` [n, k].
