@@ -1,38 +1,9 @@
 """The golden suite as loaded from disk: files, cases, and which checks a selection picks.
 
-Files (all listed in ``data/manifest.json`` with sha256 and size; the GEMV files of
-the families of ``gen.FAMILY_KERNELS`` as of this writing):
-
-==================================  ==========  ============================================
-file                                set         what
-==================================  ==========  ============================================
-``table_q2_0.json``                tables      hand-written: Q2_0 codes in every slot, scales
-``table_e2m1.json``                tables      hand-written: the 16 E2M1 codes, nibble order
-``table_e4m3.json``                tables      all 256 E4M3-fn bytes (subnormals, NaN)
-``table_bf16.json``                tables      hand-written: bf16 RNE ties, -0, Inf, NaN, ...
-``ggml_q2_0_reference_vectors.npz`` ggml        external: ggml's own C quantize/dequantize
-``roundtrip.npz``                   roundtrip   codes + scales -> bytes -> dequant, both formats
-``gemv_q2_0.npz``                   q2_0        Q2_0 GEMV cases, seed contract (inputs + bits)
-``gemv_w4a16.npz``                  w4a16       NVFP4 GEMV cases (inputs + expected bits)
-``gemv_q2_0_exact.npz``             q2_0_exact  Q2_0 GEMV cases, exact contract: specials,
-                                                rounding boundaries, outliers, every seam
-``gemv_w4a16_exact.npz``            w4a16_exact NVFP4 GEMV cases, exact contract: every E4M3
-                                                class, global-scale specials, every seam
-``model_5120.npz``                  model       5120 x 5120 shapes: generator labels + input
-                                                sha256 + expected bits (inputs rebuilt)
-==================================  ==========  ============================================
-
-The list is :func:`expected_files`, derived from the generator: one
-``gemv_<family>.npz`` per family of :data:`q2gemv.golden.gen.FAMILY_KERNELS`
-(a family added there is a file expected here, by ``verify`` and by
-``regen``, with no other edit). The integrity check compares the manifest
-with that list both ways: an unlisted, unexpected, missing or modified file
-makes the data unusable (``verify`` exits 2).
-
-A GEMV case is checked once per kernel it lists. Each (case, kernel) check
-has a size class: ``small`` (run everywhere, the CUDA simulator included),
-``medium`` (reference and GPU; too slow for the simulator) or ``large``
-(the real-model shapes).
+Files: :func:`expected_files` (one ``gemv_<family>.npz`` per family of
+:data:`q2gemv.golden.gen.FAMILY_KERNELS`), checked against ``data/manifest.json``
+both ways. A GEMV case is checked once per kernel it lists, in a size class
+``small``, ``medium`` or ``large``. The files and the classes: docs/commands.md#the-golden-files.
 """
 
 from __future__ import annotations
