@@ -625,18 +625,13 @@ def replace_linears(
 
     Args:
         module: any torch module; its Linear children (at any depth) are swapped.
-        make: builds the replacement from a Linear (default :meth:`Q2Linear.from_linear`,
-            group 128); e.g. ``Nvfp4Linear.from_linear`` or
-            ``lambda lin: Q2Linear.from_linear(lin, group=64)``.
+        make: builds the replacement from a Linear (default :meth:`Q2Linear.from_linear`).
         where: optional ``where(qualified_name, linear) -> bool``; only Linears it
             accepts are replaced (default: all).
 
-    Every replacement is built before any is set, so a failure (e.g. ``in_features``
-    not a multiple of the group) raises, naming the layer, with the model unchanged.
-    A Linear shared by several parents is replaced everywhere by one new module.
-    Linears whose parent reads their ``.weight`` directly (``torch.nn.MultiheadAttention``'s
-    ``out_proj``, ``torch.nn.TransformerEncoderLayer``'s ``linear1``/``linear2``) are left
-    as they are, with a ``UserWarning`` naming them (see :mod:`q2gemv.nn.swap`).
+    All replacements are built before any is set (a failure names the layer; ``module``
+    unchanged); Linears whose parent reads ``.weight`` stay, with a ``UserWarning``
+    (docs/torch.md, :mod:`q2gemv.nn.swap`).
 
     Returns ``{qualified name: new module}`` of what was replaced (``module`` itself
     is never replaced, even when it is a Linear: build that one directly).
