@@ -1,23 +1,9 @@
 """Greedy decode with a static KV cache and one captured CUDA graph per batch size.
 
-:class:`CapturedDecoder` captures the decode step itself (why not
-``torch.compile(mode="reduce-overhead")``: docs/design_notes.md), with everything it
-reads and writes in fixed tensors: a ``transformers.StaticCache`` of ``max_len``
-positions per batch size; the last tokens ``[B, 1]`` and the position ``[1]`` (int64);
-the 4-D attention mask ``[B, 1, 1, max_len]`` made inside the step from the position (0
-where ``key <= position``, the dtype's minimum elsewhere); and the outputs, the argmax
-token written back into the input tokens and the position advanced by one, in place.
-
-A step is ``model(input_ids=tokens, position_ids=pos, cache_position=pos,
-attention_mask=mask, cache=cache)`` (``past_key_values=`` where the forward has no
-``cache`` argument), then ``argmax`` of the last logits; the cache's write position
-(``cache_position`` or ``StaticLayer.cumulative_length``) is a device tensor updated in
-place, so a replay writes the next position. The prefill runs uncaptured. On CUDA the
-first decode step runs eagerly on a side stream (it compiles the kernels and allocates
-their per-stream workspace, which must not happen while capturing), then that stream
-captures one step and every later token is one ``replay()``; on the CPU every step runs
-eagerly. Greedy tokens equal ``model.generate(do_sample=False)``'s for prompts of equal
-length (no padding).
+:class:`CapturedDecoder` captures the decode step itself, with everything it reads and
+writes in fixed tensors (a ``transformers.StaticCache`` of ``max_len`` positions per
+batch size); on the CPU every step runs eagerly. The step, the capture and the limits:
+docs/models.md#fast-decode-recipe.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """transformers integration: ``from_pretrained`` of a saved q2gemv model (needs transformers).
 
-transformers loads every quantization method through an ``HfQuantizer`` chosen by
-``config.json``'s ``quantization_config["quant_method"]``; ``register_quantization_config``
-and ``register_quantizer`` (``transformers.quantizers``) are its public hook for methods
-that live outside transformers. :func:`register` registers ``"q2gemv"``:
-
-* :class:`Q2gemvConfig`: the ``quantization_config`` (fields in :mod:`q2gemv.models.saved`);
-* :class:`Q2gemvHfQuantizer`: while transformers builds the model on the meta device,
-  every Linear that the config does not keep in floating point becomes an empty
-  ``Q2Linear`` / ``Nvfp4Linear`` (:func:`~q2gemv.models.saved.replace_with_empty_layers`);
-  transformers then fills their buffers and ``_extra_state`` from the checkpoint like any
-  other tensor. No float weight of a quantized layer is ever made. After loading, a
-  layer whose state the checkpoint did not hold is refused (``ValueError`` naming it).
-
-``import q2gemv.torch`` arranges for :func:`register` to run when transformers imports
-its quantizers (:mod:`q2gemv.models.hf_hook`), so ``AutoModelForCausalLM.from_pretrained``
-works without importing this module; importing it registers at once. Only checkpoints
-saved from q2gemv layers load (``requires_calibration``): quantize a float model with
-``quantize_model``, then ``save_pretrained``.
+:func:`register` registers ``"q2gemv"`` through transformers' public quantizer hook:
+:class:`Q2gemvConfig` (the ``quantization_config``) and :class:`Q2gemvHfQuantizer`
+(empty q2gemv layers on the meta device, filled from the checkpoint; a layer whose state
+is missing is a ``ValueError``). ``import q2gemv.torch`` arranges the registration
+(:mod:`q2gemv.models.hf_hook`). How and why:
+docs/models_save_load.md#loading-the-transformers-integration-and-why-this-one.
 """
 
 from __future__ import annotations
