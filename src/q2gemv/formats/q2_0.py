@@ -400,17 +400,12 @@ def quantize_q2_0(
             ``group`` is not 64 or 128, ``method`` is unknown, or (unless
             ``allow_nonfinite``) ``w`` is not finite or a scale overflows fp16.
 
-    ``method="ggml"`` reproduces ggml's ``quantize_row_q2_0_ref`` byte for byte:
-    per block, ``amax = max|x|`` in fp32, ``d = fp16(amax)`` (RNE; Inf when
-    amax overflows fp16), ``id = 1/amax`` in fp32 (0 when amax == 0),
-    ``code = clamp(roundf(x * id) + 1, 0, 3)`` with C ``roundf`` (halves away
-    from zero).
-
-    ``method="absmean"`` is the BitNet b1.58 recipe (Ma et al. 2024, "The Era
-    of 1-bit LLMs"), applied per block because the format stores a per-block
-    scale: ``gamma = mean|x|`` over the block (summed in float64, rounded to
-    fp32), ``code = clamp(round_half_even(x / gamma), -1, 1) + 1``,
-    ``d = fp16(gamma)``; a block with gamma == 0 is all code 1 (zero).
+    ``method="ggml"`` is ggml's ``quantize_row_q2_0_ref`` byte for byte, per block:
+    ``amax = max|x|`` (fp32), ``d = fp16(amax)`` (RNE), ``id = 1/amax`` (fp32; 0 when
+    amax == 0), ``code = clamp(roundf(x * id) + 1, 0, 3)`` (C ``roundf``: halves away).
+    ``method="absmean"`` is BitNet b1.58's recipe (Ma et al. 2024) per block:
+    ``gamma = mean|x|`` (float64 sum, rounded to fp32), ``d = fp16(gamma)``,
+    ``code = clamp(round_half_even(x / gamma), -1, 1) + 1``; gamma == 0 gives all code 1.
     """
     group = check_group(group)
     w = float_matrix(w)

@@ -468,8 +468,8 @@ def load_gguf(
         progress: one progress step per tensor on stderr (None: on a terminal for large models).
         fuse: q/k/v and gate/up of each layer as one fused layer each (False: one per tensor).
 
-    Returns the model in eval mode on the CPU; ``model`` is unchanged on any error.
-    Details: docs/models.md#load_gguf-in-detail.
+    Returns the model in eval mode on the CPU, ``model`` unchanged on any error
+    (docs/models.md#load_gguf-in-detail).
 
     Raises:
         GgufError: an unsupported type or architecture, bad metadata (:func:`check_metadata`),
