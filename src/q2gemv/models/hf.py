@@ -26,7 +26,7 @@ from .saved import QUANT_METHOD, check_config, replace_with_empty_layers, unload
 
 
 class Q2gemvConfig(QuantizationConfigMixin):
-    """The ``quantization_config`` of a q2gemv model (see :mod:`q2gemv.models.saved`).
+    """The ``quantization_config`` of a q2gemv model (fields: docs/models_save_load.md).
 
     Args (every one optional, as in ``config.json``): ``format`` (``"q2_0"``, ``"nvfp4"``),
     ``group`` (64/128 for Q2_0, None for NVFP4), ``numerics``, ``modules_to_not_convert``

@@ -42,7 +42,7 @@ def _layer_kind(layer: torch.nn.Module) -> tuple[str, int | None, str | None]:
 
 
 def quantization_config(model: torch.nn.Module) -> dict:
-    """The ``quantization_config`` dict describing ``model``'s q2gemv layers (module docstring).
+    """The ``quantization_config`` dict describing ``model``'s q2gemv layers (docs/models_save_load.md).
 
     Raises ``ValueError`` when ``model`` has no q2gemv layer, or layers of more than one
     (format, group, numerics): one config describes one kind.
