@@ -20,8 +20,11 @@ import numpy as np
 import pytest
 
 from q2gemv import Q2Weight, reference
+from q2gemv import reference as ref
 from q2gemv.formats.bf16 import BF16
 from q2gemv.formats.q2_0 import quantize_q2_0
+from q2gemv.golden.check import assert_bits_equal
+from tests.edge_values import Q2_KERNELS, _acts, _q2_expected, _q2_weight, _round_bf16
 from tests.q2_cases import random_acts, random_weight
 
 U = 2.0**-24
@@ -112,3 +115,15 @@ def test_seed_reference_memory_is_bounded_by_its_chunk_not_by_m(monkeypatch, fam
     assert y.shape == (m, n)
     assert peak - y.nbytes < 8_000_000, peak
     np.testing.assert_array_equal(y[:3000].view(np.uint16), want)
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_q2_reference_edge_table(group):
+    w, a = _q2_weight(group), _acts(group)
+    want = _q2_expected(group)
+    # fp16 max row: 64 * 131008 = 8384512 and 128 * 131008 round to bf16 (RNE)
+    want[0, 8] = _round_bf16(group * 131008.0)
+    want[4, 8] = _round_bf16(group * 131008.0 * 2.0**-133)
+    for name in Q2_KERNELS:
+        got = getattr(ref, name)(a, w).view(np.uint16)
+        assert_bits_equal(got, want, label=f"reference {name} group={group}")
