@@ -6,24 +6,39 @@ results), batch invariance across the exact kernel's row chunks, device
 activations (numba arrays) under the exact contract, and the long-plan
 summary of ``explain``. Simulated calls use N <= 16, K <= 256 (one CTA of
 256 threads: ~1-3 s each on the CUDA simulator).
+
+Then the edges of issue 16: backend="cuda" with neither a GPU nor the simulator (in a
+subprocess), out= overlapping a weight, kernel= and stream= refused before any launch,
+and the backend line of ``explain`` (on the small cases of tests/weight_cases.py).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import numpy as np
 import pytest
 
 import q2gemv
-from q2gemv import api
+from q2gemv import Nvfp4Weight, Q2Weight, api
 from q2gemv import reference as ref
+from q2gemv.api import check_out
+from q2gemv.cuda.nvfp4 import seed as w4cuda
 from q2gemv.dispatch import nvfp4_tiers as tiers
 from q2gemv.dispatch import plan as launch
 from q2gemv.formats.bf16 import BF16
 from q2gemv.golden.check import assert_bits_equal
+from q2gemv.host.backends import cuda_kind, gpu_present, simulator_active
 from q2gemv.reference.exact import q2_0_gemv_exact
 from tests.q2_cases import random_acts, random_weight
+from tests.weight_cases import K as K_EDGE
+from tests.weight_cases import M as M_EDGE
+from tests.weight_cases import N as N_EDGE
+from tests.weight_cases import _acts, _nv_parts, _q2_raw
 
 N, K = 16, 128
 
@@ -317,3 +332,171 @@ def test_plan_refuses_huge_m_and_explain_summarises_long_plans(numerics):
     assert q2gemv.explain(w, 2, numerics=numerics).count(" on q2_0_gemv") == len(
         q2gemv.plan(w, 2, numerics=numerics)
     )
+
+
+# -- backend="cuda" where nothing serves it ---------------------------------------------------
+
+_NO_CUDA_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    import q2gemv
+    from q2gemv.formats.bf16 import BF16
+
+    w = q2gemv.quantize_q2_0(np.ones((3, 128), np.float32), 64)
+    w4 = q2gemv.Nvfp4Weight.from_float(np.ones((3, 128), np.float32))
+    a = np.ones((2, 128), BF16)
+    for weight in (w, w4):
+        try:
+            q2gemv.gemv(a, weight, backend="cuda")
+        except Exception as e:
+            print("ERR", type(e).__name__, e)
+        else:
+            print("RAN")
+        print("EXPLAIN", q2gemv.explain(weight, 2).splitlines()[1])
+        print("DEFAULT", q2gemv.gemv(a, weight).shape)  # backend=None falls back
+    """
+)
+
+
+def test_backend_cuda_without_gpu_or_simulator_says_how_to_get_one():
+    if gpu_present():
+        pytest.skip("this machine has a GPU: backend='cuda' is served")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    res = subprocess.run(
+        [sys.executable, "-c", _NO_CUDA_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    errs = [ln for ln in lines if ln.startswith("ERR")]
+    assert len(errs) == 2, res.stdout  # both families refused, neither ran
+    for ln in errs:
+        assert ln.startswith(
+            "ERR ValueError backend: 'cuda' needs a CUDA GPU or the CUDA simulator"
+        )
+        assert "NUMBA_ENABLE_CUDASIM=1 before numba is first imported" in ln
+        assert "CudaSupportError" not in ln
+    assert [ln for ln in lines if ln.startswith("EXPLAIN")] == [
+        "EXPLAIN backend: reference (NumPy; no CUDA GPU here and NUMBA_ENABLE_CUDASIM is not "
+        "set before numba's import)"
+    ] * 2
+    assert [ln for ln in lines if ln.startswith("DEFAULT")] == ["DEFAULT (2, 3)"] * 2
+
+
+def _weight_over(buf: np.ndarray, family: str):
+    """A weight whose bytes are the writeable ``buf``: what the ownership rule now prevents,
+    built by bypassing it (as a subclass or an older version could) to test check_out alone."""
+    if family == "q2_0":
+        w = Q2Weight(_q2_raw(), N_EDGE, K_EDGE, 64)
+        object.__setattr__(w, "raw", buf[: w.raw.size])
+    else:
+        w = Nvfp4Weight(*_nv_parts(), 1.0)
+        object.__setattr__(w, "packed", buf[: w.packed.size].reshape(w.packed.shape))
+    return w
+
+
+@pytest.mark.parametrize("family", ["q2_0", "w4a16"])
+def test_out_overlapping_the_weight_is_refused(no_launch, family):
+    buf = np.zeros(4096, np.uint8)
+    w = _weight_over(buf, family)
+    out = buf[: M_EDGE * N_EDGE * 2].view(BF16).reshape(M_EDGE, N_EDGE)
+    name = "raw" if family == "q2_0" else "packed"
+    for backend in ("reference", "cuda"):
+        with pytest.raises(
+            ValueError, match=rf"out: must not overlap the weight's bytes \(weight\.{name}\)"
+        ):
+            q2gemv.gemv(_acts(), w, out=out, backend=backend)
+    assert not buf.any()  # nothing was written
+
+
+def test_check_out_names_each_weight_part():
+    w = Nvfp4Weight(*_nv_parts(), 1.0)
+    buf = np.zeros(4096, np.uint8)
+    object.__setattr__(w, "scales", buf[: w.scales.size].reshape(w.scales.shape))
+    out = buf[: M_EDGE * N_EDGE * 2].view(BF16).reshape(M_EDGE, N_EDGE)
+    with pytest.raises(ValueError, match=r"weight\.scales"):
+        check_out(out, _acts(), (M_EDGE, N_EDGE), w)
+    # a separate out is fine
+    check_out(np.zeros((M_EDGE, N_EDGE), BF16), _acts(), (M_EDGE, N_EDGE), w)
+
+
+def test_out_overlapping_a_device_weight_is_refused(no_launch):
+    from numba import cuda
+
+    w = Q2Weight(_q2_raw(), N_EDGE, K_EDGE, 64)
+    dw = w.to_device(keep_gguf=True)
+    d_a = cuda.to_device(_acts().view(np.uint16))
+    # uint16 [M, N] over the weight's device bytes
+    out = dw.b16[: M_EDGE * N_EDGE].reshape(M_EDGE, N_EDGE)
+    before = dw.b16.copy_to_host()
+    with pytest.raises(
+        ValueError, match=r"out: must not overlap the weight's device buffer \(b16\)"
+    ):
+        q2gemv.gemv(d_a, dw, out=out)
+    assert (dw.b16.copy_to_host() == before).all()
+
+
+@pytest.mark.parametrize("family", ["q2_0", "w4a16"])
+@pytest.mark.parametrize("kernel", [["q2_0_gemv"], ("w4a16_gemv_batch4",), 3, b"q2_0_gemv"])
+def test_kernel_not_a_name_is_a_type_error(no_launch, family, kernel):
+    w = (
+        Q2Weight(_q2_raw(), N_EDGE, K_EDGE, 64)
+        if family == "q2_0"
+        else Nvfp4Weight(*_nv_parts(), 1.0)
+    )
+    for backend in ("reference", "cuda"):
+        with pytest.raises(TypeError, match=r"kernel: expected a kernel name \(str\) or None"):
+            q2gemv.gemv(_acts(), w, kernel=kernel, backend=backend)
+
+
+@pytest.mark.parametrize(
+    ("stream", "exc", "match"),
+    [
+        ("x", TypeError, r"stream: expected None, an int cudaStream_t handle or a numba stream"),
+        (object(), TypeError, r"stream: expected None"),
+        (1.5, TypeError, r"stream: expected None"),
+        (
+            True,
+            TypeError,
+            r"stream: expected None, an int cudaStream_t handle or a numba stream, got bool",
+        ),
+        (-1, ValueError, r"stream: expected a cudaStream_t handle >= 0, got -1"),
+    ],
+    ids=["str", "object", "float", "bool", "negative"],
+)
+@pytest.mark.parametrize("family", ["q2_0", "w4a16"])
+def test_bad_stream_is_refused_before_any_launch(no_launch, stream, exc, match, family):
+    w = (
+        Q2Weight(_q2_raw(), N_EDGE, K_EDGE, 64)
+        if family == "q2_0"
+        else Nvfp4Weight(*_nv_parts(), 1.0)
+    )
+    with pytest.raises(exc, match=match):
+        q2gemv.gemv(_acts(), w, backend="cuda", stream=stream)
+
+
+def test_raw_stream_handle_in_the_simulator_is_refused(no_launch):
+    if not simulator_active():
+        pytest.skip("the simulator refuses raw handles; a GPU takes them")
+    with pytest.raises(ValueError, match=r"stream: the CUDA simulator has no external streams"):
+        q2gemv.gemv(_acts(), Q2Weight(_q2_raw(), N_EDGE, K_EDGE, 64), backend="cuda", stream=5)
+
+
+@pytest.mark.parametrize("family", ["q2_0", "w4a16"])
+def test_explain_states_the_backend(family):
+    w = (
+        Q2Weight(_q2_raw(), N_EDGE, K_EDGE, 64)
+        if family == "q2_0"
+        else Nvfp4Weight(*_nv_parts(), 1.0)
+    )
+    lines = q2gemv.explain(w, 3).splitlines()
+    want = {
+        "simulator": "backend: cuda on numba's CUDA simulator",
+        "gpu": "backend: cuda on the GPU",
+    }[cuda_kind()]
+    assert lines[1].startswith(want), lines  # right after the head line
+    dw = w.to_device() if family == "q2_0" else w4cuda.DeviceNvfp4Weight.upload(w)
+    assert q2gemv.explain(dw, 3).splitlines()[1] == "backend: cuda (the weight is device-resident)"

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from q2gemv.cuda.nvfp4 import seed as w4cuda
 from q2gemv.dispatch import nvfp4_tiers as T
 from q2gemv.dispatch.nvfp4_tiers import (
     BATCH8_RT2,
@@ -355,3 +356,72 @@ def test_tier_planning_argument_types():
             explain_tier(bad, t)
     with pytest.raises(TypeError, match=r"^tiers: expected a W4a16BatchmTiers, got str"):
         explain_tier(4, "tiers")
+
+
+@pytest.mark.parametrize(
+    ("present", "exc", "match"),
+    [
+        (None, TypeError, r"present: expected a sequence of 5 bools"),
+        (5, TypeError, r"present: expected a sequence of 5 bools"),
+        ("TTTTT", TypeError, r"present: expected a sequence of 5 bools"),
+        ([1, 1, 1, 1, 1], TypeError, r"present: expected bool flags, got int"),
+        ([True, None, True, True, True], TypeError, r"present: expected bool flags, got NoneType"),
+        ([True] * 4, ValueError, r"present: expected 5 flags"),
+    ],
+    ids=["None", "int", "str", "ints", "None-flag", "four"],
+)
+def test_select_tier_names_present(present, exc, match):
+    with pytest.raises(exc, match=match):
+        select_tier(1, present, True)
+
+
+def test_select_tier_names_exact_m():
+    with pytest.raises(TypeError, match=r"exact_m: expected a bool, got str"):
+        select_tier(1, [True] * 5, "yes")
+    assert select_tier(5, np.ones(5, bool), np.bool_(True)) == 1  # numpy bools are bools
+
+
+def test_tier_table_refuses_unknown_kernels():
+    with pytest.raises(ValueError, match=r"kernels: width 4 expected None or a W4A16 kernel"):
+        W4a16BatchmTiers(("w4a16_gemv_batch4_typo", None, None, None, None))
+    with pytest.raises(ValueError, match=r"kernels: width 8 expected .*got 'w4a16_gemv_batch4'"):
+        W4a16BatchmTiers((None, None, None, None, "w4a16_gemv_batch4"))  # too narrow for 8 rows
+    t = W4a16BatchmTiers(("w4a16_gemv_batch8", None, None, None, "w4a16_gemv_batch32"))
+    assert t.kernel(3) == "w4a16_gemv_batch8"  # wider is allowed (same bits, slower)
+
+
+def test_kernel_tables_agree():
+    assert T.W4A16_KERNEL_MAX_M == w4cuda.MAX_M
+    for names in ([], T.candidate_kernel_names()):
+        W4a16BatchmTiers.resolve(available=names)  # every resolved table is accepted
+
+
+def test_check_plan_accepts_every_tier_plan():
+    for mask in itertools.product([False, True], repeat=5):
+        names = [
+            n for n, keep in zip(T.candidate_kernel_names(), mask + (True,), strict=True) if keep
+        ]
+        tiers = W4a16BatchmTiers.resolve(available=names)
+        for m in (0, 1, 4, 5, 7, 8, 9, 16, 17, 32, 33, 70):
+            plan = T.plan_w4a16(m, tiers)
+            assert T.check_plan(plan, m) == plan
+
+
+@pytest.mark.parametrize(
+    ("plan", "m", "match"),
+    [
+        ([(0, 4, "w4a16_gemv_batch3")], 4, r"plan: launch 0: unknown kernel 'w4a16_gemv_batch3'"),
+        ([(0, 4, ["w4a16_gemv_batch4"])], 4, r"unknown kernel"),
+        ([(0, 5, "w4a16_gemv_batch4")], 5, r"plan: launch 0 .*1\.\.4 rows of w4a16_gemv_batch4"),
+        ([(0, 0, "w4a16_gemv_batch4")], 0, r"plan: launch 0"),
+        ([(0, 4, "w4a16_gemv_batch4"), (5, 4, "w4a16_gemv_batch4")], 9, r"expected rows 4\.\."),
+        ([(0, 4, "w4a16_gemv_batch4"), (2, 4, "w4a16_gemv_batch4")], 6, r"expected rows 4\.\."),
+        ([(0, 4, "w4a16_gemv_batch4")], 8, r"plan: covers rows 0\.\.3, expected 0\.\.7"),
+        ([(0, True, "w4a16_gemv_batch4")], 1, r"plan: launch 0"),
+        ([(0, 4)], 4, r"plan: launch 0: expected \(row0, rows, kernel\)"),
+        (5, 4, r"plan: expected \(row0, rows, kernel\) launches"),
+    ],
+)
+def test_check_plan_refuses(plan, m, match):
+    with pytest.raises(ValueError, match=match):
+        T.check_plan(plan, m)

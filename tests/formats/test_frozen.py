@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
+from q2gemv.formats._frozen import is_frozen
 from tests.q2_cases import _q2
 
 
@@ -45,3 +46,15 @@ def test_copies_of_a_weight_cannot_be_made_writeable(kind):
                 base = base.base
     if kind == "nvfp4":
         assert all(c.global_scale == w.global_scale for c in _copies(w).values())
+
+
+def test_is_frozen_decides_by_the_memory():
+    b = np.frombuffer(bytes(8), np.uint8)
+    assert is_frozen(b) and is_frozen(b[2:].reshape(2, 3))
+    assert not is_frozen(np.zeros(8, np.uint8))
+    ro = np.zeros(8, np.uint8)
+    ro.flags.writeable = False
+    assert not is_frozen(ro)  # it owns its memory: it can be flagged writeable again
+    assert not is_frozen(np.frombuffer(bytearray(8), np.uint8))
+    assert is_frozen(np.frombuffer(memoryview(bytes(8)), np.uint8))
+    assert not is_frozen(np.frombuffer(memoryview(bytearray(8)).toreadonly(), np.uint8))

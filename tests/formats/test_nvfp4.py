@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from q2gemv.formats import nvfp4 as fmt
+from q2gemv.formats._frozen import frozen
 from q2gemv.formats.nvfp4 import Nvfp4Weight
 from q2gemv.golden.check import assert_bits_equal
+from tests.weight_cases import _chain, _nv_parts, _writeable_inputs
 
 F4 = ml_dtypes.float4_e2m1fn
 F8 = ml_dtypes.float8_e4m3fn
@@ -479,3 +481,66 @@ def test_smallest_divisor_with_a_finite_reciprocal_is_kept():
 
     assert global_scale_from_divisor(2.0**-127) == 2.0**127
     assert global_scale_from_divisor(0.0) == np.inf  # a special given as such: validate() reports
+
+
+@pytest.mark.parametrize("kind", ["writeable", "read-only-view-of-writeable", "owned-read-only"])
+def test_nvfp4_parts_are_copied_when_they_can_be_written(kind):
+    packed, scales = _nv_parts()
+    w = Nvfp4Weight.from_parts(
+        _writeable_inputs(packed)[kind], _writeable_inputs(scales)[kind], 1.0
+    )
+    for part, src in ((w.packed, packed), (w.scales, scales)):
+        assert not np.shares_memory(part, src)
+        for arr in _chain(part):
+            with pytest.raises(ValueError, match="WRITEABLE"):
+                arr.flags.writeable = True
+    before = (w.packed.tobytes(), w.scales.tobytes())
+    packed[:] = 0xAB
+    scales[:] = 0xCD
+    assert (w.packed.tobytes(), w.scales.tobytes()) == before
+
+
+def test_nvfp4_immutable_parts_are_wrapped():
+    packed, scales = (frozen(x) for x in _nv_parts())  # bytes-backed, like a read-only map
+    w = Nvfp4Weight.from_parts(packed, scales, 1.0)
+    assert np.shares_memory(w.packed, packed) and np.shares_memory(w.scales, scales)
+
+
+@pytest.mark.parametrize(
+    "g",
+    [2**200, -(2**200), 2**2000, 1e39, np.float64(-1e39), np.array([1e300]), 1e-46, 2.0**-151],
+    ids=["2**200", "-2**200", "2**2000", "1e39", "-1e39-f64", "array-1e300", "1e-46", "2**-151"],
+)
+def test_global_scale_fp32_cannot_hold_is_refused(g):
+    packed, scales = _nv_parts()
+    with pytest.raises(ValueError, match=r"global_scale: expected a value representable in fp32"):
+        Nvfp4Weight(packed, scales, g)
+    with pytest.raises(ValueError, match=r"global_scale: expected a value representable"):
+        Nvfp4Weight.from_parts(packed, scales, g)
+
+
+@pytest.mark.parametrize(
+    ("g", "want"),
+    [
+        (float("inf"), np.inf),  # an IEEE special given as such is kept (validate() reports it)
+        (-np.inf, -np.inf),
+        (0, 0.0),
+        (2.0**-149, 2.0**-149),  # the smallest fp32 subnormal
+        (3.4e38, float(np.float32(3.4e38))),
+        (2**100, 2.0**100),
+        (0.1, float(np.float32(0.1))),
+    ],
+)
+def test_global_scale_representable_or_special_is_kept(g, want):
+    w = Nvfp4Weight(*_nv_parts(), g)
+    assert w.global_scale == want or (np.isnan(want) and np.isnan(w.global_scale))
+
+
+def test_global_scale_nan_is_kept():
+    assert np.isnan(Nvfp4Weight(*_nv_parts(), float("nan")).global_scale)
+
+
+def test_divisor_fp32_cannot_hold_is_refused():
+    packed, scales = _nv_parts()
+    with pytest.raises(ValueError, match=r"weight_global_scale: expected a value representable"):
+        Nvfp4Weight.from_compressed_tensors(packed, scales, 2**2000)

@@ -1,4 +1,4 @@
-"""block_q2_0 packing, ggml's own vectors, quantizers and validation."""
+"""block_q2_0 packing, ggml's own vectors, quantizers, validation, and who owns a weight's bytes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 
 from q2gemv import Q2Weight, quantize_q2_0
 from q2gemv.formats import q2_0 as fmt
+from q2gemv.formats._frozen import is_frozen
 from q2gemv.golden.check import assert_bits_equal
 from tests.q2_cases import _q2
+from tests.weight_cases import K, N, _chain, _q2_raw, _writeable_inputs
 
 
 def _ggml():
@@ -329,3 +331,73 @@ def test_quantize_q2_0_takes_bf16_as_its_fp32_value(method):
 def test_quantize_q2_0_still_refuses_integers():
     with pytest.raises(TypeError, match="^w: expected a float array, got int32"):
         quantize_q2_0(np.zeros((1, 128), np.int32))
+
+
+@pytest.mark.parametrize("kind", ["writeable", "read-only-view-of-writeable", "owned-read-only"])
+def test_q2weight_copies_memory_that_can_be_written(kind):
+    raw = _q2_raw()
+    src = _writeable_inputs(raw)[kind]
+    w = Q2Weight(src, N, K, 64)
+    assert not np.shares_memory(w.raw, raw)
+    for arr in _chain(w.raw):  # no array in the weight's chain can be made writeable again
+        assert not arr.flags.writeable
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            arr.flags.writeable = True
+    before = w.raw.tobytes()
+    raw[:] = 0xAB  # the caller writes its own buffer: the weight does not change
+    if kind == "owned-read-only":
+        src.flags.writeable = True
+        src[:] = 0xCD
+    assert w.raw.tobytes() == before
+
+
+def test_q2weight_issue_reproducer_is_refused():
+    w = Q2Weight.from_bytes(_q2_raw(), N, K, 64)
+    with pytest.raises(ValueError):
+        w.raw.flags.writeable = True
+    with pytest.raises(ValueError):
+        w.raw[0] = 0xAB
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview-of-bytes"])
+def test_q2weight_from_bytes_buffer_objects(kind):
+    data = _q2_raw().tobytes()
+    buf = {"bytes": data, "bytearray": bytearray(data), "memoryview-of-bytes": memoryview(data)}[
+        kind
+    ]
+    w = Q2Weight.from_bytes(buf, N, K, 64)
+    assert w.raw.tobytes() == data
+    view = np.frombuffer(buf, np.uint8)
+    # bytes cannot change: wrapped; a bytearray can: copied
+    assert np.shares_memory(w.raw, view) == (kind != "bytearray")
+    with pytest.raises(ValueError):
+        w.raw.flags.writeable = True
+
+
+def test_read_only_file_map_is_wrapped_without_copy(tmp_path):
+    data = _q2_raw().tobytes()
+    p = tmp_path / "w.bin"
+    p.write_bytes(data)
+    with open(p, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    raw = np.frombuffer(m, np.uint8)
+    assert is_frozen(raw)
+    w = Q2Weight.from_bytes(raw, N, K, 64)
+    assert np.shares_memory(w.raw, raw)  # zero-copy: the loaders' path
+    del w, raw
+    m.close()
+
+
+def test_writeable_file_map_is_copied(tmp_path):
+    p = tmp_path / "w.bin"
+    p.write_bytes(_q2_raw().tobytes())
+    with open(p, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0)
+    raw = np.frombuffer(m, np.uint8)
+    w = Q2Weight.from_bytes(raw, N, K, 64)
+    assert not np.shares_memory(w.raw, raw)
+    before = w.raw.tobytes()
+    raw[0] ^= 0xFF  # writes the file; the weight keeps its bytes
+    assert w.raw.tobytes() == before
+    del raw
+    m.close()

@@ -6,10 +6,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from q2gemv import reference as ref
 from q2gemv.formats.bf16 import bits_to_bf16
 from q2gemv.formats.nvfp4 import Nvfp4Weight, e2m1_decode, e4m3_decode
 from q2gemv.golden.check import assert_bits_equal
 from q2gemv.reference.nvfp4 import w4a16_gemv
+from tests.edge_values import _acts as _edge_acts
+from tests.edge_values import _w4_expected, _w4_weight
 
 BF16 = ml_dtypes.bfloat16
 U = 2.0**-24  # fp32 unit roundoff
@@ -298,3 +301,8 @@ def test_bad_calls_name_the_argument():
         w4a16_gemv(np.zeros((1, 16), BF16), w)
     with pytest.raises(ValueError, match="a"):
         w4a16_gemv(np.zeros((1, 1, 32), BF16), w)
+
+
+def test_w4_reference_edge_table():
+    w, a = _w4_weight(1.0), _edge_acts(16)
+    assert_bits_equal(ref.w4a16_gemv(a, w).view(np.uint16), _w4_expected(), label="reference")

@@ -16,12 +16,18 @@ at most K * 2^-53 * S.
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
 from q2gemv import Q2Weight, reference
+from q2gemv import reference as ref
 from q2gemv.formats.bf16 import BF16
 from q2gemv.formats.q2_0 import quantize_q2_0
+from q2gemv.golden.check import assert_bits_equal
+from q2gemv.reference import q2_0 as ref_q2
+from tests.edge_values import Q2_KERNELS, _acts, _q2_expected, _q2_weight, _round_bf16
 from tests.q2_cases import random_acts, random_weight
 
 U = 2.0**-24
@@ -112,3 +118,47 @@ def test_seed_reference_memory_is_bounded_by_its_chunk_not_by_m(monkeypatch, fam
     assert y.shape == (m, n)
     assert peak - y.nbytes < 8_000_000, peak
     np.testing.assert_array_equal(y[:3000].view(np.uint16), want)
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_q2_reference_edge_table(group):
+    w, a = _q2_weight(group), _acts(group)
+    want = _q2_expected(group)
+    # fp16 max row: 64 * 131008 = 8384512 and 128 * 131008 round to bf16 (RNE)
+    want[0, 8] = _round_bf16(group * 131008.0)
+    want[4, 8] = _round_bf16(group * 131008.0 * 2.0**-133)
+    for name in Q2_KERNELS:
+        got = getattr(ref, name)(a, w).view(np.uint16)
+        assert_bits_equal(got, want, label=f"reference {name} group={group}")
+
+
+# -- the Q2_0 reference is chunked by rows of a --------------------------------------------------
+
+
+def test_q2_reference_chunking_keeps_the_bits(monkeypatch):
+    rng = np.random.default_rng(14)
+    w = quantize_q2_0(rng.standard_normal((37, 256)).astype(np.float32), 64)
+    a = (rng.standard_normal((21, 256)) * 4).astype(BF16)
+    want = {fn: getattr(ref_q2, fn)(a, w).view(np.uint16) for fn in ("q2_0_gemv", "q2_0_gemv_vec")}
+    for elems, rows in ((1, 1), (1000, 5), (1 << 14, 16)):
+        monkeypatch.setattr(ref_q2, "_CHUNK_ELEMS", elems)
+        monkeypatch.setattr(ref_q2, "_ROW_CHUNK", rows)
+        for fn, bits in want.items():
+            assert_bits_equal(getattr(ref_q2, fn)(a, w).view(np.uint16), bits, label=fn)
+
+
+def test_q2_reference_memory_does_not_grow_with_m(monkeypatch):
+    # unchunked, M=2048 activation rows x 64 weight rows x 64 lanes is 8M elements per
+    # step (~350 MB with the f64 fma temporaries); the budget below allows 2**13 (~0.4 MB)
+    monkeypatch.setattr(ref_q2, "_CHUNK_ELEMS", 1 << 13)
+    rng = np.random.default_rng(15)
+    w = quantize_q2_0(rng.standard_normal((64, 128)).astype(np.float32), 128)
+    a = rng.standard_normal((2048, 128)).astype(BF16)
+    tracemalloc.start()
+    try:
+        y = ref_q2.q2_0_gemv(a, w)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    inherent = y.size * 4 * 3  # the fp32 [M, N] result and its bf16 conversion
+    assert peak < inherent + (4 << 20), (peak, inherent)

@@ -13,11 +13,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import q2gemv
+from q2gemv import reference as ref
 from q2gemv.cuda.nvfp4 import seed as kw
+from q2gemv.cuda.nvfp4 import seed as w4cuda
+from q2gemv.dispatch import nvfp4_tiers as T
 from q2gemv.dispatch.nvfp4_tiers import BATCH8_RT2, W4a16BatchmTiers, plan_w4a16
 from q2gemv.formats.nvfp4 import Nvfp4Weight
 from q2gemv.golden.check import assert_bits_equal
 from q2gemv.reference.nvfp4 import w4a16_gemv as reference
+from tests.edge_values import NAN, PINF, ZERO, _acts, _bits, _w4_expected, _w4_weight
+from tests.weight_cases import _acts as _api_acts
+from tests.weight_cases import _nv_parts
 
 BF16 = ml_dtypes.bfloat16
 
@@ -274,3 +281,66 @@ def test_ptx_specs_cover_every_kernel():
     specs = kw.ptx_specs()
     assert [name for name, _, _ in specs] == list(kw.KERNEL_NAMES)
     assert all(sig == kw.SIGNATURE and callable(body) for _, body, sig in specs)
+
+
+@pytest.mark.parametrize(
+    "kernel", ["w4a16_gemv_batch5", "w4a16_gemv_batch8_rt2", "w4a16_gemv_batch16"]
+)
+def test_w4_kernels_edge_table(kernel):
+    w, a = _w4_weight(1.0), _acts(16)
+    got = w4cuda.w4a16_gemv(a, w, kernel=kernel).view(np.uint16)
+    assert_bits_equal(got, _w4_expected(), label=kernel)
+
+
+@pytest.mark.parametrize(
+    ("g", "row0"),
+    [(float("inf"), PINF), (0.0, ZERO), (float("nan"), NAN), (2.0**-126, _bits(96 * 2.0**-126))],
+)
+def test_w4_global_scale_specials(g, row0):
+    w, a = _w4_weight(g), _acts(16)
+    want = ref.w4a16_gemv(a, w).view(np.uint16)
+    assert want[0, 0] == row0
+    if np.isnan(g):
+        assert (want == NAN).all()
+    got = w4cuda.w4a16_gemv(a[:1], w, kernel="w4a16_gemv_batch4").view(np.uint16)
+    assert_bits_equal(got, want[:1], label=f"g={g}")
+
+
+def test_w4_single_output_row():
+    rng = np.random.default_rng(6)
+    w = Nvfp4Weight.from_float(rng.standard_normal((1, 48)).astype(np.float32))
+    a = rng.standard_normal((2, 48)).astype(BF16)
+    got = q2gemv.gemv(a, w, backend="cuda")
+    assert got.shape == (2, 1)
+    assert_bits_equal(got.view(np.uint16), ref.w4a16_gemv(a, w).view(np.uint16))
+
+
+def test_w4a16_gemv_kernel_not_a_name(no_launch):
+    with pytest.raises(TypeError, match=r"kernel: expected a kernel name"):
+        w4cuda.w4a16_gemv(_api_acts(), Nvfp4Weight(*_nv_parts(), 1.0), kernel=["w4a16_gemv_batch4"])
+
+
+def _tiers_with(name: str) -> W4a16BatchmTiers:
+    """A table holding ``name`` at width 8, past the constructor's check (as a stale or
+    hand-patched table would)."""
+    t = W4a16BatchmTiers.resolve(available=T.candidate_kernel_names())
+    object.__setattr__(t, "kernels", t.kernels[:4] + (name,))
+    return t
+
+
+def test_w4a16_gemv_checks_the_whole_plan_before_the_first_launch(no_launch):
+    # M = 40: chunk 0..31 on batch32 would launch before chunk 32..39 reached the bad name
+    a = _api_acts(40)
+    with pytest.raises(ValueError, match=r"plan: launch 1: unknown kernel 'w4a16_gemv_bogus'"):
+        w4cuda.w4a16_gemv(a, Nvfp4Weight(*_nv_parts(), 1.0), tiers=_tiers_with("w4a16_gemv_bogus"))
+    with pytest.raises(ValueError, match=r"plan: launch 1 .*1\.\.4 rows of w4a16_gemv_batch4"):
+        w4cuda.w4a16_gemv(a, Nvfp4Weight(*_nv_parts(), 1.0), tiers=_tiers_with("w4a16_gemv_batch4"))
+
+
+def test_run_plan_checks_before_upload(no_launch, monkeypatch):
+    uploads = []
+    monkeypatch.setattr(w4cuda.DeviceNvfp4Weight, "upload", lambda *a, **k: uploads.append(a))
+    plan = [(0, 32, "w4a16_gemv_batch32"), (32, 8, "nope")]
+    with pytest.raises(ValueError, match=r"plan: launch 1: unknown kernel 'nope'"):
+        w4cuda._run_plan(plan, _api_acts(40).view(np.uint16), Nvfp4Weight(*_nv_parts(), 1.0), 0)
+    assert uploads == []

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from q2gemv import Nvfp4Weight
+from q2gemv.cuda.nvfp4 import seed as w4cuda
 from tests.formats.test_nvfp4 import _host_error, _nvfp4_parts
+from tests.weight_cases import K, N, _nv_parts
 
 BAD_SCALES = [
     1e39,
@@ -62,3 +65,45 @@ def test_device_weight_accepts_what_the_host_weight_accepts(g):
     assert np.float32(dw.global_scale).view(np.uint32) == np.float32(host.global_scale).view(
         np.uint32
     )
+
+
+def _dnv(n=N):
+    return w4cuda.DeviceNvfp4Weight.upload(Nvfp4Weight(*_nv_parts(n=n), 0.5), keep_packed=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "exc", "match"),
+    [
+        (
+            lambda d: (d.wp, d.scales, 1.0, 2 * N, K),
+            ValueError,
+            r"wp: expected shape \(6, 16\), got \(3, 16\)",
+        ),
+        (lambda d: (d.wp, d.scales, 1.0, N, K // 2), ValueError, r"wp: expected shape \(3, 8\)"),
+        (lambda d: (d.wp, d.scales, 1.0, N, 24), ValueError, r"k: expected a multiple of 16"),
+        (lambda d: (d.wp, d.scales, 1.0, 0, K), ValueError, r"n: expected >= 1"),
+        (lambda d: (d.scales, d.wp, 1.0, N, K), TypeError, r"wp: expected dtype uint32"),
+        (
+            lambda d: (d.wp, _dnv(2 * N).scales, 1.0, N, K),
+            ValueError,
+            r"scales: expected shape \(3, 8\)",
+        ),
+        (lambda d: (d.wp, d.scales, "1", N, K), TypeError, r"global_scale: expected a real number"),
+        (
+            lambda d: (d.wp.copy_to_host(), d.scales, 1.0, N, K),
+            TypeError,
+            r"wp: expected a numba device array",
+        ),
+    ],
+    ids=["rows", "k-half", "k-24", "n-0", "swapped", "scales-rows", "global-str", "host-array"],
+)
+def test_device_nvfp4_weight_checks_sizes(no_launch, args, exc, match):
+    d = _dnv()
+    with pytest.raises(exc, match=match):
+        w4cuda.DeviceNvfp4Weight(*args(d))
+
+
+def test_device_nvfp4_weight_round_trip():
+    d = _dnv()
+    again = w4cuda.DeviceNvfp4Weight(d.wp, d.scales, d.global_scale, N, K)
+    assert again.global_scale == np.float32(0.5) and isinstance(again.global_scale, np.float32)

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 import q2gemv
-from q2gemv import reference
+from q2gemv import Q2Weight, reference
+from q2gemv import reference as ref
 from q2gemv.cuda.q2_0 import seed as q2cuda
+from q2gemv.formats.bf16 import BF16
 from q2gemv.golden.check import assert_bits_equal
+from tests.edge_values import NAN, Q2_KERNELS, ZERO, _acts, _bits, _q2_weight
 from tests.q2_cases import random_acts, random_weight
 
 M1_KERNELS = ("q2_0_gemv", "q2_0_gemv_vec", "q2_0_gemv_vec_rt4")
@@ -223,3 +226,31 @@ def test_word_batches_of_any_size_keep_the_order(rows_per_warp, words):
     kern[grid, 256](cuda.to_device(a.view(np.uint16)), dw.b16, dw.bh, d_out, n, k, 128, 1)
     want = reference.q2_0_gemv_vec(a, w).view(np.uint16)
     assert_bits_equal(d_out.copy_to_host(), want, f"T={rows_per_warp} words={words}")
+
+
+# rt4 (32 rows per CTA) is the slowest kernel in the simulator: one group here, both in test_fuzz
+@pytest.mark.parametrize(
+    ("kernel", "group"),
+    [(k, g) for k in Q2_KERNELS for g in (64, 128) if (k, g) != ("q2_0_gemv_vec_rt4", 128)],
+)
+def test_q2_kernels_edge_table(kernel, group):
+    w, a = _q2_weight(group), _acts(group)
+    want = getattr(ref, kernel)(a, w).view(np.uint16)
+    got = q2gemv.gemv(a, w, kernel=kernel, backend="cuda").view(np.uint16)
+    assert_bits_equal(got, want, label=f"{kernel} group={group}")
+    assert got[0, 0] == _bits(2.0 * group)  # code 3 is +2
+    assert got[4, 0] == _bits(group * 2.0**-132)  # no flush-to-zero of subnormal inputs
+    assert (got[:, 2] == NAN).all() and got[0, 1] == ZERO and got[0, 6] == ZERO
+
+
+@pytest.mark.parametrize("kernel", ["q2_0_gemv", "q2_0_gemv_vec_batchm"])
+def test_q2_single_output_row(kernel):
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, 4, (1, 256), dtype=np.uint8)
+    codes[0, :7] = 3
+    w = Q2Weight.from_codes(codes, np.array([[0.5, -0.25]], np.float16), group=128)
+    a = rng.standard_normal((1 if kernel == "q2_0_gemv" else 3, 256)).astype(BF16)
+    want = getattr(ref, kernel)(a, w)
+    got = q2gemv.gemv(a, w, kernel=kernel, backend="cuda")
+    assert got.shape == (a.shape[0], 1)
+    assert_bits_equal(got.view(np.uint16), want.view(np.uint16), label=kernel)

@@ -293,7 +293,7 @@ CASES = [
     ("W4a16BatchmTiers/len", lambda t: W4a16BatchmTiers(("w4a16_gemv_batch4",)), ValueError, r"kernels: expected 5 entries"),
     ("W4a16BatchmTiers/entry", lambda t: W4a16BatchmTiers((4, None, None, None, None)), TypeError, r"kernels: expected str or None"),
     ("W4a16BatchmTiers.resolve/str", lambda t: W4a16BatchmTiers.resolve("w4a16_gemv_batch4"), TypeError, r"available: expected an iterable"),
-    # -- issue 16 (more in tests/test_api_edges.py) ---------------------------------------
+    # -- issue 16 (more in tests/test_api.py, tests/formats/, tests/cuda/) -----------------
     ("gemv/kernel-list", lambda t: q2gemv.gemv(C.a, C.w, kernel=["q2_0_gemv"]), TypeError, r"kernel: expected a kernel name \(str\) or None, got list"),
     ("gemv/w4-kernel-list", lambda t: q2gemv.gemv(C.a, C.w4, kernel=["w4a16_gemv_batch4"]), TypeError, r"kernel: expected a kernel name"),
     ("gemv/stream-str", lambda t: q2gemv.gemv(C.a, C.w, backend="cuda", stream="x"), TypeError, r"stream: expected None, an int cudaStream_t handle or a numba stream"),
