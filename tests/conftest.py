@@ -18,18 +18,8 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not gpu_present():
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
-# Not set here: sys.setswitchinterval(2e-4). It made simulated launches much faster
-# (the simulator's BlockManager busy-polls its 256 threads, so a released thread can
-# wait a whole 5 ms switch interval: test_w4a16_cuda + test_edge_values 889 s -> 265 s),
-# but with it the W4A16 simulator tests failed intermittently with wrong bits (one
-# clean-clone CI run; one of two parallel runs of tests/cuda/nvfp4/test_seed.py), and not
-# in two runs at the default interval. That race is understood and fixed: numba's
-# simulator allocated shared arrays with an unlocked check-then-set, so some threads
-# got a private "shared" array (cuda/runtime/dev.py now allocates under a lock; a test forces
-# the interleaving). Re-measured on a heavily loaded 2-core machine (load 30), one
-# process each, tests/cuda/nvfp4/test_seed.py: 5 ms 327 s wall, 168 s CPU; 0.2 ms 280 s
-# wall, 214 s CPU (more sys time); under pytest -n 2 the extra CPU competes with the
-# other worker. Set it again if an unloaded measurement of the README command says so.
+# Not set here: sys.setswitchinterval(2e-4) (faster simulated launches, but no gain under
+# pytest -n 2 on a loaded machine; docs/design_notes.md, "Test suite" has the measurements).
 
 
 def pytest_collection_modifyitems(config, items):
