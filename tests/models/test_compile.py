@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -24,13 +23,9 @@ pytest.importorskip("transformers")
 import q2gemv  # noqa: E402
 from q2gemv.torch import quantize_model  # noqa: E402
 
-from ..model_cases import equal_amax_per_group, tiny_llama, tiny_qwen2  # noqa: E402
+from ..model_cases import equal_amax_per_group, tiny_llama, tiny_qwen2, u16  # noqa: E402
 
 GEMV_OPS = ("q2gemv.q2_linear", "q2gemv.nvfp4_linear")
-
-
-def u16(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
 
 
 def quantized(arch: str, fmt: str, fuse: bool):

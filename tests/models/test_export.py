@@ -39,11 +39,13 @@ from q2gemv.torch import (  # noqa: E402
     save_safetensors,
 )
 
-from ..model_cases import llama_cpp_permute, tiny_llama, tiny_qwen2, write_llama_gguf  # noqa: E402
-
-
-def u16(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
+from ..model_cases import (  # noqa: E402
+    llama_cpp_permute,
+    tiny_llama,
+    tiny_qwen2,
+    u16,
+    write_llama_gguf,
+)
 
 
 def assert_same_logits(got_model, want_model, seed: int = 3) -> None:

@@ -30,18 +30,9 @@ from q2gemv.torch import (  # noqa: E402
     quantize_model,
 )
 
-from ..model_cases import tiny_llama, write_llama_gguf  # noqa: E402
+from ..model_cases import assert_same_bits, tiny_llama, write_llama_gguf  # noqa: E402
 
 PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def u16(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
-
-
-def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    assert got.shape == want.shape, what
-    q2gemv.golden.check.assert_bits_equal(u16(got), u16(want), what)
 
 
 class ReferenceLinear(torch.nn.Module):
