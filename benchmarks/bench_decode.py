@@ -343,9 +343,9 @@ def variant_layers(base, variant: str, args, device) -> tuple[list, str]:
 
 
 def _decode_step_class():
-    import inspect
-
     import torch
+
+    from q2gemv.models.decode import cache_keyword, decode_step
 
     class DecodeStep(torch.nn.Module):
         """One greedy decode step on buffers: tokens <- argmax(logits), position += 1."""
@@ -361,8 +361,7 @@ def _decode_step_class():
             self.register_buffer("tokens", torch.zeros(batch, 1, dtype=torch.long, device=device))
             self.register_buffer("pos", torch.zeros(1, dtype=torch.long, device=device))
             self.register_buffer("key_pos", torch.arange(max_len, device=device))
-            params = inspect.signature(model.forward).parameters
-            self.cache_kw = "cache" if "cache" in params else "past_key_values"
+            self.cache_kw = cache_keyword(model)
 
         @torch.no_grad()
         def prefill(self, prompt: int, seed: int = 0) -> None:
@@ -394,22 +393,10 @@ def _decode_step_class():
                     length.fill_(self.prompt)
 
         def forward(self) -> torch.Tensor:
-            batch = self.tokens.shape[0]
-            allowed = (self.key_pos <= self.pos).view(1, 1, 1, -1).expand(batch, 1, 1, -1)
-            mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.pos.device)
-            mask = mask.masked_fill(~allowed, torch.finfo(self.dtype).min)
-            out = self.model(
-                input_ids=self.tokens,
-                position_ids=self.pos.view(1, 1).expand(batch, 1),
-                cache_position=self.pos,
-                attention_mask=mask,
-                **{self.cache_kw: self.cache},
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :]
-            self.tokens.copy_(logits.argmax(dim=-1, keepdim=True))
-            self.pos.add_(1)
-            return logits
+            return decode_step(
+                self.model, self.tokens, self.pos, self.key_pos, self.cache, self.cache_kw,
+                self.dtype,
+            )  # fmt: skip
 
     return DecodeStep
 

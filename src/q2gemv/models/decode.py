@@ -24,6 +24,47 @@ class _State:
     length: int = 0  # tokens in the sequence: the prompt and those generated
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword ``model.forward`` takes its KV cache by: ``"cache"`` in newer transformers 5.x
+    (5.24; ``past_key_values`` there only warns), else ``"past_key_values"``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def decode_step(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    pos: torch.Tensor,
+    keys: torch.Tensor,
+    cache,
+    cache_kw: str,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """One greedy decode step on fixed tensors, in place: ``tokens`` <- argmax of the next
+    logits, ``pos`` += 1; returns those logits ``[B, vocab]``.
+
+    ``tokens``: ``[B, 1]`` int64 at position ``pos`` (``[1]`` int64); ``keys``: the cache's
+    positions ``arange(max_len)``, masked past ``pos`` in ``dtype``; ``cache``: the static KV
+    cache, passed to ``model`` by the keyword ``cache_kw`` (:func:`cache_keyword`). Reads and
+    writes only these tensors, so it can be captured in a CUDA graph or compiled.
+    """
+    batch = tokens.shape[0]
+    allowed = (keys <= pos).view(1, 1, 1, -1).expand(batch, 1, 1, -1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=pos.device)
+    mask = mask.masked_fill(~allowed, torch.finfo(dtype).min)
+    out = model(
+        input_ids=tokens,
+        position_ids=pos.view(1, 1).expand(batch, 1),
+        cache_position=pos,
+        attention_mask=mask,
+        **{cache_kw: cache},
+        use_cache=True,
+    )
+    logits = out.logits[:, -1, :]
+    tokens.copy_(logits.argmax(dim=-1, keepdim=True))
+    pos.add_(1)
+    return logits
+
+
 def _static_window(config, max_len: int) -> int | None:
     """The fewest positions a layer of ``transformers.StaticCache(config, max_len)`` keeps.
 
@@ -84,9 +125,7 @@ class CapturedDecoder:
         self._states: dict[int, _State] = {}
         self._current: _State | None = None
         self._keys = torch.arange(max_len, device=self.device)
-        # newer transformers 5.x (5.24) call it cache; past_key_values there only warns
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_keyword(model)
 
     def _state(self, batch: int) -> _State:
         st = self._states.get(batch)
@@ -106,20 +145,7 @@ class CapturedDecoder:
 
     def _step(self, st: _State) -> None:
         """One decode step on the fixed tensors: tokens <- argmax(next logits), pos += 1."""
-        batch = st.tokens.shape[0]
-        allowed = (self._keys <= st.pos).view(1, 1, 1, -1).expand(batch, 1, 1, -1)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
-        mask = mask.masked_fill(~allowed, torch.finfo(self.dtype).min)
-        out = self.model(
-            input_ids=st.tokens,
-            position_ids=st.pos.view(1, 1).expand(batch, 1),
-            cache_position=st.pos,
-            attention_mask=mask,
-            **{self._cache_kw: st.cache},
-            use_cache=True,
-        )
-        st.tokens.copy_(out.logits[:, -1, :].argmax(dim=-1, keepdim=True))
-        st.pos.add_(1)
+        decode_step(self.model, st.tokens, st.pos, self._keys, st.cache, self._cache_kw, self.dtype)
 
     @torch.inference_mode()
     def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
