@@ -42,7 +42,8 @@ REF_MAX = 2**31  # M * N * K up to which the reference is computed on the host
 
 def candidates(n: int, k: int, m: int, full: bool = True):
     """``(batched, warps, parts, cols, max_regs)`` of each candidate launch shape (``full``:
-    every K split; else no split and the column splits with register caps)."""
+    4 and 8 warps with every K split; else 4 and 8 warps with and without a 128-register cap,
+    and 4 warps with K in 2 and 4 parts)."""
     steps = -(-k // 128)
     out = [(False, w, 1, 1, None) for w in (8, 16)]
     if m < 2:
@@ -53,10 +54,8 @@ def candidates(n: int, k: int, m: int, full: bool = True):
                 if parts == 1 or steps // parts >= 2:
                     out.append((True, warps, parts, 1, None))
         return out
-    ng = -(-min(m, 32) // 8)
-    for warps, cols, regs in ((4, 1, None), (4, 1, 128), (8, 1, None), (8, 1, 128)):
-        if cols <= ng:
-            out.append((True, warps, 1, cols, regs))
+    for warps, regs in ((4, None), (4, 128), (8, None), (8, 128)):
+        out.append((True, warps, 1, 1, regs))
     for parts in (2, 4):
         if steps // parts >= 4:
             out.append((True, 4, parts, 1, None))
@@ -75,7 +74,7 @@ def main(argv=None) -> int:
     p.add_argument("--ms", default=",".join(map(str, MS)))
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--cols", action="store_true", help="column-split candidates, no K split")
+    p.add_argument("--short", action="store_true", help="the short list (see candidates)")
     args = p.parse_args(argv)
     args.out = args.out or dated("exact_launch_sweep")
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
@@ -122,7 +121,7 @@ def main(argv=None) -> int:
             br = batch_rule(n, k, min(m, xb.MAX_M))
             picks.add((True, br.warps, br.parts, br.cols, br.max_regs))
             first = None
-            for batched, warps, parts, cols, regs in candidates(n, k, m, not args.cols):
+            for batched, warps, parts, cols, regs in candidates(n, k, m, not args.short):
                 name = xb.NAME if batched else "q2_0_gemv_exact"
                 plan = ChunkPlan(m, xb.MAX_M if batched else 8, lambda rows, nm=name: nm)
                 ex.warps_for = lambda n_, k_, m_, w=warps: w
