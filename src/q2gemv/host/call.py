@@ -45,8 +45,9 @@ def family_spec(weight) -> tuple[registry.FamilySpec, bool]:
     """``(family spec, on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
     found = registry.family_of(weight)
     if found is None:
+        names = ", ".join(f.host_weight.rpartition(".")[2] for f in registry.families())
         raise TypeError(
-            "weight: expected a Q2Weight, Nvfp4Weight or their device-resident forms, "
+            f"weight: expected a {names} or their device-resident forms, "
             f"got {type(weight).__name__}"
         )
     return found
