@@ -23,6 +23,7 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "q2gemv"
 #   host.backends/.arrays     what this process has; device arrays and streams as passed
 #   cuda                      runtime (no family), exact_contract, q2_0/, nvfp4/, ptx
 #   host.device/.prepared     device weights, prepared activations (cuda imported lazily)
+#   host.operands             a call's activations in their form, looked at once
 #   host.call                 the road: one call object, built once, run (cuda imported lazily)
 #   api, io                   the calls users make; file readers and writers
 #   golden, bench, nn         the golden suite, the benchmark, the torch ops and layers
@@ -31,7 +32,7 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "q2gemv"
 # module (or package prefix) -> prefixes it must never import (not even inside a function)
 TOP = ("torch", "cli")
 FACES = ("api", "io", "golden", "bench", "nn", "models", *TOP)
-ABOVE_CUDA = ("host.device", "host.prepared", "host.call", *FACES)
+ABOVE_CUDA = ("host.device", "host.prepared", "host.operands", "host.call", *FACES)
 ABOVE_HOST = ("host", "cuda", *FACES)
 FORBIDDEN = {
     "tools": ("dispatch", "formats", "reference", *ABOVE_HOST),
@@ -48,7 +49,9 @@ FORBIDDEN = {
     "host.device": ("host.prepared", "host.call", *FACES),
     # api imports prepared (PreparedActivations); both take their stream and device-array
     # checks from q2gemv.host.arrays, so prepared never imports api.
-    "host.prepared": ("host.call", *FACES),
+    "host.prepared": ("host.operands", "host.call", *FACES),
+    # a call's activations in their form (prepared ones included), for the road.
+    "host.operands": ("host.call", *FACES),
     # the road (host.call) builds every GEMV over prepared activations and device weights.
     "host.call": FACES,
     "api": ("io", "golden", "bench", "nn", "models", *TOP),

@@ -43,8 +43,10 @@ from .models.gguf import config_from_gguf, load_gguf
 from .models.hf_hook import register_when_transformers_loads
 from .models.quantize import QuantizeReport, quantize_model
 from .models.safetensors import load_safetensors
-from .nn.layers import Nvfp4Linear, Q2Linear, replace_linears
+from .nn.layers import replace_linears
+from .nn.nvfp4 import Nvfp4Linear
 from .nn.ops import clear_device_weight_cache, nvfp4_linear, q2_linear
+from .nn.q2_0 import Q2Linear
 
 __all__ = [
     "Q2Linear",

@@ -130,7 +130,9 @@ def test_a_data_write_through_the_layer_attribute_rebuilds_the_layout(built):
 def test_nvfp4_buffers_read_through_the_layer_drop_the_layout(built):
     import numpy as np
 
-    w = layers.Nvfp4Weight.from_float(np.ones((4, 32), np.float32))
+    from q2gemv import Nvfp4Weight
+
+    w = Nvfp4Weight.from_float(np.ones((4, 32), np.float32))
     layer = layers.Nvfp4Linear(w)
     packed, scales = layer._buffers["packed"], layer._buffers["scales"]
     a = qt._nvfp4_device_weight(packed, scales, layer.global_scale)

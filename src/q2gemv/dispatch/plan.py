@@ -130,6 +130,19 @@ class ChunkPlan(Sequence):
         return f"ChunkPlan({n} launches: {self[0]}, {self[1]}, ..., {self[-1]})"
 
 
+def plan_launches(weight, spec, mode: str, m: int, kernel: str | None):
+    """The launches ``(row0, rows, kernel)`` of ``m`` rows, never materialised (arguments checked).
+
+    ``spec`` is the weight's :class:`~q2gemv.dispatch.registry.FamilySpec`, ``kernel`` the
+    forced kernel or None. ``mode`` ``"exact"``: the kernel's chunks of its ``max_m``
+    rows; ``"seed"``: the family's seed rule.
+    """
+    if mode == "exact":
+        name = spec.exact_kernel if kernel is None else kernel
+        return ChunkPlan(m, registry.get(name).max_m, lambda rows: name)
+    return registry.resolve(spec.seed_plan)(weight, m, kernel)
+
+
 def batchm_launch_chunks(
     m: int, k: int, n: int, max_m: int = Q2_BATCHM_MAX_M
 ) -> Iterator[tuple[int, int, int]]:

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 FAMILIES = ("q2_0", "w4a16")
+# The torch layers' default format (q2gemv.torch.quantize_model, replace_linears, a
+# quantization_config without "format"): a FamilySpec.layer_format.
+DEFAULT_LAYER_FORMAT = "q2_0"
 CONTRACTS = ("seed", "exact")
 THREADS_PER_CTA = 256
 
@@ -264,6 +267,10 @@ class FamilySpec:
             modules with ``ptx_specs()`` (kernels that are no registered
             GEMV, e.g. the Q2_0 execution layout's pack and unpack), for
             :mod:`q2gemv.cuda.ptx`.
+        layer: dotted name of the family's torch layer class (``q2gemv.nn.<format>``),
+            which holds what the model level knows of the format (:mod:`q2gemv.nn.layers`).
+        layer_format: the format's name in a layer's state, a ``quantization_config``
+            and ``quantize_model(fmt=)`` (``"q2_0"``, ``"nvfp4"``).
     """
 
     name: str
@@ -280,6 +287,8 @@ class FamilySpec:
     seed_plan: str
     seed_reason: str
     device_modules: tuple[str, ...] = ()
+    layer: str = ""
+    layer_format: str = ""
 
     def __post_init__(self) -> None:
         if self.name not in FAMILIES:
@@ -401,6 +410,16 @@ def families() -> tuple[FamilySpec, ...]:
     return tuple(_FAMILIES.values())
 
 
+def layer_formats() -> tuple[str, ...]:
+    """The formats torch layers exist for (:attr:`FamilySpec.layer_format`), in family order."""
+    return tuple(f.layer_format for f in _FAMILIES.values() if f.layer_format)
+
+
+def by_layer_format(fmt: str) -> FamilySpec | None:
+    """The family whose torch layers are of format ``fmt``, or None."""
+    return next((f for f in _FAMILIES.values() if f.layer_format and f.layer_format == fmt), None)
+
+
 def family_of(weight) -> tuple[FamilySpec, bool] | None:
     """``(spec, on_device)`` of a host or device weight; None for anything else.
 
@@ -473,6 +492,7 @@ register_family(FamilySpec(
     ("raw",), ("b16", "codes", "scales"), grouped=True, prepared_kernel="q2_0_gemv_exact",
     seed_plan="q2gemv.dispatch.seed_rules.q2_0_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.q2_0_seed_reason",
     device_modules=("q2gemv.cuda.q2_0.layout",),
+    layer="q2gemv.nn.q2_0.Q2Linear", layer_format="q2_0",
 ))  # fmt: skip
 register_family(FamilySpec(
     "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.nvfp4.seed",
@@ -481,6 +501,7 @@ register_family(FamilySpec(
     grouped=False, prepared_kernel="",
     seed_plan="q2gemv.dispatch.seed_rules.w4a16_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.w4a16_seed_reason",
     device_modules=("q2gemv.cuda.nvfp4.layout",),
+    layer="q2gemv.nn.nvfp4.Nvfp4Linear", layer_format="nvfp4",
 ))  # fmt: skip
 
 __all__ = [
@@ -491,6 +512,9 @@ __all__ = [
     "family",
     "family_of",
     "families",
+    "layer_formats",
+    "by_layer_format",
+    "DEFAULT_LAYER_FORMAT",
     "prepared_family",
     "register_family",
     "resolve",

@@ -28,13 +28,13 @@ read it as 16-bit halves. Kernels consume these bytes unchanged (keep-packed).
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 from ._frozen import check_u8, frozen
+from ._sizes import as_size
 from .bf16 import float_matrix
 
 GROUPS = (64, 128)
@@ -46,21 +46,6 @@ GGUF_TYPE_PQ2_0 = 142  # newer PrismML builds: group 128
 def block_bytes(group: int) -> int:
     """Bytes of one ``block_q2_0`` of ``group`` codes: 2 (fp16 d) + group/4."""
     return SCALE_BYTES + check_group(group) // 4
-
-
-def as_size(v, name: str) -> int:
-    """Size ``v`` (an int, NumPy integer or ``__index__`` object; not a bool) as a Python int.
-
-    Sizes are multiplied together, and a NumPy fixed-width integer
-    (``np.int16(4000) * 18``) would wrap silently; Python ints do not overflow.
-    Raises TypeError naming ``name`` when ``v`` is a bool or not an integer.
-    """
-    if isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
-    try:
-        return operator.index(v)
-    except TypeError:
-        raise TypeError(f"{name}: expected an int, got {type(v).__name__}") from None
 
 
 def check_group(group: int) -> int:

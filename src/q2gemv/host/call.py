@@ -29,10 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dispatch import plan, registry
-from ..formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
-from .arrays import check_stream, device_activations, numba_stream
-from .backends import BACKENDS, default_backend, require_cuda
-from .prepared import PreparedActivations
+from ..formats.bf16 import bits_to_bf16
+from . import operands
+from .arrays import check_stream, numba_stream
+from .backends import BACKENDS, require_cuda
+from .operands import check_out, weight_arrays  # noqa: F401 - re-exported (api)
 
 NUMERICS = ("exact", "seed")
 
@@ -44,19 +45,12 @@ def family_spec(weight) -> tuple[registry.FamilySpec, bool]:
     """``(family spec, on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
     found = registry.family_of(weight)
     if found is None:
+        names = ", ".join(f.host_weight.rpartition(".")[2] for f in registry.families())
         raise TypeError(
-            "weight: expected a Q2Weight, Nvfp4Weight or their device-resident forms, "
+            f"weight: expected a {names} or their device-resident forms, "
             f"got {type(weight).__name__}"
         )
     return found
-
-
-def weight_arrays(weight) -> dict[str, np.ndarray]:
-    """The host arrays holding a weight's bytes, by attribute name (none for a device weight)."""
-    found = registry.family_of(weight)
-    if found is None or found[1]:
-        return {}
-    return {name: getattr(weight, name) for name in found[0].weight_arrays}
 
 
 def check_call_args(kernel, backend, stream, on_device: bool = False) -> None:
@@ -134,51 +128,6 @@ def check_m(m) -> int:
     return int(m)
 
 
-def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
-    """Refuse an ``out`` that is not a writeable bfloat16 array of ``shape``, or overlaps an input.
-
-    Inputs are the activations ``a`` and the bytes of ``weight`` (when given):
-    writing results over them would corrupt the call's own inputs (and, for
-    a weight, every later call).
-    """
-    if not isinstance(out, np.ndarray) or out.dtype != BF16:
-        got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
-        raise TypeError(f"out: expected a bfloat16 numpy array, got {got}")
-    if out.shape != shape:
-        raise ValueError(f"out: expected shape {shape}, got {out.shape}")
-    if not out.flags.writeable:
-        raise ValueError("out: expected a writeable array")
-    if np.shares_memory(out, a):
-        raise ValueError("out: must not alias the activations a")
-    for name, arr in weight_arrays(weight).items():
-        if np.shares_memory(out, arr):
-            raise ValueError(f"out: must not overlap the weight's bytes (weight.{name})")
-
-
-def pick_backend(backend: str | None, on_device: bool, default) -> str:
-    """The backend a call runs on (``backend`` already checked by :func:`check_call_args`).
-
-    None: ``"cuda"`` for a device weight, else ``default()``. The reference
-    backend cannot read a device weight (TypeError naming ``weight``).
-    """
-    if backend is None:
-        backend = "cuda" if on_device else default()
-    if backend == "reference" and on_device:
-        raise TypeError("weight: the reference backend needs a host weight, not a device one")
-    return backend
-
-
-def plan_launches(weight, spec: registry.FamilySpec, mode: str, m: int, kernel: str | None):
-    """The launches ``(row0, rows, kernel)`` of ``m`` rows, never materialised (arguments checked).
-
-    Exact: the kernel's chunks of its ``max_m`` rows; seed: the family's seed rule.
-    """
-    if mode == "exact":
-        name = spec.exact_kernel if kernel is None else kernel
-        return plan.ChunkPlan(m, registry.get(name).max_m, lambda rows: name)
-    return registry.resolve(spec.seed_plan)(weight, m, kernel)
-
-
 # -- the call ----------------------------------------------------------------------------------
 
 
@@ -236,7 +185,7 @@ def build_plan(weight, m, kernel: str | None = None, numerics: str | None = None
     check_call_args(kernel, None, None)
     m = check_m(m)
     mode = resolve_numerics(spec.name, numerics, kernel)
-    launches = plan_launches(weight, spec, mode, m, kernel)
+    launches = plan.plan_launches(weight, spec, mode, m, kernel)
     return Call(spec, mode, weight, on_device, "plan", None, m, weight.n, weight.k, (m, weight.n),
                 launches, backend="")  # fmt: skip
 
@@ -247,92 +196,36 @@ def build(a, weight, *, kernel=None, backend=None, out=None, stream=None, numeri
 
     Checks run in this order, each raising the TypeError / ValueError naming
     its argument: the weight, ``kernel`` / ``backend`` / ``stream``, ``numerics``
-    (against ``kernel``), then the activations in their form (shape, K), ``out``,
-    the backend for the weight, the plan; on the cuda backend the weight is
-    then made device-resident (a host weight uploaded for this call).
+    (against ``kernel``), then the activations in their form (shape, K; on
+    the host ``out`` and the backend for the weight: :func:`q2gemv.host.operands.take`),
+    the plan; on the cuda backend the weight is then made device-resident (a
+    host weight uploaded for this call); device activations: their bits,
+    then ``out`` (:mod:`q2gemv.cuda.runtime.interop`).
     """
     spec, on_device = family_spec(weight)
     check_call_args(kernel, backend, stream, on_device)
     mode = resolve_numerics(spec.name, numerics, kernel)
-    head = (spec, mode, weight, on_device)
-    if isinstance(a, PreparedActivations):
-        return _build_prepared(head, a, backend, out, stream)
-    on_gpu = device_activations(a, stream)  # (kind, stream) for activations on the GPU
-    if on_gpu is not None:
-        return _build_device(head, a, on_gpu, kernel, backend, out, key)
-    bits, was_1d = as_bf16_rows(a, weight.k)
-    m, n = bits.shape[0], weight.n
-    shape = (n,) if was_1d else (m, n)
-    if out is not None:
-        check_out(out, a, shape, weight)
-    backend = pick_backend(backend, on_device, default_backend)
-    launches = plan_launches(weight, spec, mode, m, kernel)
-    return _on_backend(Call(*head, "host", bits, m, n, weight.k, shape, launches, backend, out,
-                            numba_stream(stream)))  # fmt: skip
+    x = operands.take(a, weight, spec, mode, on_device, backend, out, stream)
+    forced = spec.prepared_kernel if x.form == "prepared" else kernel
+    launches = plan.plan_launches(weight, spec, mode, x.m, forced)
+    if x.form != "device":
+        st = numba_stream(stream)
+        route = registry.route(spec, mode, launches, x.backend)
+        # cuda: the device weight the launches read (seed: the storage bytes only)
+        dw = spec.as_device_weight(weight, st, mode) if x.backend == "cuda" else None
+        return Call(spec, mode, weight, on_device, x.form, x.a, x.m, weight.n, weight.k, x.shape,
+                    launches, x.backend, out, st, dw, route=route)  # fmt: skip
+    from ..cuda.runtime import interop  # activations on the GPU
 
-
-def _build_prepared(head, p: PreparedActivations, backend, out, stream) -> Call:
-    """A call on :func:`q2gemv.prepare`'s result: the family's prepared kernel, exact contract."""
-    spec, mode, weight, on_device = head
-    if not spec.prepared or mode != "exact":
-        what = (
-            f"an {spec.title} weight" if not spec.prepared else "numerics='seed' or a seed kernel"
-        )
-        raise ValueError(
-            f"a: prepared activations (q2gemv.prepare) serve {registry.prepared_family().title} "
-            f"weights under the exact contract only, not {what}; pass the bf16 array instead"
-        )
-    if p.k != weight.k:
-        raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {p.k}")
-    m, n = p.m, weight.n
-    shape = (n,) if p.was_1d else (m, n)
-    if out is not None:
-        check_out(out, p.bits, shape, weight)
-    backend = pick_backend(backend, on_device, lambda: p.backend)
-    if backend == "cuda" and m and p.operands is None:
-        raise ValueError(
-            "a: these activations were prepared for the reference backend (no device "
-            "operands); call q2gemv.prepare(a, backend='cuda') for the cuda backend"
-        )
-    launches = plan_launches(weight, spec, mode, m, spec.prepared_kernel)
-    return _on_backend(Call(*head, "prepared", p, m, n, weight.k, shape, launches, backend, out,
-                            numba_stream(stream)))  # fmt: skip
-
-
-def _build_device(head, a, on_gpu, kernel, backend, out, key) -> Call:
-    """A call on activations already on the GPU (:mod:`q2gemv.cuda.runtime.interop`)."""
-    spec, mode, weight, on_device = head
-    if backend not in (None, "cuda"):
-        raise ValueError(f"backend: activations on the GPU need backend='cuda', got {backend!r}")
-    shape = tuple(a.shape)
-    if len(shape) not in (1, 2):
-        raise ValueError(f"a: expected shape [K] or [M, K], got {shape}")
-    if shape[-1] != weight.k:
-        raise ValueError(f"a: expected K={weight.k} columns (the weight's k), got {shape[-1]}")
-    m = 1 if len(shape) == 1 else shape[0]
-    launches = plan_launches(weight, spec, mode, m, kernel)
-    out_shape = (weight.n,) if len(shape) == 1 else (m, weight.n)
-    from ..cuda.runtime import interop
-
-    kind, st = on_gpu
-    d_a = interop.device_bits(a, "a", kind)
-    dw = spec.as_device_weight(weight, st, mode)
+    d_a = interop.device_bits(a, "a", x.kind)
+    dw = spec.as_device_weight(weight, x.stream, mode)
     route = registry.route(spec, mode, launches)
     if mode == "exact":
         route.module.check_k(dw.k)
-    result, d_out = interop.output(kind, a, d_a, dw, spec.device_arrays, out_shape, out, st)
-    return Call(*head, "device", d_a.reshape(m, dw.k), m, dw.n, dw.k, out_shape, launches, "cuda",
-                out, st, dw, a, result, d_out.reshape(m, dw.n), key, route)  # fmt: skip
-
-
-def _on_backend(c: Call) -> Call:
-    """``c`` with its route, and its device weight where it runs on the cuda backend (uploaded
-    if on the host)."""
-    route = registry.route(c.spec, c.mode, c.launches, c.backend)
-    if c.backend == "reference":
-        return Call(**{**c.__dict__, "route": route})
-    dw = c.spec.as_device_weight(c.weight, c.stream, c.mode)  # seed: the storage bytes only
-    return Call(**{**c.__dict__, "dw": dw, "route": route})
+    result, d_out = interop.output(x.kind, a, d_a, dw, spec.device_arrays, x.shape, out, x.stream)
+    return Call(spec, mode, weight, on_device, "device", d_a.reshape(x.m, dw.k), x.m, dw.n, dw.k,
+                x.shape, launches, "cuda", out, x.stream, dw, a, result, d_out.reshape(x.m, dw.n),
+                key, route)  # fmt: skip
 
 
 # -- running it --------------------------------------------------------------------------------

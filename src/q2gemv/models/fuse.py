@@ -7,18 +7,15 @@ fused (:data:`FUSABLE`), the layout and the design: docs/models.md#fused-project
 
 from __future__ import annotations
 
-import struct
-
 import torch
 
-from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..nn.layers import QuantizedLinear
 
 # (fused layer's name, its members in row order), as vLLM names them
 FUSABLE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
     ("gate_up_proj", ("gate_proj", "up_proj")),
 )
-_LAYERS = (Q2Linear, Nvfp4Linear)
 
 
 class _Shared:
@@ -108,14 +105,10 @@ class FusedSlice(torch.nn.Module):
         return f"columns {self.start}:{self.stop} of the fused layer (k={self.in_features})"
 
 
-def _scale_bits(layer: Nvfp4Linear) -> bytes:
-    return struct.pack("<f", layer.global_scale)
-
-
 def why_not_fusable(members: list[torch.nn.Module]) -> str | None:
     """None when ``members`` can be one layer, else the reason (for the report)."""
     first = members[0]
-    if not all(type(m) is type(first) and isinstance(m, _LAYERS) for m in members):
+    if not all(type(m) is type(first) and isinstance(m, QuantizedLinear) for m in members):
         return "not all q2gemv layers of one format"
     if len({id(m) for m in members}) != len(members):
         return "a layer serves two members"
@@ -123,14 +116,7 @@ def why_not_fusable(members: list[torch.nn.Module]) -> str | None:
         return "in_features, numerics or group differ"
     if len({m.bias is None for m in members}) != 1:
         return "some members have a bias and others not"
-    if isinstance(first, Nvfp4Linear):
-        if any(m._unloaded for m in members):
-            return "global scales not known yet (an empty NVFP4 layer)"
-        scales = {_scale_bits(m) for m in members}
-        if len(scales) != 1:
-            shown = ", ".join(repr(m.global_scale) for m in members)
-            return f"NVFP4 global scales differ ({shown}): one scale per fused weight"
-    return None
+    return type(first)._fuse_refusal(members)
 
 
 def fuse_layers(members: list[torch.nn.Module]) -> torch.nn.Module:
@@ -140,23 +126,10 @@ def fuse_layers(members: list[torch.nn.Module]) -> torch.nn.Module:
     checks :func:`why_not_fusable` first.
     """
     first = members[0]
-    layer = _empty_like(first, sum(m.n for m in members))
+    layer = first._empty_rows(sum(m.n for m in members))
     for name in _buffer_names(first):
         layer._buffers[name] = torch.cat([m._buffers[name] for m in members], 0)
     layer._unloaded = any(m._unloaded for m in members)
-    return layer
-
-
-def _empty_like(proto: torch.nn.Module, n: int) -> torch.nn.Module:
-    """An empty layer (on meta) of ``n`` rows with ``proto``'s format, k, group, numerics,
-    bias and global scale; its buffers are then set by the caller."""
-    bias = proto.bias is not None
-    if isinstance(proto, Q2Linear):
-        return Q2Linear.empty(
-            n, proto.k, proto.group, bias=bias, numerics=proto.numerics, device="meta"
-        )
-    layer = Nvfp4Linear.empty(n, proto.k, bias=bias, numerics=proto.numerics, device="meta")
-    layer.global_scale = proto.global_scale
     return layer
 
 
@@ -167,7 +140,7 @@ def _buffer_names(layer: torch.nn.Module) -> tuple[str, ...]:
 
 def split_layer(layer: torch.nn.Module, start: int, stop: int) -> torch.nn.Module:
     """Rows ``start:stop`` of a q2gemv layer as a layer of their own (views: no copy)."""
-    part = _empty_like(layer, stop - start)
+    part = layer._empty_rows(stop - start)
     for name in _buffer_names(layer):
         part._buffers[name] = layer._buffers[name][start:stop]
     part._unloaded = layer._unloaded
@@ -212,7 +185,7 @@ def fuse_model(model: torch.nn.Module) -> tuple[dict[str, list[str]], dict[str, 
         prefix = f"{pname}." if pname else ""
         for name, members in FUSABLE:
             layers = [getattr(parent, m, None) for m in members]
-            quantized = [isinstance(m, _LAYERS) for m in layers]
+            quantized = [isinstance(m, QuantizedLinear) for m in layers]
             if not any(quantized) or hasattr(parent, name):
                 continue
             if not all(quantized):
@@ -236,7 +209,7 @@ def fused_projections(model: torch.nn.Module) -> list[list[str]]:
     for name, mod in model.named_modules():
         for fname, members in FUSABLE:
             fl = getattr(mod, fname, None)
-            if isinstance(fl, _LAYERS) and all(
+            if isinstance(fl, QuantizedLinear) and all(
                 isinstance(getattr(mod, m, None), FusedSlice) and getattr(mod, m).fused is fl
                 for m in members
             ):

@@ -21,7 +21,7 @@ from transformers.quantizers.auto import (
 from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
-from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..nn.layers import QuantizedLinear
 from .saved import QUANT_METHOD, check_config, replace_with_empty_layers, unloaded_layers
 
 
@@ -88,7 +88,7 @@ def _buffers_not_loaded(model) -> list[str]:
     """
     marked, unmarked = 0, []
     for name, mod in model.named_modules():
-        if isinstance(mod, (Q2Linear, Nvfp4Linear)):
+        if isinstance(mod, QuantizedLinear):
             for bname, buf in mod.named_buffers(recurse=False):
                 if getattr(buf, "_is_hf_initialized", False):
                     marked += 1

@@ -8,17 +8,14 @@ import torch
 
 from ..api import resolve_numerics
 from ..dispatch import registry
-from ..formats.nvfp4 import BLOCK
-from ..formats.q2_0 import GROUPS
-from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..nn.layers import layer_class
 from ..nn.swap import LinearTarget, find_linears, swap_linears
 from ..tools.progress import Progress, wants_progress
 from . import fuse as fusion
 from .saved import record_quantization_config
 
-# fmt= -> (its weight family in the registry, the layer it makes)
-_LAYERS = {"q2_0": ("q2_0", Q2Linear), "nvfp4": ("w4a16", Nvfp4Linear)}
-FORMATS = tuple(_LAYERS)
+# fmt= : the formats with a torch layer (registry.FamilySpec.layer_format)
+FORMATS = registry.layer_formats()
 
 
 @dataclass
@@ -91,7 +88,7 @@ def _matches_any(pattern: str, names: list[str]) -> str | None:
 
 def quantize_model(
     model: torch.nn.Module,
-    fmt: str = "q2_0",
+    fmt: str = registry.DEFAULT_LAYER_FORMAT,
     *,
     group: int = 128,
     skip: tuple[str, ...] | list[str] | None = None,
@@ -117,17 +114,17 @@ def quantize_model(
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt: expected one of {FORMATS}, got {fmt!r}")
-    family, layer = _LAYERS[fmt]
+    family, layer = registry.by_layer_format(fmt).name, layer_class(fmt)
     grouped = registry.family(family).grouped  # Q2_0: a group per weight; NVFP4: blocks of 16
-    if grouped and (isinstance(group, bool) or group not in GROUPS):
-        raise ValueError(f"group: expected one of {GROUPS}, got {group!r}")
+    if grouped and (isinstance(group, bool) or group not in layer.GROUPS):
+        raise ValueError(f"group: expected one of {layer.GROUPS}, got {group!r}")
     checked = skip is not None
     if skip is None:
         skip = ("lm_head",)
     if isinstance(skip, str) or not all(isinstance(s, str) for s in skip):
         raise TypeError(f"skip: expected a tuple of layer names, got {skip!r}")
     skip = tuple(skip)
-    multiple = group if grouped else BLOCK
+    multiple = layer.k_multiple(group)
     resolve_numerics(family, numerics)  # ValueError naming numerics
     wants_progress(progress, 0, False)  # TypeError naming progress
     group_arg = {"group": group} if grouped else {}

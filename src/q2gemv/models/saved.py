@@ -14,16 +14,12 @@ import torch
 
 from ..api import resolve_numerics
 from ..dispatch import registry
-from ..formats.nvfp4 import BLOCK
-from ..formats.q2_0 import GROUPS
-from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..nn.layers import QuantizedLinear, layer_class, layer_classes
 from ..nn.swap import find_linears, swap_linears
 from . import fuse as fusion
 
 QUANT_METHOD = "q2gemv"
 CONFIG_VERSION = 1
-# format -> (weight family in the registry, its layer)
-LAYERS = {"q2_0": ("q2_0", Q2Linear), "nvfp4": ("w4a16", Nvfp4Linear)}
 CONFIG_KEYS = (
     "quant_method",
     "version",
@@ -35,12 +31,6 @@ CONFIG_KEYS = (
 )
 
 
-def _layer_kind(layer: torch.nn.Module) -> tuple[str, int | None, str | None]:
-    if isinstance(layer, Q2Linear):
-        return ("q2_0", layer.group, layer.numerics)
-    return ("nvfp4", None, layer.numerics)
-
-
 def quantization_config(model: torch.nn.Module) -> dict:
     """The ``quantization_config`` dict describing ``model``'s q2gemv layers (docs/models_save_load.md).
 
@@ -49,10 +39,11 @@ def quantization_config(model: torch.nn.Module) -> dict:
     """
     kinds: dict[tuple, str] = {}
     for name, mod in model.named_modules():
-        if isinstance(mod, (Q2Linear, Nvfp4Linear)):
-            kinds.setdefault(_layer_kind(mod), name)
+        if isinstance(mod, QuantizedLinear):
+            kinds.setdefault(mod._config_kind(), name)
     if not kinds:
-        raise ValueError("model: it has no q2gemv layer (Q2Linear, Nvfp4Linear)")
+        names = ", ".join(cls.__name__ for cls in layer_classes().values())
+        raise ValueError(f"model: it has no q2gemv layer ({names})")
     if len(kinds) > 1:
         described = "; ".join(
             f"{name}: format={f!r}, group={g}, numerics={nu!r}"
@@ -83,7 +74,7 @@ def record_quantization_config(model: torch.nn.Module) -> None:
     if config is None or not hasattr(config, "to_dict"):
         return
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if isinstance(head, (Q2Linear, Nvfp4Linear)) and getattr(config, "tie_word_embeddings", False):
+    if isinstance(head, QuantizedLinear) and getattr(config, "tie_word_embeddings", False):
         # the quantized head no longer shares the embedding's weight: a reload must not tie it
         config.tie_word_embeddings = False
     try:
@@ -118,17 +109,18 @@ def check_config(config: dict) -> dict:
             f"quantization_config: version {c['version']!r} is not one this q2gemv reads "
             f"({CONFIG_VERSION}); it was written by another q2gemv"
         )
-    fmt = c.get("format", "q2_0")
-    if fmt not in LAYERS:
+    fmt = c.get("format", registry.DEFAULT_LAYER_FORMAT)
+    if fmt not in registry.layer_formats():
         raise ValueError(
-            f"quantization_config: format expected one of {tuple(LAYERS)}, got {fmt!r}"
+            f"quantization_config: format expected one of {registry.layer_formats()}, got {fmt!r}"
         )
-    family = LAYERS[fmt][0]
+    family = registry.by_layer_format(fmt).name
     grouped = registry.family(family).grouped
     group = c.get("group", 128 if grouped else None)
     if grouped:
-        if isinstance(group, bool) or group not in GROUPS:
-            raise ValueError(f"quantization_config: group expected one of {GROUPS}, got {group!r}")
+        groups = layer_class(fmt).GROUPS
+        if isinstance(group, bool) or group not in groups:
+            raise ValueError(f"quantization_config: group expected one of {groups}, got {group!r}")
     elif group is not None:
         raise ValueError(f"quantization_config: group expected null for {fmt}, got {group!r}")
     numerics = c.get("numerics")
@@ -172,9 +164,9 @@ def replace_with_empty_layers(model: torch.nn.Module, config: dict) -> dict[str,
     (ValueError naming it otherwise). Returns ``{qualified name: new layer}``.
     """
     c = check_config(config)
-    family, layer = LAYERS[c["format"]]
-    grouped = registry.family(family).grouped
-    multiple = c["group"] if grouped else BLOCK
+    layer = layer_class(c["format"])
+    grouped = registry.by_layer_format(c["format"]).grouped
+    multiple = layer.k_multiple(c["group"])
     keep = set(c["modules_to_not_convert"])
 
     def reason(name: str, linear: torch.nn.Linear) -> str | None:
@@ -205,7 +197,7 @@ def replace_with_empty_layers(model: torch.nn.Module, config: dict) -> dict[str,
         except AttributeError:
             parent = None
         layers = [getattr(parent, m, None) for m in members]
-        if not all(isinstance(m, (Q2Linear, Nvfp4Linear)) for m in layers):
+        if not all(isinstance(m, QuantizedLinear) for m in layers):
             raise ValueError(
                 f"quantization_config: fused_projections entry {entry!r} does not name "
                 "q2gemv layers of this model"
@@ -220,5 +212,5 @@ def unloaded_layers(model: torch.nn.Module) -> list[str]:
     return [
         name
         for name, mod in model.named_modules()
-        if isinstance(mod, (Q2Linear, Nvfp4Linear)) and getattr(mod, "_unloaded", False)
+        if isinstance(mod, QuantizedLinear) and getattr(mod, "_unloaded", False)
     ]

@@ -1,6 +1,14 @@
-"""``Q2Linear`` / ``Nvfp4Linear`` (needs torch): the modules over :mod:`q2gemv.nn.ops`,
-their state (tensors only) and :func:`replace_linears`. The contract is stated in
+"""What every quantized torch layer shares (needs torch): :class:`QuantizedLinear` over
+:mod:`q2gemv.nn.ops`, its state (tensors only), the format's layer looked up in the
+registry (:func:`layer_class`) and :func:`replace_linears`. The contract is stated in
 :mod:`q2gemv.torch`.
+
+Each format's layer is a module of its own (``q2gemv.nn.<format>``), named by its
+:attr:`~q2gemv.dispatch.registry.FamilySpec.layer`; it subclasses
+:class:`QuantizedLinear` and fills in what the model level asks of a format
+(``_FORMAT``, ``GROUPS``, :meth:`~QuantizedLinear.k_multiple`,
+:meth:`~QuantizedLinear._fuse_refusal`, :meth:`~QuantizedLinear._empty_rows`). Its
+class stays importable from here (``from q2gemv.nn.layers import Q2Linear``).
 """
 
 from __future__ import annotations
@@ -14,17 +22,9 @@ import numpy as np
 import torch
 
 from ..api import resolve_numerics
-from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
-from ..formats.nvfp4 import Nvfp4Weight, check_global_scale
-from ..formats.q2_0 import Q2Weight, as_size, check_group, quantize_q2_0, row_bytes
-from .ops import (
-    _add_bias,
-    _check_x,
-    _eager_direct,
-    _handed_out,
-    _nvfp4_linear_impl,
-    _q2_linear_impl,
-)
+from ..dispatch import registry
+from ..formats._sizes import as_size
+from .ops import _handed_out
 from .swap import find_linears, swap_linears
 
 # -- modules -----------------------------------------------------------------------------
@@ -242,6 +242,30 @@ class _QuantizedLinear(torch.nn.Module):
         """The attributes a loaded ``extra`` state sets, after every check (ValueError)."""
         raise NotImplementedError
 
+    # -- what the model level asks of a format (q2gemv.models) --
+
+    GROUPS: tuple[int, ...] = ()  # the groups a grouped format takes (FamilySpec.grouped)
+
+    @classmethod
+    def k_multiple(cls, group) -> int:
+        """What ``k`` must be a multiple of, for ``group`` (a grouped format's; else ignored)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _fuse_refusal(cls, members) -> str | None:
+        """Why ``members`` (layers of this format, alike in k, numerics, group and bias)
+        cannot be one fused layer, or None (:func:`q2gemv.models.fuse.why_not_fusable`)."""
+        return None
+
+    def _empty_rows(self, n: int) -> QuantizedLinear:
+        """An empty layer (on meta) of ``n`` rows with this one's format, k, settings,
+        numerics and bias; its buffers are then set by the caller."""
+        raise NotImplementedError
+
+    def _config_kind(self) -> tuple[str, int | None, str | None]:
+        """``(format, group or None, numerics)``: what a ``quantization_config`` records."""
+        return (self._FORMAT, getattr(self, "group", None), self.numerics)
+
     @classmethod
     def _quantized(cls, linear: torch.nn.Linear, quantize: Callable, numerics):
         """Both ``from_linear``: ``quantize(fp32 weight)``, the linear's bias, on its device."""
@@ -323,301 +347,31 @@ class _QuantizedLinear(torch.nn.Module):
                 )
 
 
-class Q2Linear(_QuantizedLinear):
-    """A ``torch.nn.Linear`` replacement over a GGUF ``block_q2_0`` weight (frozen weight).
-
-    Args:
-        weight: the :class:`~q2gemv.Q2Weight` [n, k]; its bytes are copied into
-            the ``raw`` buffer (``torch.uint8`` [n, row_bytes(k, group)], on the CPU:
-            move the module with ``.to(device)``).
-        bias: optional floating-point tensor [n], stored in bf16 (buffer ``bias``).
-        numerics: ``"exact"``, ``"seed"`` or None (the library default: exact
-            for Q2_0), passed to :func:`q2gemv.gemv`.
-
-    Attributes: ``n``/``out_features``, ``k``/``in_features``, ``group``, ``numerics``.
-    ``forward(x)``: ``torch.bfloat16`` [..., k] -> ``torch.bfloat16`` [..., n], through
-    ``torch.ops.q2gemv.q2_linear``, then ``+ bias`` (one bf16 add).
-    """
-
-    raw: torch.Tensor
-    bias: torch.Tensor | None
-    _WEIGHT_BUFFERS = ("raw",)
-    _FORMAT = "q2_0"
-
-    def __init__(
-        self, weight: Q2Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
-    ) -> None:
-        super().__init__()
-        if not isinstance(weight, Q2Weight):
-            raise TypeError(f"weight: expected a Q2Weight, got {type(weight).__name__}")
-        self.n, self.k, self.group = weight.n, weight.k, weight.group
-        self.numerics = _check_numerics("q2_0", numerics)
-        raw = np.array(weight.raw).reshape(weight.n, row_bytes(weight.k, weight.group))
-        self.register_buffer("raw", torch.from_numpy(raw))
-        self.register_buffer("bias", _bias_buffer(bias, self.n, "cpu"))
-
-    @classmethod
-    def empty(
-        cls,
-        n: int,
-        k: int,
-        group: int = 128,
-        *,
-        bias: bool = False,
-        numerics: str | None = None,
-        device: torch.device | str | None = None,
-    ) -> Q2Linear:
-        """A layer [n, k] whose bytes are not set yet: filled by ``load_state_dict``.
-
-        Args:
-            n: output features. k: input features, a multiple of ``group``.
-            group: codes per block, 64 or 128.
-            bias: whether the layer has a ``bias`` buffer ([n], bf16).
-            numerics: as for the constructor (a loaded state sets it).
-            device: where the buffers are made (None: torch's default device, so
-                ``with torch.device("meta"):`` makes them on the meta device, no memory).
-
-        The ``raw`` buffer is ``torch.empty`` [n, row_bytes(k, group)] uint8: its bytes
-        are undefined until a state dict is loaded (``load_state_dict(..., assign=True)``
-        for a meta layer) or the model is loaded by ``from_pretrained``.
-        """
-        group = check_group(group)
-        n, k = _check_sizes(n, k, group, "group")
-        shapes = {"raw": (n, row_bytes(k, group))}
-        return cls._empty(n, k, "q2_0", numerics, shapes, bias, device, group=group)
-
-    @classmethod
-    def from_linear(
-        cls,
-        linear: torch.nn.Linear,
-        group: int = 128,
-        *,
-        method: str = "ggml",
-        numerics: str | None = None,
-    ) -> Q2Linear:
-        """Quantize a float ``torch.nn.Linear`` with :func:`q2gemv.quantize_q2_0`.
-
-        Args:
-            linear: the layer; its weight [out, in] is read as fp32 (``in`` a
-                multiple of ``group``), its bias (if any) kept in bf16.
-            group: codes per block, 64 or 128.
-            method: ``"ggml"`` or ``"absmean"`` (see :func:`q2gemv.quantize_q2_0`).
-            numerics: as for the constructor.
-
-        Returns a :class:`Q2Linear` on the linear's device.
-        """
-        return cls._quantized(
-            linear, lambda w: quantize_q2_0(w, group=group, method=method), numerics
-        )
-
-    @classmethod
-    def from_gguf(
-        cls,
-        path: str | os.PathLike,
-        tensor_name: str,
-        bias: torch.Tensor | None = None,
-        *,
-        ambiguous_group: int | None = None,
-        numerics: str | None = None,
-    ) -> Q2Linear:
-        """One Q2_0 tensor of a GGUF file (:func:`q2gemv.io.load_q2_weights`).
-
-        Args:
-            path: the ``.gguf`` file.
-            tensor_name: the tensor (``"blk.0.ffn_down.weight"``); KeyError listing
-                the file's Q2_0 tensors when absent.
-            bias: optional bias [n] (GGUF Q2_0 files keep biases as separate tensors).
-            ambiguous_group: for a foreign type-42 tensor whose size fits both groups
-                (see the loader).
-            numerics: as for the constructor.
-        """
-        from ..io import load_q2_weights
-
-        weights = load_q2_weights(path, ambiguous_group=ambiguous_group)
-        weight = _named(weights, tensor_name, "tensor_name", "Q2_0 tensor", path)
-        return cls(weight, bias, numerics=numerics)
-
-    def quantized_weight(self) -> Q2Weight:
-        """The module's weight as a host :class:`~q2gemv.Q2Weight` (a copy of ``raw``)."""
-        raw = self._buffers["raw"].detach().to("cpu").reshape(-1).numpy()
-        return Q2Weight.from_bytes(raw, self.n, self.k, self.group)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
-        _check_x(x, self.k)
-        op = _q2_linear_impl if _eager_direct(x) else torch.ops.q2gemv.q2_linear
-        raw = self._buffers["raw"]  # not self.raw: see _QuantizedLinear.__getattr__
-        y = op(x, raw, self.n, self.k, self.group, self.numerics)
-        return _add_bias(y, self.bias)
-
-    def _settings(self) -> dict:
-        return {"group": self.group}
-
-    def _checked_state(self, extra) -> dict:
-        state, legacy = _state_from(extra)
-        want = {"format": "q2_0", "n": self.n, "k": self.k, "group": self.group}
-        got = {key: state.get(key) for key in want}
-        if got != want:
-            raise ValueError(f"state: expected a Q2Linear state with {want}, got {got}")
-        if legacy:
-            return {}
-        _check_version(state, {*want, "numerics"})
-        return {"numerics": _check_numerics("q2_0", state["numerics"])}
-
-    def extra_repr(self) -> str:
-        return (
-            f"in_features={self.k}, out_features={self.n}, group={self.group}, "
-            f"bias={self.bias is not None}, numerics={self.numerics!r}"
-        )
+QuantizedLinear = _QuantizedLinear  # the models' name for "any q2gemv layer"
 
 
-class Nvfp4Linear(_QuantizedLinear):
-    """A ``torch.nn.Linear`` replacement over an NVFP4 W4A16 weight (frozen weight).
+def layer_classes() -> dict[str, type[QuantizedLinear]]:
+    """``{format: layer class}`` of every registered family with a torch layer, in the
+    registry's order (imports their ``q2gemv.nn.<format>`` modules)."""
+    return {f.layer_format: registry.resolve(f.layer) for f in registry.families() if f.layer}
 
-    Args:
-        weight: the :class:`~q2gemv.Nvfp4Weight` [n, k]; ``packed`` and ``scales``
-            are copied into the buffers of the same names (``torch.uint8``, on
-            the CPU: move the module with ``.to(device)``); ``global_scale`` is
-            kept as an attribute (an fp32 value).
-        bias: optional floating-point tensor [n], stored in bf16 (buffer ``bias``).
-        numerics: ``"seed"``, ``"exact"`` or None (the library
-            default), passed to :func:`q2gemv.gemv`.
 
-    ``forward(x)``: ``torch.bfloat16`` [..., k] -> ``torch.bfloat16`` [..., n], through
-    ``torch.ops.q2gemv.nvfp4_linear``, then ``+ bias`` (one bf16 add).
-    """
+def layer_class(fmt: str) -> type[QuantizedLinear]:
+    """The layer class of format ``fmt`` (a :func:`layer_classes` key); KeyError otherwise."""
+    return layer_classes()[fmt]
 
-    packed: torch.Tensor
-    scales: torch.Tensor
-    bias: torch.Tensor | None
-    _WEIGHT_BUFFERS = ("packed", "scales")
-    _FORMAT = "nvfp4"
 
-    def __init__(
-        self, weight: Nvfp4Weight, bias: torch.Tensor | None = None, *, numerics: str | None = None
-    ) -> None:
-        super().__init__()
-        if not isinstance(weight, Nvfp4Weight):
-            raise TypeError(f"weight: expected an Nvfp4Weight, got {type(weight).__name__}")
-        self.n, self.k = weight.n, weight.k
-        self.global_scale = float(weight.global_scale)
-        self.numerics = _check_numerics("w4a16", numerics)
-        self.register_buffer("packed", torch.from_numpy(np.array(weight.packed)))
-        self.register_buffer("scales", torch.from_numpy(np.array(weight.scales)))
-        self.register_buffer("bias", _bias_buffer(bias, self.n, "cpu"))
-
-    @classmethod
-    def empty(
-        cls,
-        n: int,
-        k: int,
-        *,
-        bias: bool = False,
-        numerics: str | None = None,
-        device: torch.device | str | None = None,
-    ) -> Nvfp4Linear:
-        """A layer [n, k] whose codes, scales and global scale are not set yet: filled by loading.
-
-        Args:
-            n: output features. k: input features, a multiple of 16.
-            bias: whether the layer has a ``bias`` buffer ([n], bf16).
-            numerics: as for the constructor (a loaded state sets it).
-            device: where the buffers are made (None: torch's default device, so
-                ``with torch.device("meta"):`` makes them on the meta device, no memory).
-
-        ``packed`` [n, k/2] and ``scales`` [n, k/16] are ``torch.empty`` uint8 and the
-        global scale is 1.0 until a state dict is loaded (``load_state_dict(...,
-        assign=True)`` for a meta layer) or the model is loaded by ``from_pretrained``.
-        """
-        n, k = _check_sizes(n, k, NVFP4_BLOCK, "the NVFP4 block")
-        shapes = {"packed": (n, k // 2), "scales": (n, k // NVFP4_BLOCK)}
-        return cls._empty(n, k, "w4a16", numerics, shapes, bias, device, global_scale=1.0)
-
-    @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, *, numerics: str | None = None) -> Nvfp4Linear:
-        """Quantize a float ``torch.nn.Linear`` with :meth:`Nvfp4Weight.from_float` (ModelOpt recipe).
-
-        Args:
-            linear: the layer; its weight [out, in] is read as fp32 (``in`` a
-                multiple of 16, finite), its bias (if any) kept in bf16.
-            numerics: as for the constructor.
-
-        Returns an :class:`Nvfp4Linear` on the linear's device.
-        """
-        return cls._quantized(linear, Nvfp4Weight.from_float, numerics)
-
-    @classmethod
-    def from_safetensors(
-        cls,
-        path: str | os.PathLike,
-        layer_prefix: str,
-        bias: torch.Tensor | None = None,
-        *,
-        numerics: str | None = None,
-    ) -> Nvfp4Linear:
-        """One NVFP4 layer of a safetensors checkpoint (:func:`q2gemv.io.load_nvfp4_weights`).
-
-        Args:
-            path: a ``.safetensors`` file or a directory of shards.
-            layer_prefix: the layer (``"model.layers.0.mlp.down_proj"``); ModelOpt
-                and compressed-tensors layouts are both recognised. KeyError listing
-                the checkpoint's NVFP4 layers when absent.
-            bias: optional bias [n].
-            numerics: as for the constructor.
-        """
-        from ..io import load_nvfp4_weights
-
-        layers = load_nvfp4_weights(path)
-        weight = _named(layers, layer_prefix, "layer_prefix", "NVFP4 layer", path)
-        return cls(weight, bias, numerics=numerics)
-
-    def quantized_weight(self) -> Nvfp4Weight:
-        """The module's weight as a host :class:`~q2gemv.Nvfp4Weight` (copies of the buffers)."""
-        return Nvfp4Weight.from_parts(
-            self._buffers["packed"].detach().to("cpu").numpy(),
-            self._buffers["scales"].detach().to("cpu").numpy(),
-            np.float32(self.global_scale),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
-        _check_x(x, self.k)
-        op = _nvfp4_linear_impl if _eager_direct(x) else torch.ops.q2gemv.nvfp4_linear
-        b = self._buffers  # not self.packed: see _QuantizedLinear.__getattr__
-        y = op(x, b["packed"], b["scales"], self.global_scale, self.numerics)
-        return _add_bias(y, self.bias)
-
-    def _settings(self) -> dict:
-        return {"global_scale": self.global_scale}
-
-    def _checked_state(self, extra) -> dict:
-        state, legacy = _state_from(extra)
-        shape = {"format": "nvfp4", "n": self.n, "k": self.k}
-        got = {key: state.get(key) for key in shape}
-        if got != shape or not isinstance(state.get("global_scale"), float):
-            raise ValueError(
-                f"state: expected an Nvfp4Linear state with {shape} and a float global_scale, "
-                f"got {state!r}"
-            )
-        global_scale = check_global_scale(state["global_scale"])
-        if legacy:
-            return {"global_scale": global_scale}
-        _check_version(state, {*shape, "global_scale", "numerics"})
-        return {
-            "global_scale": global_scale,
-            "numerics": _check_numerics("w4a16", state["numerics"]),
-        }
-
-    def extra_repr(self) -> str:
-        return (
-            f"in_features={self.k}, out_features={self.n}, global_scale={self.global_scale!r}, "
-            f"bias={self.bias is not None}, numerics={self.numerics!r}"
-        )
+def __getattr__(name: str):
+    # The formats' layer classes, importable from here as before they had modules of their own.
+    for cls in layer_classes().values():
+        if cls.__name__ == name:
+            return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def replace_linears(
     module: torch.nn.Module,
-    make: Callable[[torch.nn.Linear], torch.nn.Module] = Q2Linear.from_linear,
+    make: Callable[[torch.nn.Linear], torch.nn.Module] | None = None,
     *,
     where: Callable[[str, torch.nn.Linear], bool] | None = None,
 ) -> dict[str, torch.nn.Module]:
@@ -625,7 +379,8 @@ def replace_linears(
 
     Args:
         module: any torch module; its Linear children (at any depth) are swapped.
-        make: builds the replacement from a Linear (default :meth:`Q2Linear.from_linear`).
+        make: builds the replacement from a Linear (None: the default format's
+            ``from_linear``, :meth:`Q2Linear.from_linear`).
         where: optional ``where(qualified_name, linear) -> bool``; only Linears it
             accepts are replaced (default: all).
 
@@ -636,6 +391,9 @@ def replace_linears(
     Returns ``{qualified name: new module}`` of what was replaced (``module`` itself
     is never replaced, even when it is a Linear: build that one directly).
     """
+
+    if make is None:
+        make = layer_class(registry.DEFAULT_LAYER_FORMAT).from_linear
 
     def skip(name: str, linear: torch.nn.Linear) -> str | None:
         return None if where is None or where(name, linear) else "where"
@@ -649,8 +407,3 @@ def replace_linears(
             stacklevel=2,
         )
     return swap_linears(targets, make)
-
-
-# Their public home is q2gemv.torch (it re-exports them): pickles and reprs name them there,
-# as they did before the layers moved into q2gemv.nn.
-Q2Linear.__module__ = Nvfp4Linear.__module__ = "q2gemv.torch"
