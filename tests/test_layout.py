@@ -59,10 +59,7 @@ EXCEPTIONS = {
     "models.gguf": "the GGUF model loader: GGUF files carry Q2_0 / PQ2_0 tensors",
     "models.safetensors": "the safetensors model loader: ModelOpt / compressed-tensors NVFP4",
     "models.export": "the file writers: save_gguf (Q2_0 tensors), save_safetensors (NVFP4)",
-    "host.arrays": "the launch-cache key holds the NVFP4 kill switches' generation",
-    "host.device": "to_device's upload options are per family (keep_gguf, keep_packed)",
     "host.prepared": "q2gemv.prepare serves the prepared family (Q2_0); its K unit is Q2_0's",
-    "cuda.ptx": "PTX checks per kernel family",
 }
 
 

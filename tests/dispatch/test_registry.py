@@ -186,3 +186,23 @@ def test_an_exact_kernel_variant_is_its_module_and_its_spec():
         assert_bits_equal(got.view(np.uint16), q2_0_gemv_exact(a, w).view(np.uint16), name)
     finally:
         kernels._unregister(name)
+
+
+def test_upload_options_are_the_device_classes_upload_keywords():
+    """``FamilySpec.upload_options`` (what ``to_device`` passes on) names exactly the keyword
+    options each family's device ``upload`` takes besides the weight and the stream."""
+    import inspect
+
+    for f in kernels.families():
+        params = inspect.signature(f.device_class().upload).parameters
+        kw = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        kw |= {n for n in params if n.startswith("keep_")}
+        assert set(f.upload_options) == kw, f.name
+
+
+def test_a_policy_change_moves_the_launch_cache_generation():
+    from q2gemv.dispatch import nvfp4_tiers
+
+    before = kernels.policy_generation()
+    nvfp4_tiers.reload_env()
+    assert kernels.policy_generation() == before + 1

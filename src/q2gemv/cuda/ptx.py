@@ -40,8 +40,6 @@ for f in registry.families():
 for _m in dict.fromkeys(registry.module_of(s.name) for s in registry.specs()):
     if _m not in MODULES.values():
         MODULES[_m.removeprefix("q2gemv.cuda.").replace(".", "_")] = _m
-# exact-kernel variants that are not registered by default (compiled here all the same)
-MODULES["q2_0_exact_batched"] = "q2gemv.cuda.q2_0.exact_batched"
 FAMILIES = tuple(MODULES)
 
 

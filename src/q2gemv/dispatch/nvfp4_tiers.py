@@ -199,18 +199,10 @@ def reload_env() -> EnvSwitches:
     this call; tables already resolved keep their width-8 kernel until
     re-resolved.
     """
-    global _switches, _generation
+    global _switches
     _switches = _read_env()
-    _generation += 1
+    registry.bump_policy_generation()  # what was planned under the older switches is stale
     return _switches
-
-
-_generation = 0  # bumped by reload_env: what was planned under older switches is out of date
-
-
-def env_generation() -> int:
-    """How many times :func:`reload_env` ran: part of :func:`q2gemv.gemv`'s launch-cache key."""
-    return _generation
 
 
 def exact_m_tiers_enabled() -> bool:

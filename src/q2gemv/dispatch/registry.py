@@ -224,6 +224,21 @@ def golden_families() -> dict[str, tuple[str, ...]]:
 # -- the weight families ----------------------------------------------------------------------
 
 
+_policy_generation = 0  # bumped by bump_policy_generation: older plans are out of date
+
+
+def bump_policy_generation() -> int:
+    """A launch policy changed (e.g. a kill switch re-read): cached plans must be made again."""
+    global _policy_generation
+    _policy_generation += 1
+    return _policy_generation
+
+
+def policy_generation() -> int:
+    """How many times a policy changed: part of :func:`q2gemv.gemv`'s launch-cache key."""
+    return _policy_generation
+
+
 def resolve(dotted: str):
     """The object a dotted name (``"pkg.module.attr"``) names, its module imported on first use."""
     module, _, attr = dotted.rpartition(".")
@@ -271,6 +286,8 @@ class FamilySpec:
             which holds what the model level knows of the format (:mod:`q2gemv.nn.layers`).
         layer_format: the format's name in a layer's state, a ``quantization_config``
             and ``quantize_model(fmt=)`` (``"q2_0"``, ``"nvfp4"``).
+        upload_options: the keyword options of :func:`q2gemv.to_device` that the
+            family's device class ``upload`` takes (``keep_gguf``, ``keep_packed``).
     """
 
     name: str
@@ -289,6 +306,7 @@ class FamilySpec:
     device_modules: tuple[str, ...] = ()
     layer: str = ""
     layer_format: str = ""
+    upload_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.name not in FAMILIES:
@@ -491,8 +509,8 @@ register_family(FamilySpec(
     "q2gemv.cuda.q2_0.weight.DeviceQ2Weight", "q2gemv.cuda.q2_0.exact", "q2_0_gemv_exact",
     ("raw",), ("b16", "codes", "scales"), grouped=True, prepared_kernel="q2_0_gemv_exact",
     seed_plan="q2gemv.dispatch.seed_rules.q2_0_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.q2_0_seed_reason",
-    device_modules=("q2gemv.cuda.q2_0.layout",),
-    layer="q2gemv.nn.q2_0.Q2Linear", layer_format="q2_0",
+    device_modules=("q2gemv.cuda.q2_0.layout", "q2gemv.cuda.q2_0.exact_batched"),
+    layer="q2gemv.nn.q2_0.Q2Linear", layer_format="q2_0", upload_options=("keep_gguf",),
 ))  # fmt: skip
 register_family(FamilySpec(
     "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.nvfp4.seed",
@@ -501,7 +519,7 @@ register_family(FamilySpec(
     grouped=False, prepared_kernel="",
     seed_plan="q2gemv.dispatch.seed_rules.w4a16_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.w4a16_seed_reason",
     device_modules=("q2gemv.cuda.nvfp4.layout",),
-    layer="q2gemv.nn.nvfp4.Nvfp4Linear", layer_format="nvfp4",
+    layer="q2gemv.nn.nvfp4.Nvfp4Linear", layer_format="nvfp4", upload_options=("keep_packed",),
 ))  # fmt: skip
 
 __all__ = [
@@ -513,6 +531,8 @@ __all__ = [
     "family_of",
     "families",
     "layer_formats",
+    "bump_policy_generation",
+    "policy_generation",
     "by_layer_format",
     "DEFAULT_LAYER_FORMAT",
     "prepared_family",

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from ..dispatch import nvfp4_tiers
+from ..dispatch import registry
 from .backends import simulator_active
 
 
@@ -128,8 +128,8 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
     (the cache lives on the immutable device weight): both buffers' device
     address (unique across devices), shape, dtype, strides, the stream's raw
     handle (torch's current stream for torch ``a`` without ``stream=``; the
-    simulator's streams by identity), ``kernel``, ``numerics`` and the W4A16
-    kill switches (:func:`q2gemv.dispatch.nvfp4_tiers.env_generation`: a
+    simulator's streams by identity), ``kernel``, ``numerics`` and the launch
+    policies' generation (:func:`q2gemv.dispatch.registry.policy_generation`: e.g.
     :func:`~q2gemv.dispatch.nvfp4_tiers.reload_env` re-plans). A call whose key
     differs in any of them is validated and bound afresh: a cached launch is
     never used on other buffers.
@@ -155,7 +155,7 @@ def call_key(a, out, stream, kernel, numerics) -> tuple | None:
             st = ("simulator", id(stream))  # no handle there: by identity (kept alive)
     else:
         return None  # anything else is refused by gemv's checks
-    return (ka, ko, st, kernel, numerics, nvfp4_tiers.env_generation())
+    return (ka, ko, st, kernel, numerics, registry.policy_generation())
 
 
 __all__ = [

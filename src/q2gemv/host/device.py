@@ -20,14 +20,10 @@ the formats reach it only through the hook of :mod:`q2gemv.formats._upload`.
 
 from __future__ import annotations
 
-import inspect
 from typing import ClassVar, Protocol, runtime_checkable
 
 from ..dispatch import registry
 from ..formats._upload import register_uploader
-
-# the family whose device weight takes each upload option (the raw bytes kept beside the layout)
-_UPLOAD_OPTIONS = {"keep_gguf": "Q2_0", "keep_packed": "NVFP4"}
 
 
 @runtime_checkable
@@ -90,19 +86,19 @@ def to_device(
         options = {name: v for name, v in options.items() if v is not False}
         if not options:
             return spec.as_device_weight(weight, stream)
-        upload = spec.device_class().upload
         for name, v in options.items():
-            if name not in inspect.signature(upload).parameters:
+            if name not in spec.upload_options:
+                owner = next(f.title for f in registry.families() if name in f.upload_options)
                 raise ValueError(
-                    f"{name}: an upload option of {_UPLOAD_OPTIONS[name]} weights only, "
+                    f"{name}: an upload option of {owner} weights only, "
                     f"got {v!r} for {type(weight).__name__}"
                 )
-        return upload(weight, stream, **options)
+        return spec.device_class().upload(weight, stream, **options)
     if isinstance(weight, DeviceWeight) and getattr(weight, "family", None) in registry.FAMILIES:
         return weight
+    names = ", ".join(f.host_weight.rpartition(".")[2] for f in registry.families())
     raise TypeError(
-        f"weight: expected a Q2Weight, Nvfp4Weight or a device-resident weight, "
-        f"got {type(weight).__name__}"
+        f"weight: expected a {names} or a device-resident weight, got {type(weight).__name__}"
     )
 
 
