@@ -39,40 +39,43 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats.bf16 import as_bf16_rows, bits_to_bf16
+from ..formats.act import BF16, ActFormat, as_act_rows
 from ..formats.nvfp4 import E2M1_TWICE, Nvfp4Weight
 from ..formats.q2_0 import Q2Weight
 
 FRAC_BITS = 22  # A_k = a_k * 2**(FRAC_BITS - E_m), rounded half to even
-BF16_NAN = 0x7FC0
-BF16_INF = 0x7F80
-BF16_MIN_QUANTUM = -133  # the bf16 subnormal step is 2**-133
+BF16_NAN = BF16.nan  # 0x7FC0
+BF16_INF = BF16.inf  # 0x7F80
+BF16_MIN_QUANTUM = BF16.min_quantum  # -133: the bf16 subnormal step is 2**-133
 _ROW_ELEMS = 1 << 20  # elements of a chunk (activation or weight rows x K): bounds memory
 
 
-def fixed_point(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step 2 of the contract for bf16 bit rows ``bits`` (uint16 [M, K]).
+def fixed_point(
+    bits: np.ndarray, act: ActFormat = BF16
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 2 of the contract for bit rows ``bits`` (uint16 [M, K]) of format ``act``.
 
     Returns ``(A, E, special)``: ``A`` int64 [M, K] (``|A| < 2**23``), ``E``
     int64 [M] (0 for an all-zero row), ``special`` bool [M] (the row holds a
     NaN or an Inf; its ``A`` is all zero).
     """
     bits = np.asarray(bits, np.uint16)
-    e = ((bits >> 7) & 0xFF).astype(np.int64)
-    f = (bits & 0x7F).astype(np.int64)
+    mb = act.mant_bits
+    e = ((bits >> mb) & act.exp_max).astype(np.int64)
+    f = (bits & ((1 << mb) - 1)).astype(np.int64)
     nonzero = (bits & 0x7FFF) != 0
-    special = (e == 0xFF).any(axis=1)
-    # floor(log2 |a|): e - 127 for normals, bit_length(f) - 134 for subnormals
-    sub_lg = np.floor(np.log2(np.maximum(f, 1))).astype(np.int64) - 133
-    lg = np.where(e > 0, e - 127, sub_lg)
+    special = (e == act.exp_max).any(axis=1)
+    # floor(log2 |a|): e - bias for normals, bit_length(f) - 1 + min_quantum for subnormals
+    sub_lg = np.floor(np.log2(np.maximum(f, 1))).astype(np.int64) + act.min_quantum
+    lg = np.where(e > 0, e - act.bias, sub_lg)
     big = np.iinfo(np.int64).min
     emax = np.where(nonzero, lg, big).max(axis=1, initial=big)
     E = np.where(emax == big, 0, emax)
-    mant = np.where(e > 0, f | 128, f)
-    # |a| = mant * 2**(max(e, 1) - 134), so |a| * 2**(22 - E) = mant * 2**s
-    s = np.maximum(e, 1) - 112 - E[:, None]
-    up = mant << np.clip(s, 0, 23)  # s <= 15, or <= 22 in an all-subnormal row
-    r = np.clip(-s, 1, 10)  # >= 10 dropped bits: mant < 2**8 rounds to 0
+    mant = np.where(e > 0, f | (1 << mb), f)
+    # |a| = mant * 2**(max(e, 1) + min_quantum - 1), so |a| * 2**(22 - E) = mant * 2**s
+    s = np.maximum(e, 1) + (act.min_quantum - 1 + FRAC_BITS) - E[:, None]
+    up = mant << np.clip(s, 0, 23)  # s <= 23 - (mb + 1), or <= 22 in an all-subnormal row
+    r = np.clip(-s, 1, mb + 3)  # >= mb + 3 dropped bits: mant < 2**(mb + 1) rounds to 0
     q = mant >> r
     rem = mant - (q << r)
     half = np.int64(1) << (r - 1)
@@ -83,18 +86,19 @@ def fixed_point(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return A, E, special
 
 
-def bf16_nearest(v: int, p: int) -> int:
-    """bf16 bits of the value nearest to ``v * 2**p`` (ints), ties to even (step 4).
+def nearest_bits(v: int, p: int, act: ActFormat = BF16) -> int:
+    """Bits (format ``act``) of the value nearest to ``v * 2**p`` (ints), ties to even (step 4).
 
     ``v == 0`` gives +0; a nonzero value that rounds to zero keeps its sign;
-    values at or beyond the rounding boundary of the largest bf16 give +-Inf.
+    values at or beyond the rounding boundary of the format's largest finite value give +-Inf.
     """
     v, p = int(v), int(p)
     if v == 0:
         return 0
     sign = 0x8000 if v < 0 else 0
     u = -v if v < 0 else v
-    q = max(u.bit_length() - 1 + p - 7, BF16_MIN_QUANTUM)  # exponent of the result's ulp
+    mb, qmin = act.mant_bits, act.min_quantum
+    q = max(u.bit_length() - 1 + p - mb, qmin)  # exponent of the result's ulp
     r = q - p  # bits of u below that ulp
     if r <= 0:
         mant = u << -r
@@ -104,9 +108,14 @@ def bf16_nearest(v: int, p: int) -> int:
         half = 1 << (r - 1)
         if rem > half or (rem == half and mant & 1):
             mant += 1
-    # mant = 2**8 carries into the exponent field by itself; subnormals have q = -133
-    bits = ((q - BF16_MIN_QUANTUM) << 7) + mant
-    return sign | min(bits, BF16_INF)
+    # mant = 2**(mb + 1) carries into the exponent field by itself; subnormals have q = qmin
+    bits = ((q - qmin) << mb) + mant
+    return sign | min(bits, act.inf)
+
+
+def bf16_nearest(v: int, p: int) -> int:
+    """bf16 bits of the value nearest to ``v * 2**p``: :func:`nearest_bits` for bf16."""
+    return nearest_bits(v, p, BF16)
 
 
 def exact_gemv(
@@ -119,11 +128,12 @@ def exact_gemv(
     bad_col: np.ndarray,
     total_mant: int = 1,
     total_exp: int = 0,
+    act: ActFormat = BF16,
 ) -> np.ndarray:
     """The contract for any weight family whose values are ``wint * mant_b * 2**exp_b * t``.
 
     Args:
-        bits: bf16 activation bits, uint16 [M, K].
+        bits: activation bits of format ``act`` (default bf16), uint16 [M, K].
         wint_rows: ``wint_rows(r0, r1)`` -> the integer weight factors of rows
             r0..r1-1 as float64 [r1 - r0, K] (small integers, exact).
         n: weight rows; group: elements per scale block.
@@ -133,8 +143,9 @@ def exact_gemv(
         total_mant, total_exp: a factor ``t = total_mant * 2**total_exp``
             common to every weight (NVFP4's global scale), applied to the
             exact total.
+        act: the activation format, also the output's.
 
-    Returns uint16 bf16 bits [M, N].
+    Returns uint16 bits [M, N] of format ``act``.
     """
     bits = np.asarray(bits, np.uint16)
     m, k = bits.shape
@@ -155,24 +166,25 @@ def exact_gemv(
             bad_col,
             emin,
             (int(total_mant), int(total_exp)),
+            act,
         )
     return out
 
 
 def _exact_rows(
-    bits, wint_rows, n, group, scale_mant, scale_exp, bad_col, emin, factor
+    bits, wint_rows, n, group, scale_mant, scale_exp, bad_col, emin, factor, act
 ) -> np.ndarray:
     """:func:`exact_gemv` for one chunk of activation rows.
 
     ``emin``: the weight's smallest exponent; ``factor``: ``(total_mant, total_exp)``.
     """
-    A, E, special = fixed_point(bits)
+    A, E, special = fixed_point(bits, act)
     m, k = A.shape
     nb = k // group
     out = np.empty((m, n), np.uint16)
     rows_per = max(1, _ROW_ELEMS // max(1, k * m))
     a_blocks = A.reshape(m, nb, group).transpose(1, 0, 2).astype(np.float64)  # [nb, M, g]
-    nearest = np.frompyfunc(bf16_nearest, 2, 1)
+    nearest = np.frompyfunc(lambda v, p: nearest_bits(v, p, act), 2, 1)
     for r0 in range(0, n, rows_per):
         r1 = min(n, r0 + rows_per)
         w = np.asarray(wint_rows(r0, r1), np.float64).reshape(r1 - r0, nb, group)
@@ -187,9 +199,9 @@ def _exact_rows(
         total *= factor[0]
         p = (E - FRAC_BITS + emin + factor[1])[:, None]
         y = nearest(total, np.broadcast_to(p, total.shape)).astype(np.uint16)
-        y[:, bad_col[r0:r1]] = BF16_NAN
+        y[:, bad_col[r0:r1]] = act.nan
         out[:, r0:r1] = y
-    out[special] = BF16_NAN
+    out[special] = act.nan
     return out
 
 
@@ -207,14 +219,15 @@ def q2_0_gemv_exact(a, weight: Q2Weight) -> np.ndarray:
     """``y = a @ dequantize(weight).T`` under the exact contract (module docstring).
 
     Args:
-        a: bf16 activations [K] or [M, K] (``ml_dtypes.bfloat16``).
+        a: activations [K] or [M, K], ``ml_dtypes.bfloat16`` or ``np.float16``.
         weight: a :class:`~q2gemv.Q2Weight`.
 
-    Returns bf16 [M, N] ([N] for 1-D ``a``). Raises TypeError/ValueError naming the argument.
+    Returns [M, N] ([N] for 1-D ``a``) in the dtype of ``a``. Raises TypeError/ValueError
+    naming the argument.
     """
     if not isinstance(weight, Q2Weight):
         raise TypeError(f"weight: expected a Q2Weight, got {type(weight).__name__}")
-    bits, squeeze = as_bf16_rows(a, weight.k)
+    bits, squeeze, act = as_act_rows(a, weight.k)
     scales = weight.scales().view(np.uint16)
     mant, exp, bad = fp16_scale_parts(scales)
     codes = weight.codes()
@@ -222,8 +235,8 @@ def q2_0_gemv_exact(a, weight: Q2Weight) -> np.ndarray:
     def wint_rows(r0: int, r1: int) -> np.ndarray:
         return codes[r0:r1].astype(np.float64) - 1.0
 
-    y = exact_gemv(bits, wint_rows, weight.n, weight.group, mant, exp, bad.any(axis=1))
-    out = bits_to_bf16(y)
+    y = exact_gemv(bits, wint_rows, weight.n, weight.group, mant, exp, bad.any(axis=1), act=act)
+    out = act.from_bits(y)
     return out[0] if squeeze else out
 
 
@@ -250,14 +263,15 @@ def w4a16_gemv_exact(a, weight: Nvfp4Weight) -> np.ndarray:
     """``y = a @ dequantize(weight).T`` under the exact contract (module docstring).
 
     Args:
-        a: bf16 activations [K] or [M, K] (``ml_dtypes.bfloat16``).
+        a: activations [K] or [M, K], ``ml_dtypes.bfloat16`` or ``np.float16``.
         weight: an :class:`~q2gemv.Nvfp4Weight`.
 
-    Returns bf16 [M, N] ([N] for 1-D ``a``). Raises TypeError/ValueError naming the argument.
+    Returns [M, N] ([N] for 1-D ``a``) in the dtype of ``a``. Raises TypeError/ValueError
+    naming the argument.
     """
     if not isinstance(weight, Nvfp4Weight):
         raise TypeError(f"weight: expected an Nvfp4Weight, got {type(weight).__name__}")
-    bits, squeeze = as_bf16_rows(a, weight.k)
+    bits, squeeze, act = as_act_rows(a, weight.k)
     mant, exp, bad = e4m3_scale_parts(weight.scales)
     gm, ge, finite = f32_parts(weight.global_scale)
     codes = weight.codes()
@@ -266,8 +280,8 @@ def w4a16_gemv_exact(a, weight: Nvfp4Weight) -> np.ndarray:
         return E2M1_TWICE[codes[r0:r1]].astype(np.float64)
 
     # the weight is (2 * e2m1) * mant * 2**exp * gm * 2**ge / 2
-    y = exact_gemv(bits, wint_rows, weight.n, 16, mant, exp, bad.any(axis=1), gm, ge - 1)
+    y = exact_gemv(bits, wint_rows, weight.n, 16, mant, exp, bad.any(axis=1), gm, ge - 1, act)
     if not finite:
-        y[:] = BF16_NAN
-    out = bits_to_bf16(y)
+        y[:] = act.nan
+    out = act.from_bits(y)
     return out[0] if squeeze else out
