@@ -29,7 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dispatch import plan, registry
-from ..formats.bf16 import BF16, as_bf16_rows, bits_to_bf16
+from ..formats.act import BF16 as BF16_ACT
+from ..formats.act import ActFormat, as_act_rows
+from ..formats.bf16 import BF16
 from .arrays import check_stream, device_activations, numba_stream
 from .backends import BACKENDS, default_backend, require_cuda
 from .prepared import PreparedActivations
@@ -134,14 +136,19 @@ def check_m(m) -> int:
     return int(m)
 
 
-def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
-    """Refuse an ``out`` that is not a writeable bfloat16 array of ``shape``, or overlaps an input.
+def check_out(out, a, shape: tuple[int, ...], weight=None, act: ActFormat = BF16_ACT) -> None:
+    """Refuse an ``out`` that is not a writeable array of ``shape`` in the activations' dtype
+    (``act``: bfloat16 or float16), or overlaps an input.
 
     Inputs are the activations ``a`` and the bytes of ``weight`` (when given):
     writing results over them would corrupt the call's own inputs (and, for
     a weight, every later call).
     """
-    if not isinstance(out, np.ndarray) or out.dtype != BF16:
+    if act != BF16_ACT:
+        if not isinstance(out, np.ndarray) or out.dtype != act.dtype:
+            got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
+            raise TypeError(f"out: expected a {act.dtype} numpy array (the dtype of a), got {got}")
+    elif not isinstance(out, np.ndarray) or out.dtype != BF16:
         got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
         raise TypeError(f"out: expected a bfloat16 numpy array, got {got}")
     if out.shape != shape:
@@ -153,6 +160,16 @@ def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
     for name, arr in weight_arrays(weight).items():
         if np.shares_memory(out, arr):
             raise ValueError(f"out: must not overlap the weight's bytes (weight.{name})")
+
+
+def check_act(mode: str, act: ActFormat) -> None:
+    """The seed contract (its fp32-order kernels and references) is bf16-only: fp16 activations
+    under it are a ValueError naming ``a``."""
+    if mode == "seed" and act != BF16_ACT:
+        raise ValueError(
+            f"a: the seed contract (numerics='seed' or a seed kernel) is bf16-only, got "
+            f"{act.name} activations; use numerics='exact' (the default) or bfloat16 activations"
+        )
 
 
 def pick_backend(backend: str | None, on_device: bool, default) -> str:
@@ -206,6 +223,8 @@ class Call:
             (:class:`~q2gemv.dispatch.registry.Route`: the launching module and
             exact kernel on the cuda backend, the plan's reference on the
             reference backend); None for a plan.
+        act: the activations' format, bf16 or fp16 (:mod:`q2gemv.formats.act`): the
+            result's too.
     """
 
     spec: registry.FamilySpec
@@ -228,6 +247,7 @@ class Call:
     d_out: object = None
     key: tuple | None = None
     route: registry.Route | None = None
+    act: ActFormat = BF16_ACT
 
 
 def build_plan(weight, m, kernel: str | None = None, numerics: str | None = None) -> Call:
@@ -260,15 +280,16 @@ def build(a, weight, *, kernel=None, backend=None, out=None, stream=None, numeri
     on_gpu = device_activations(a, stream)  # (kind, stream) for activations on the GPU
     if on_gpu is not None:
         return _build_device(head, a, on_gpu, kernel, backend, out, key)
-    bits, was_1d = as_bf16_rows(a, weight.k)
+    bits, was_1d, act = as_act_rows(a, weight.k)
+    check_act(mode, act)
     m, n = bits.shape[0], weight.n
     shape = (n,) if was_1d else (m, n)
     if out is not None:
-        check_out(out, a, shape, weight)
+        check_out(out, a, shape, weight, act)
     backend = pick_backend(backend, on_device, default_backend)
     launches = plan_launches(weight, spec, mode, m, kernel)
     return _on_backend(Call(*head, "host", bits, m, n, weight.k, shape, launches, backend, out,
-                            numba_stream(stream)))  # fmt: skip
+                            numba_stream(stream), act=act))  # fmt: skip
 
 
 def _build_prepared(head, p: PreparedActivations, backend, out, stream) -> Call:
@@ -287,7 +308,7 @@ def _build_prepared(head, p: PreparedActivations, backend, out, stream) -> Call:
     m, n = p.m, weight.n
     shape = (n,) if p.was_1d else (m, n)
     if out is not None:
-        check_out(out, p.bits, shape, weight)
+        check_out(out, p.bits, shape, weight, p.act)
     backend = pick_backend(backend, on_device, lambda: p.backend)
     if backend == "cuda" and m and p.operands is None:
         raise ValueError(
@@ -296,7 +317,7 @@ def _build_prepared(head, p: PreparedActivations, backend, out, stream) -> Call:
         )
     launches = plan_launches(weight, spec, mode, m, spec.prepared_kernel)
     return _on_backend(Call(*head, "prepared", p, m, n, weight.k, shape, launches, backend, out,
-                            numba_stream(stream)))  # fmt: skip
+                            numba_stream(stream), act=p.act))  # fmt: skip
 
 
 def _build_device(head, a, on_gpu, kernel, backend, out, key) -> Call:
@@ -316,13 +337,15 @@ def _build_device(head, a, on_gpu, kernel, backend, out, key) -> Call:
 
     kind, st = on_gpu
     d_a = interop.device_bits(a, "a", kind)
+    act = interop.act_of(a, kind)
+    check_act(mode, act)
     dw = spec.as_device_weight(weight, st, mode)
     route = registry.route(spec, mode, launches)
     if mode == "exact":
         route.module.check_k(dw.k)
     result, d_out = interop.output(kind, a, d_a, dw, spec.device_arrays, out_shape, out, st)
     return Call(*head, "device", d_a.reshape(m, dw.k), m, dw.n, dw.k, out_shape, launches, "cuda",
-                out, st, dw, a, result, d_out.reshape(m, dw.n), key, route)  # fmt: skip
+                out, st, dw, a, result, d_out.reshape(m, dw.n), key, route, act)  # fmt: skip
 
 
 def _on_backend(c: Call) -> Call:
@@ -339,7 +362,8 @@ def _on_backend(c: Call) -> Call:
 
 
 def run(c: Call):
-    """Run a built :class:`Call`; returns bf16 of ``c.shape`` (``out`` itself when given)."""
+    """Run a built :class:`Call`; returns ``c.shape`` in the activations' dtype (bf16 or fp16;
+    ``out`` itself when given)."""
     if c.m and c.backend == "cuda":
         y = _run_cuda(c)  # the device form: written into its device output, nothing to copy
         if c.form == "device":
@@ -350,8 +374,8 @@ def run(c: Call):
         y = np.empty((0, c.n), np.uint16)
     else:  # the reference of the plan's kernel (every launch: same bits)
         bits = c.a.bits if c.form == "prepared" else c.a
-        y = c.route.reference_fn(bits_to_bf16(bits), c.weight).view(np.uint16)
-    result = bits_to_bf16(y.reshape(c.shape))
+        y = c.route.reference_fn(c.act.from_bits(bits), c.weight).view(np.uint16)
+    result = c.act.from_bits(y.reshape(c.shape))
     if c.out is None:
         return result
     c.out[...] = result
@@ -366,13 +390,13 @@ def _run_cuda(c: Call):
     if c.form == "device":
         cache = getattr(c.weight, "launch_cache", None) if c.key is not None else None
         keep = (c.caller_a, c.out, c.stream)
-        launcher.enqueue(route, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep)
+        launcher.enqueue(route, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep, c.act)
         return None
     if c.form == "prepared":  # the operands made once by q2gemv.prepare: no prepare launch
         p = c.a
         return launcher.run_bits(route, c.launches, None, c.dw, st, p.operands,
-                                 d_a=p.device_bits)  # fmt: skip
-    return launcher.run_bits(route, c.launches, c.a, c.dw, st)
+                                 d_a=p.device_bits, act=c.act)  # fmt: skip
+    return launcher.run_bits(route, c.launches, c.a, c.dw, st, act=c.act)
 
 
 def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:

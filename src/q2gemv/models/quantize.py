@@ -56,15 +56,15 @@ class QuantizeReport:
 
 
 # The activation dtypes the q2gemv layers take (q2gemv.nn.ops._check_x); the one check below.
-ACTIVATION_DTYPES = (torch.bfloat16,)
+ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def check_model_dtype(targets: list[LinearTarget]) -> None:
     """Refuse Linears whose weight dtype the q2gemv layers cannot serve as activations.
 
     A model's activations have its weights' dtype; a q2gemv layer takes only
-    :data:`ACTIVATION_DTYPES`, so an fp32/fp16 model would quantize and then fail at
-    its first forward. ValueError naming the dtype and the first such layer. A meta
+    :data:`ACTIVATION_DTYPES` (bf16 and fp16 models keep their dtype: the layers return
+    it), so an fp32 model would quantize and then fail at its first forward. ValueError naming the dtype and the first such layer. A meta
     weight has no values yet (the dtype of what is loaded into the model decides).
     """
     for t in targets:
@@ -73,7 +73,7 @@ def check_model_dtype(targets: list[LinearTarget]) -> None:
             accepted = ", ".join(str(d) for d in ACTIVATION_DTYPES)
             raise ValueError(
                 f"model: layer {t.name!r} is {dtype}, but q2gemv layers take {accepted} "
-                "activations only: cast the model to bfloat16 first "
+                "activations only: cast the model to bfloat16 or float16 first "
                 "(model.to(torch.bfloat16))"
             )
 
