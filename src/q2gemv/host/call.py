@@ -399,8 +399,11 @@ def _run_cuda(c: Call):
     return launcher.run_bits(route, c.launches, c.a, c.dw, st, act=c.act)
 
 
-def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K]) -> uint16 [M, N].
+def run_kernel(
+    kernel: str, a_bits: np.ndarray, weight, stream=0, act: ActFormat = BF16_ACT
+) -> np.ndarray:
+    """Kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K] of format ``act``,
+    bf16 by default; fp16 for an exact kernel only) -> uint16 [M, N] of the same format.
 
     A thin wrapper over the road for the golden harness, scripts and tests:
     a host call whose plan is the kernel's chunks of its ``max_m`` rows (one
@@ -417,11 +420,12 @@ def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     st = numba_stream(stream)
     dw = spec.as_device_weight(weight, st, kspec.contract)
     check_bits(a_bits, dw.k)
+    check_act(kspec.contract, act)
     m = a_bits.shape[0]
     launches = plan.ChunkPlan(m, kspec.max_m, lambda rows: kspec.name)
     route = registry.route(spec, kspec.contract, launches)
     c = Call(spec, kspec.contract, weight, True, "host", a_bits, m, dw.n, dw.k, (m, dw.n), launches,
-             stream=st, dw=dw, route=route)  # fmt: skip
+             stream=st, dw=dw, route=route, act=act)  # fmt: skip
     return _run_cuda(c)
 
 
