@@ -223,6 +223,29 @@ def test_bf16_nearest_is_nearest_bits_of_bf16():
         assert rex.bf16_nearest(v, p) == rex.nearest_bits(v, p, BF16) == rex.nearest_bits(v, p)
 
 
+def test_fp16_error_bound_holds():
+    """The docstring's bound, exactly: ``|y - x.w| <= 2**(E - 23) * sum|w| + half an ulp of y``,
+    rows with outliers (small elements lose bits in the fixed point)."""
+    rng = np.random.default_rng(8)
+    a = (rng.standard_normal((6, 128)) * 2.0 ** rng.integers(-16, 4, (6, 128))).astype(F16)
+    a[:, :2] = 3000.0
+    codes = rng.integers(0, 4, (3, 128), dtype=np.uint8)
+    w = Q2Weight.from_codes(codes, np.array([[0.5, -0.25]] * 3, F16), group=64)
+    y = rex.q2_0_gemv_exact(a, w).view(np.uint16)
+    wv = q2_values(w)
+    for i in range(6):
+        e = max(_floor_log2(abs(_value(int(h)))) for h in a[i].view(np.uint16) if h & 0x7FFF)
+        for n in range(3):
+            exact = sum(
+                v * _value(int(h)) for v, h in zip(wv[n], a[i].view(np.uint16), strict=True)
+            )
+            got = _value(int(y[i, n]))
+            mag = abs(got) if got != 0 else Fraction(2) ** -24
+            ulp = max(Fraction(2) ** (_floor_log2(mag) - 10), Fraction(2) ** -24)
+            bound = Fraction(2) ** (e - 23) * sum(abs(v) for v in wv[n]) + ulp / 2
+            assert abs(got - exact) <= bound, (i, n)
+
+
 # -- hypothesis against the oracle ------------------------------------------------------------
 
 _finite_fp16 = st.integers(0, 0xFFFF).filter(lambda h: (h & 0x7C00) != 0x7C00)

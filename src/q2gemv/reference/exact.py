@@ -1,31 +1,37 @@
 """NumPy reference of the exact contract (``numerics="exact"``): a value, not an order.
 
-The contract (also in ``docs/numerics.md``; every backend computes exactly this):
+The contract (also in ``docs/numerics.md``; every backend computes exactly this). The
+activations are bf16 or fp16 (the activation format, :mod:`q2gemv.formats.act`); the
+outputs have the activations' format:
 
-1. **Special rows.** If any activation a_k of row m is NaN or +-Inf, every
-   output of row m is NaN (bf16 ``0x7FC0``). If any block scale of weight row n
+1. **Special rows.** If any activation a_k of row m is NaN or +-Inf (exponent
+   field all ones: 255 in bf16, 31 in fp16), every output of row m is NaN (bf16
+   ``0x7FC0``, fp16 ``0x7E00``). If any block scale of weight row n
    is NaN or +-Inf (NVFP4: E4M3 ``0x7F``/``0xFF``), every output of column n
    is NaN. NVFP4: a non-finite global scale makes every output NaN.
 2. **Fixed point.** ``E_m = max floor(log2 |a_k|)`` over the nonzero a_k of row
-   m (subnormals by their value); ``A_k = round_half_even(a_k * 2**(22 - E_m))``,
-   an integer with ``|A_k| < 2**23``. A row of zeros gives every ``A_k = 0``.
+   m (subnormals by their value: steps of ``2**-133`` in bf16, ``2**-24`` in fp16);
+   ``A_k = round_half_even(a_k * 2**(22 - E_m))``, an integer with ``|A_k| < 2**23``
+   (at most ``255 * 2**15`` for bf16's 8 significant bits, ``2047 * 2**12 = 2**23 -
+   2**12`` for fp16's 11). A row of zeros gives every ``A_k = 0``.
 3. **Weights as exact values.** Q2_0: ``w[n, k] = (code - 1) * d_b`` with
    ``d_b`` the block's fp16 scale. NVFP4: ``w[n, k] = e2m1 * e4m3(s_b) * g``
    with ``s_b`` the scale of its 16-element block and ``g`` the fp32 global
    scale as ``Nvfp4Weight.global_scale`` holds it (a multiplier; a
    compressed-tensors divisor is converted to it once, at load).
-4. **One rounding.** ``y[m, n]`` is the bf16 nearest (ties to even) to the
-   exact ``sum_k w[n, k] * A_k * 2**(E_m - 22)``. Exact zero gives +0; a
-   nonzero value that rounds to zero keeps its sign; beyond the bf16 range
-   gives +-Inf by the same rule.
+4. **One rounding.** ``y[m, n]`` is the value of the activation format nearest
+   (ties to even) to the exact ``sum_k w[n, k] * A_k * 2**(E_m - 22)``. Exact zero
+   gives +0; a nonzero value that rounds to zero keeps its sign; beyond the
+   format's range (the largest bf16 is ``(2 - 2**-7) * 2**127``, the largest fp16
+   65504; fp16's smallest step ``2**-24``) gives +-Inf by the same rule.
 
 Only step 2 and step 4 round. Step 2 is exact for activations of at least
-``2**(E_m - 15)`` (their 8 significant bits fit above the fixed point); smaller
-ones lose low bits, and those of at most ``2**(E_m - 23)`` become 0. Error bound,
-per output:
-``|y - x.w| <= 2**(E_m - 23) * sum_k |w_k| + half an ulp of bf16(y)``, where
-``x.w`` is the exact dot product of the original bf16 activations with
-``dequantize()``; the first term is at most ``2**-23`` relative to
+``2**(E_m - 15)`` in bf16 and ``2**(E_m - 12)`` in fp16 (their 8 or 11 significant
+bits fit above the fixed point); smaller ones lose low bits, and those of at most
+``2**(E_m - 23)`` become 0. Error bound, per output, for either format:
+``|y - x.w| <= 2**(E_m - 23) * sum_k |w_k| + half an ulp of y`` (an ulp of the
+activation format), where ``x.w`` is the exact dot product of the original
+activations with ``dequantize()``; the first term is at most ``2**-23`` relative to
 ``max_k |a_k| * sum_k |w_k|``.
 
 Nothing here follows a kernel's order: the sums are exact integers (block
