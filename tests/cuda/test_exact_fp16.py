@@ -97,3 +97,36 @@ def test_w4a16_exact_fp16_matches_the_reference():
     want = _check(a, _nvfp4_weight(rng, 17, 80, 2.0**-9), "w4a16 fp16")
     assert (want[1] == NAN).all() and (want[:, 2] == NAN).all()
     assert {0x7C00, 0xFC00} <= set(want[4].tolist())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["q2_0", "w4a16"])
+def test_torch_fp16_cuda_tensors_and_layers(family):
+    """CUDA torch.float16 activations: gemv returns torch.float16 with the reference's bits,
+    into a float16 ``out`` (a bfloat16 ``out`` is a TypeError naming out), and the torch layer
+    on the GPU equals the same layer on the CPU."""
+    torch = pytest.importorskip("torch")
+    from q2gemv.torch import Nvfp4Linear, Q2Linear
+
+    rng = np.random.default_rng(11)
+    a = _acts(rng, 9, 256)
+    if family == "q2_0":
+        w, layer = _q2_weight(rng, 33, 256, 128), Q2Linear
+    else:
+        w, layer = _nvfp4_weight(rng, 33, 256, 2.0**-9), Nvfp4Linear
+    x = torch.from_numpy(a).cuda()
+    dw = w.to_device()
+    y = q2gemv.gemv(x, dw)
+    assert y.dtype == torch.float16 and y.is_cuda
+    want = q2gemv.gemv(a, w, backend="reference")
+    assert_bits_equal(_bits(y.cpu().numpy()), _bits(want), f"{family} torch fp16")
+    out = torch.empty((9, 33), dtype=torch.float16, device="cuda")
+    assert q2gemv.gemv(x, dw, out=out) is out
+    assert_bits_equal(_bits(out.cpu().numpy()), _bits(want), f"{family} torch fp16 out=")
+    with pytest.raises(TypeError, match="^out: expected torch.float16"):
+        q2gemv.gemv(x, dw, out=torch.empty((9, 33), dtype=torch.bfloat16, device="cuda"))
+    lin = layer(w)
+    got_gpu = lin.cuda()(x).cpu()
+    got_cpu = lin.cpu()(x.cpu())
+    assert got_gpu.dtype == torch.float16
+    assert_bits_equal(_bits(got_gpu.numpy()), _bits(got_cpu.numpy()), f"{family} layer fp16")
