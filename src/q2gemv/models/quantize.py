@@ -10,7 +10,7 @@ from ..api import resolve_numerics
 from ..dispatch import registry
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
-from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..nn.layers import Nvfp4Linear, Q2Linear, keep_bias_dtype
 from ..nn.swap import LinearTarget, find_linears, swap_linears
 from ..tools.progress import Progress, wants_progress
 from . import fuse as fusion
@@ -142,7 +142,7 @@ def quantize_model(
 
     def make(lin: torch.nn.Linear) -> torch.nn.Module:
         if lin.weight.is_meta:  # an empty model: an empty layer, filled by loading
-            return layer.empty(
+            new = layer.empty(
                 lin.out_features,
                 lin.in_features,
                 **group_arg,
@@ -150,6 +150,7 @@ def quantize_model(
                 numerics=numerics,
                 device=lin.weight.device,
             )
+            return keep_bias_dtype(new, lin)
         return layer.from_linear(lin, **group_arg, numerics=numerics)
 
     targets, skipped = find_linears(model, reason)

@@ -16,7 +16,7 @@ from ..api import resolve_numerics
 from ..dispatch import registry
 from ..formats.nvfp4 import BLOCK
 from ..formats.q2_0 import GROUPS
-from ..nn.layers import Nvfp4Linear, Q2Linear
+from ..nn.layers import Nvfp4Linear, Q2Linear, keep_bias_dtype
 from ..nn.swap import find_linears, swap_linears
 from . import fuse as fusion
 
@@ -187,7 +187,7 @@ def replace_with_empty_layers(model: torch.nn.Module, config: dict) -> dict[str,
                 "quantization_config does not list the layer in modules_to_not_convert"
             )
         group_arg = {"group": c["group"]} if grouped else {}
-        return layer.empty(
+        new = layer.empty(
             lin.out_features,
             lin.in_features,
             **group_arg,
@@ -195,6 +195,7 @@ def replace_with_empty_layers(model: torch.nn.Module, config: dict) -> dict[str,
             numerics=c["numerics"],
             device=lin.weight.device,
         )
+        return keep_bias_dtype(new, lin)
 
     targets, _ = find_linears(model, reason)
     done = swap_linears(targets, make)

@@ -149,6 +149,15 @@ def _named(found: dict, name: str, param: str, what: str, path):
     return found[name]
 
 
+def keep_bias_dtype(layer: torch.nn.Module, linear: torch.nn.Linear) -> torch.nn.Module:
+    """``layer`` (an empty one made for ``linear``) with an fp16 bias buffer when ``linear``'s
+    bias is fp16 (an fp16 model: loading then keeps its biases fp16, as :func:`_bias_buffer`
+    does); otherwise as it is. Returns ``layer``."""
+    if layer.bias is not None and linear.bias is not None and linear.bias.dtype == torch.float16:
+        layer.bias = torch.empty_like(layer.bias, dtype=torch.float16)
+    return layer
+
+
 def _empty_bias(n: int, bias: bool, device) -> torch.Tensor | None:
     if not isinstance(bias, bool):
         raise TypeError(f"bias: expected a bool, got {type(bias).__name__}")
