@@ -9,7 +9,9 @@ shapes and groups, M in 1..9, 16, 17, 33, activations with a few 1000x
 outliers. NVFP4: the exact contract's w4a16_gemv_exact on 5120x5120,
 17408x5120 and 5120x17408, M in 1..9, 16, 17, 33 (all 16 codes, E4M3
 scales across 2**-6..2**8, a negative global scale, 1000x outliers); the
-seed tiers on the first two shapes.
+seed tiers on the first two shapes. Both exact kernels also on fp16 activations
+(rows reported as ``<kernel>+fp16``): the same shapes and M, one row of fp16
+subnormals and one of values near 65504 (outputs past the fp16 range: +-Inf).
 The reference is computed once per (shape, group) for the largest M: rows
 are independent, so the first M rows are the expectation for every M.
 Prints a summary table last; writes a CSV under --out.
@@ -27,6 +29,8 @@ import numpy as np
 
 from q2gemv import Q2Weight, reference
 from q2gemv.cuda.q2_0 import seed as q2cuda
+from q2gemv.formats.act import BF16 as BF16_ACT
+from q2gemv.formats.act import FP16
 from q2gemv.formats.bf16 import BF16
 from q2gemv.golden.check import compare_bits
 from q2gemv.host.call import run_kernel
@@ -83,6 +87,18 @@ def q2_rows(rng, quick: bool) -> list[dict]:
     return rows
 
 
+def exact_acts(rng, m: int, k: int, act: str) -> np.ndarray:
+    """Activations [m, k] (bf16 or fp16): normal rows with a few 1000x outliers; for fp16 the
+    second row is fp16 subnormals only, the third values near 65504 (sums past the range)."""
+    a32 = rng.standard_normal((m, k)).astype(np.float32)
+    a32[:, rng.integers(0, k, 4)] *= 1000.0  # "massive activations"
+    if act == "bf16":
+        return a32.astype(BF16)
+    a32[1] = rng.integers(-1023, 1024, k) * 2.0**-24
+    a32[2] = rng.uniform(30000.0, 65504.0, k) * np.sign(rng.standard_normal(k))
+    return a32.astype(FP16.dtype)
+
+
 def exact_rows(rng, quick: bool) -> list[dict]:
     from q2gemv.reference.exact import q2_0_gemv_exact
 
@@ -91,16 +107,17 @@ def exact_rows(rng, quick: bool) -> list[dict]:
     for n, k in SHAPES[:1] if quick else SHAPES:
         for g in (64, 128):
             w, dw = random_q2_weight(rng, n, k, g)
-            a32 = rng.standard_normal((max(ms), k)).astype(np.float32)
-            a32[:, rng.integers(0, k, 4)] *= 1000.0  # "massive activations"
-            a = a32.astype(BF16)
-            t0 = time.perf_counter()
-            want = q2_0_gemv_exact(a, w).view(np.uint16)
-            t_ref = time.perf_counter() - t0
-            for m in ms:
-                got = run_kernel("q2_0_gemv_exact", a[:m].view(np.uint16), dw)
-                rows.append(check_row("q2_0_gemv_exact", n, k, g, m, got, want[:m], t_ref))
-            print(f"q2_0 exact {n}x{k} g{g}: done", file=sys.stderr, flush=True)
+            for act in ("bf16", "fp16"):
+                a = exact_acts(rng, max(ms), k, act)
+                name = "q2_0_gemv_exact" + ("" if act == "bf16" else "+fp16")
+                t0 = time.perf_counter()
+                want = q2_0_gemv_exact(a, w).view(np.uint16)
+                t_ref = time.perf_counter() - t0
+                fmt = BF16_ACT if act == "bf16" else FP16
+                for m in ms:
+                    got = run_kernel("q2_0_gemv_exact", a[:m].view(np.uint16), dw, act=fmt)
+                    rows.append(check_row(name, n, k, g, m, got, want[:m], t_ref))
+                print(f"q2_0 exact {act} {n}x{k} g{g}: done", file=sys.stderr, flush=True)
     return rows
 
 
@@ -116,17 +133,18 @@ def w4_exact_rows(rng, quick: bool) -> list[dict]:
         scales = rng.integers(0x00, 0x7F, size=(n, k // 16), dtype=np.uint8) | np.uint8(0x20)
         w = Nvfp4Weight.from_codes(codes, scales, np.float32(-0.00123))
         dw = wcuda.DeviceNvfp4Weight.upload(w)
-        a32 = rng.standard_normal((max(ms), k)).astype(np.float32)
-        a32[:, rng.integers(0, k, 4)] *= 1000.0
-        a = a32.astype(BF16)
-        t0 = time.perf_counter()
-        want = w4a16_gemv_exact(a, w).view(np.uint16)
-        t_ref = time.perf_counter() - t0
-        for m in ms:
-            got = run_kernel("w4a16_gemv_exact", a[:m].view(np.uint16), dw)
-            row = check_row("w4a16_gemv_exact", n, k, 16, m, got, want[:m], t_ref)
-            rows.append(row | {"family": "w4a16"})
-        print(f"w4a16 exact {n}x{k}: done", file=sys.stderr, flush=True)
+        for act in ("bf16", "fp16"):
+            a = exact_acts(rng, max(ms), k, act)
+            name = "w4a16_gemv_exact" + ("" if act == "bf16" else "+fp16")
+            t0 = time.perf_counter()
+            want = w4a16_gemv_exact(a, w).view(np.uint16)
+            t_ref = time.perf_counter() - t0
+            fmt = BF16_ACT if act == "bf16" else FP16
+            for m in ms:
+                got = run_kernel("w4a16_gemv_exact", a[:m].view(np.uint16), dw, act=fmt)
+                row = check_row(name, n, k, 16, m, got, want[:m], t_ref)
+                rows.append(row | {"family": "w4a16"})
+            print(f"w4a16 exact {act} {n}x{k}: done", file=sys.stderr, flush=True)
     return rows
 
 

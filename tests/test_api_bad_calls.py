@@ -139,7 +139,9 @@ F16, F32, U16, I32 = np.float16, np.float32, np.uint16, np.int32
 # fmt: off
 CASES = [
     # -- q2gemv.gemv: activations ---------------------------------------------------------
-    ("gemv/a-float16", lambda t: q2gemv.gemv(C.a.astype(F16), C.w), TypeError, r"a: expected dtype bfloat16"),
+    ("gemv/a-float16-seed", lambda t: q2gemv.gemv(C.a.astype(F16), C.w, numerics="seed"), ValueError, r"a: the seed contract .* is bf16-only"),
+    ("gemv/a-float16-seed-kernel", lambda t: q2gemv.gemv(C.a.astype(F16), C.w, kernel="q2_0_gemv_vec"), ValueError, r"a: the seed contract .* is bf16-only"),
+    ("gemv/w4-a-float16-seed", lambda t: q2gemv.gemv(C.a.astype(F16), C.w4, numerics="seed"), ValueError, r"a: the seed contract .* is bf16-only"),
     ("gemv/a-float32", lambda t: q2gemv.gemv(C.a.astype(F32), C.w), TypeError, r"a: expected dtype bfloat16"),
     ("gemv/a-int-codes", lambda t: q2gemv.gemv(C.a.view(U16), C.w), TypeError, r"a: expected dtype bfloat16"),
     ("gemv/a-list", lambda t: q2gemv.gemv([1.0] * K, C.w), TypeError, r"a: expected a numpy"),
@@ -154,6 +156,8 @@ CASES = [
     ("gemv/out-float32", lambda t: q2gemv.gemv(C.a, C.w, out=np.zeros((M, N), F32)), TypeError, r"out: expected a bfloat16"),
     ("gemv/out-uint16", lambda t: q2gemv.gemv(C.a, C.w, out=np.zeros((M, N), U16)), TypeError, r"out: expected a bfloat16"),
     ("gemv/out-list", lambda t: q2gemv.gemv(C.a, C.w, out=[0.0] * N), TypeError, r"out: expected a bfloat16"),
+    ("gemv/out-float16-for-bf16-a", lambda t: q2gemv.gemv(C.a, C.w, out=np.zeros((M, N), F16)), TypeError, r"out: expected a bfloat16"),
+    ("gemv/out-bf16-for-float16-a", lambda t: q2gemv.gemv(C.a.astype(F16), C.w, out=np.zeros((M, N), BF16)), TypeError, r"out: expected a float16 numpy array \(the dtype of a\)"),
     ("gemv/out-N-mismatch", lambda t: q2gemv.gemv(C.a, C.w, out=np.zeros((M, N + 1), BF16)), ValueError, r"out: expected shape \(2, 7\)"),
     ("gemv/out-M-mismatch", lambda t: q2gemv.gemv(C.a, C.w, out=np.zeros((M + 1, N), BF16)), ValueError, r"out: expected shape \(2, 7\)"),
     ("gemv/out-rank-1d-a", lambda t: q2gemv.gemv(C.a1, C.w, out=np.zeros((1, N), BF16)), ValueError, r"out: expected shape \(7,\)"),

@@ -114,13 +114,14 @@ def gemv(
     stream=None,
     numerics: str | None = None,
 ):
-    """``y = a @ dequantize(weight).T`` in bf16, bit-exact across backends.
+    """``y = a @ dequantize(weight).T`` in bf16 (or fp16), bit-exact across backends.
 
     Args:
-        a: ``ml_dtypes.bfloat16`` activations, [K] or [M, K] (any M >= 0); or
+        a: ``ml_dtypes.bfloat16`` activations, [K] or [M, K] (any M >= 0), or
+            ``np.float16`` ones (exact contract only: fp16 in, fp16 out); or
             activations already on the GPU (see :mod:`q2gemv.cuda.runtime.interop`):
             a numba/CuPy device array of uint16 bf16 bits or a CUDA
-            ``torch.bfloat16`` tensor, which stay on the device; or the
+            ``torch.bfloat16`` / ``torch.float16`` tensor, which stay on the device; or the
             result of :func:`q2gemv.prepare` (Q2_0 weights, exact contract
             only: the activations converted once for several GEMVs).
         weight: a :class:`~q2gemv.Q2Weight` or :class:`~q2gemv.Nvfp4Weight`
@@ -139,8 +140,9 @@ def gemv(
         backend: ``"reference"`` (NumPy) or ``"cuda"`` (the numba kernels on
             the GPU, or the CUDA simulator when ``NUMBA_ENABLE_CUDASIM=1``).
             Default: ``"cuda"`` where available, else ``"reference"``.
-        out: optional array of the result's shape to write into: bfloat16
-            numpy for host ``a``, the same kind of device array for device ``a``.
+        out: optional array of the result's shape to write into: numpy of ``a``'s dtype
+            (bfloat16 or float16) for host ``a``, the same kind of device array (a torch
+            tensor of ``a``'s dtype) for device ``a``.
         stream: CUDA backend only: a numba stream or a raw ``cudaStream_t``
             handle (int); default 0, or torch's current stream for torch ``a``.
         numerics: the contract, ``"exact"`` or ``"seed"``; None (default) is
@@ -152,8 +154,9 @@ def gemv(
             ``select_tier`` with its kill switches). See :func:`resolve_numerics`.
 
     Returns:
-        bfloat16 [M, N] (or [N] for 1-D ``a``); ``out`` itself when given. For
-        device ``a``: a device array of the same kind (see the interop module).
+        bfloat16 [M, N] (or [N] for 1-D ``a``), float16 for float16 ``a``; ``out`` itself
+        when given. For device ``a``: a device array of the same kind (see the interop
+        module).
 
     Raises:
         TypeError / ValueError naming the argument, before anything is launched.

@@ -106,8 +106,9 @@ def test_exact_kernels_compile_every_build(ptx_summary):
     from q2gemv.cuda.q2_0 import exact as ex
 
     names = _exact_names()
-    assert "exact_prepare" in names
-    builds = [n for n in names if n.startswith("q2_0_gemv_exact@")]
+    assert "exact_prepare" in names and "exact_prepare+fp16" in names
+    assert {n.endswith("+fp16") for n in names} == {True, False}  # both activation formats
+    builds = [n.removesuffix("+fp16") for n in names if n.startswith("q2_0_gemv_exact@")]
     build_tags = [n.split("@")[1] for n in builds]  # e.g. m2g128, m2g128w16
     assert {t.split("g")[1].split("w")[0] for t in build_tags} == {"64", "128"}  # both groups
     assert {n.endswith(f"w{ex.WIDE_WARPS}") for n in builds} == {True, False}  # both CTA sizes
@@ -136,8 +137,8 @@ def test_exact_w4a16_builds_use_k16_imma_and_no_float(ptx_summary):
     from q2gemv.cuda.nvfp4 import exact as exact_w4a16
 
     names = [name for name, _, _ in exact_w4a16.ptx_specs()]
-    assert "w4a16_exact_prepare" in names
-    assert len(names) == 1 + len(exact_w4a16.TILES) + len(exact_w4a16.WIDE_TILES)
+    assert "w4a16_exact_prepare" in names and "w4a16_exact_prepare+fp16" in names
+    assert len(names) == 2 * (1 + len(exact_w4a16.TILES) + len(exact_w4a16.WIDE_TILES))
     for name in names:
         s = ptx_summary[name]
         if name.startswith("w4a16_gemv_exact@c"):
@@ -169,7 +170,7 @@ def test_exact_builds_wait_for_their_prepare_and_prepares_release_them(ptx_summa
         if name.split("@")[0] in waiting:
             assert s["griddepcontrol.wait"] == 1, name
         else:
-            assert name.endswith("prepare"), name
+            assert name.removesuffix("+fp16").endswith("prepare"), name
             assert s["griddepcontrol.launch_dependents"] == 1, name
             assert s["griddepcontrol.wait"] == 0, name
     for name, s in ptx_summary.items():  # no seed kernel claims a dependency it does not wait on

@@ -87,7 +87,8 @@ def test_suite_covers_every_kernel_shape_and_special(full_suite):
         assert {c.spec.m for c in mine} >= set(gen.M_SWEEP), kernel
         assert {c.spec.n for c in mine} >= set(gen.N_SWEEP), kernel
         kinds = gen.EXACT_ACT_KINDS if exact else gen.ACT_KINDS
-        assert {c.spec.act_kind for c in mine} == set(kinds), kernel
+        bf16 = [c for c in mine if c.family not in gen.FP16_FAMILIES]  # fp16: its own test
+        assert {c.spec.act_kind for c in bf16} == set(kinds), kernel
         assert any(c.size_of(kernel) == "small" for c in mine), kernel
         assert any(c.spec.size == "large" and c.spec.n == 5120 for c in mine), kernel
     q2 = [c for c in cases if c.family == "q2_0"]
@@ -98,6 +99,26 @@ def test_suite_covers_every_kernel_shape_and_special(full_suite):
     w4 = [c for c in cases if c.family == "w4a16"]
     assert {c.spec.weight_kind for c in w4} == set(gen.W4_WEIGHT_KINDS)
     assert {16, 48} <= {c.spec.k for c in w4}
+
+
+def test_fp16_cases_cover_every_kind_and_special_output(full_suite):
+    """The fp16 families: their own files, every fp16 activation kind, both groups, cases on the
+    simulator, and expected outputs that hold +-Inf, NaN (0x7E00), +-0 and fp16 subnormals."""
+    for fam, base in gen.FP16_FAMILIES.items():
+        mine = [c for c in full_suite.gemv if c.family == fam]
+        assert {c.file for c in mine} == {f"gemv_{fam}.npz"}, fam
+        assert all(c.kernels == gen.FAMILY_KERNELS[base] for c in mine), fam
+        assert {c.spec.act_kind for c in mine} == set(gen.FP16_ACT_KINDS), fam
+        kernel = gen.FAMILY_KERNELS[base][0]
+        assert any(c.size_of(kernel) == "small" for c in mine), fam
+        want = np.concatenate([c.want(kernel).ravel() for c in mine])
+        mag = want & 0x7FFF
+        assert {0x7C00, 0xFC00, 0x7E00, 0x0000} <= set(want.tolist()), fam
+        assert ((mag > 0) & (mag < 0x0400)).any(), fam  # subnormal outputs
+        assert not ((mag > 0x7C00) & (want != 0x7E00)).any(), fam  # one NaN pattern
+    q2 = [c for c in full_suite.gemv if c.family == "q2_0_exact_fp16"]
+    assert {c.spec.group for c in q2} == {64, 128}
+    assert 0x8000 in np.concatenate([c.want("q2_0_gemv_exact").ravel() for c in q2])  # -0
 
 
 def test_w4_exact_cases_cross_every_seam_of_the_kernel(full_suite):

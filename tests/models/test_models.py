@@ -44,8 +44,9 @@ class ReferenceLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = x.detach().reshape(-1, self.weight_q.k).contiguous().view(torch.int16).numpy()
-        y = q2gemv.gemv(a.view(q2gemv.BF16), self.weight_q, backend="reference")
-        y = torch.from_numpy(np.ascontiguousarray(y).view(np.int16)).view(torch.bfloat16)
+        np_dtype = np.float16 if x.dtype == torch.float16 else q2gemv.BF16  # bf16 or fp16 models
+        y = q2gemv.gemv(a.view(np_dtype), self.weight_q, backend="reference")
+        y = torch.from_numpy(np.ascontiguousarray(y).view(np.int16)).view(x.dtype)
         return y.reshape(*x.shape[:-1], self.weight_q.n)
 
 
@@ -109,6 +110,26 @@ def test_quantize_model_generates_like_reference_layers(fmt):
     assert torch.equal(got, want) and got.shape == (2, 12)
 
 
+@pytest.mark.parametrize("fmt", ["q2_0", "nvfp4"])
+def test_fp16_model_keeps_its_dtype_and_generates_like_reference_layers(fmt):
+    """An fp16 model: quantize_model keeps fp16 (layers take and return fp16), the logits
+    equal those of fp16 reference layers bit for bit, and generate gives the same tokens."""
+    model = tiny_llama().to(torch.float16)
+    ref = reference_model(model, fmt)
+    quantize_model(model, fmt)
+    assert all(p.dtype == torch.float16 for p in model.parameters())
+    ids = prompts(2)
+    with torch.no_grad():
+        logits = model(ids).logits
+        assert logits.dtype == torch.float16
+        assert_same_bits(logits, ref(ids).logits, f"{fmt} fp16 logits")
+    kw = dict(
+        max_new_tokens=4, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
+    got, want = model.generate(ids, **kw), ref.generate(ids, **kw)
+    assert torch.equal(got, want) and got.shape == (2, 10)
+
+
 def test_quantize_model_skips_and_reports():
     torch.manual_seed(0)
     shared = torch.nn.Linear(128, 128)
@@ -140,7 +161,9 @@ def test_quantize_model_group_64_takes_the_small_layer():
 
 def test_quantize_model_all_or_nothing():
     model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 16))
-    model = model.to(torch.bfloat16)  # q2gemv layers take bf16 models only (issue 33 item 15)
+    model = model.to(
+        torch.bfloat16
+    )  # q2gemv layers take bf16 or fp16 models only (issue 33 item 15)
     with torch.no_grad():
         model[1].weight[3, 5] = float("inf")
     before = [type(m) for m in model]
@@ -492,14 +515,19 @@ def test_quantize_model_refuses_a_skip_entry_that_matches_nothing():
     assert list(quantize_model(plain, group=64).replaced) == ["0"]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("fmt", ["q2_0", "nvfp4"])
-def test_quantize_model_refuses_a_model_that_is_not_bf16(dtype, fmt):
-    """An fp32/fp16 model quantized, then failed at its first forward (item 15)."""
-    model = torch.nn.Sequential(torch.nn.Linear(64, 16)).to(dtype)
-    with pytest.raises(ValueError, match=rf"^model: layer '0' is {dtype}.*torch.bfloat16"):
+def test_quantize_model_refuses_a_model_that_is_not_bf16_or_fp16(fmt):
+    """An fp32 model quantized, then failed at its first forward (item 15); an fp16 model is
+    served since issue 34 (fp16 activations): it quantizes and keeps its dtype."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 16)).to(torch.float32)
+    with pytest.raises(
+        ValueError, match=r"^model: layer '0' is torch.float32.*torch.bfloat16, torch.float16"
+    ):
         quantize_model(model, fmt, group=64)
     assert isinstance(model[0], torch.nn.Linear)
+    half = torch.nn.Sequential(torch.nn.Linear(64, 16)).to(torch.float16)
+    assert list(quantize_model(half, fmt, group=64, skip=()).replaced) == ["0"]
+    assert half(torch.ones(2, 64, dtype=torch.float16)).dtype == torch.float16
 
 
 def _tiny_mistral(window: int):

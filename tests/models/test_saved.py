@@ -119,6 +119,28 @@ def test_save_pretrained_then_from_pretrained_is_bit_exact(tmp_path, monkeypatch
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("fmt", list(LAYERS))
+def test_an_fp16_model_round_trips_bit_exact(tmp_path, fmt):
+    """fp16 (Qwen2: biased q/k/v): saved and loaded in fp16, the biases stay fp16 and the
+    logits and tokens are those of the model before saving."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+
+    model = tiny_qwen2().to(torch.float16)
+    model.model.rotary_emb = Qwen2RotaryEmbedding(config=model.config)  # fp32, as loading has it
+    quantize_model(model, fmt)
+    ids = prompts()
+    want = run(model, ids)
+    model.save_pretrained(tmp_path / "saved")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.float16)
+    biases = [b for n, b in loaded.named_buffers() if n.endswith("proj.bias")]
+    assert biases and all(b.dtype == torch.float16 for b in biases)
+    got = run(loaded, ids)
+    assert got[0].dtype == torch.float16
+    assert_same_bits(got[0], want[0], f"fp16 {fmt} logits")
+    assert torch.equal(got[1], want[1])
+
+
 def test_a_quantized_tied_head_is_untied_and_round_trips(tmp_path):
     """Qwen2 ties lm_head to the embeddings; a quantized head has its own bytes."""
     from transformers import AutoModelForCausalLM

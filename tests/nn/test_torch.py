@@ -116,6 +116,32 @@ def test_nvfp4linear_cpu_bits_equal_reference(shape, with_bias):
     assert_bits_equal(u16(y), u16(want), f"Nvfp4Linear {shape}")
 
 
+@pytest.mark.parametrize("layer_kind", ["q2_0", "nvfp4"])
+def test_fp16_layers_return_fp16_bits_of_the_reference(layer_kind):
+    """fp16 x in, fp16 out (CPU, reference backend): ``gemv`` on the fp16 array, then an fp16
+    bias (kept fp16) added in fp16; specials and overflow included."""
+    rng = np.random.default_rng(21)
+    k, n = 128, 32
+    w = random_weight(rng, n, k, 64) if layer_kind == "q2_0" else nvfp4_weight(rng, n, k)
+    bias = torch.randn(n, generator=torch.Generator().manual_seed(4)).to(torch.float16)
+    layer = (Q2Linear if layer_kind == "q2_0" else Nvfp4Linear)(w, bias)
+    assert layer.bias.dtype == torch.float16
+    a = (rng.standard_normal((2, 3, k)) * 2.0 ** rng.integers(-20, 14, (2, 3, k))).astype(
+        np.float16
+    )
+    a[0, 1, 7] = np.nan
+    x = torch.from_numpy(a)
+    y = layer(x)
+    assert y.dtype == torch.float16 and tuple(y.shape) == (2, 3, n)
+    want = q2gemv.gemv(a.reshape(-1, k), w, backend="reference")
+    assert want.dtype == np.float16
+    want = (torch.from_numpy(want) + bias).reshape(2, 3, n)
+    assert_bits_equal(u16(y), u16(want), f"{layer_kind} fp16")
+    assert (u16(y)[0, 1] & 0x7C00 == 0x7C00).all()  # the NaN row
+    with pytest.raises(ValueError, match="^a: the seed contract .* is bf16-only"):
+        (Q2Linear if layer_kind == "q2_0" else Nvfp4Linear)(w, numerics="seed")(x)
+
+
 def test_numerics_is_forwarded_and_default_follows_the_library():
     # +-2**16 at k = 0 and 64 (equal weights) cancel exactly: fp32 partial sums (seed) lose
     # the small terms beside them, the exact contract keeps them (tests/test_api.py)
@@ -394,7 +420,8 @@ def test_bad_inputs_name_the_argument():
     w = random_weight(rng, 16, 128, 128)
     layer = Q2Linear(w)
     with pytest.raises(
-        TypeError, match="x: expected torch.bfloat16 activations, got torch.float32"
+        TypeError,
+        match="x: expected torch.bfloat16 or torch.float16 activations, got torch.float32",
     ):
         layer(torch.zeros(2, 128))
     with pytest.raises(ValueError, match=r"x: expected shape \[\.\.\., K\] with K=128"):
@@ -415,7 +442,7 @@ def test_bad_inputs_name_the_argument():
         Q2Linear.from_linear(torch.nn.ReLU())
     f = Nvfp4Linear(nvfp4_weight(rng, 8, 64))
     with pytest.raises(TypeError, match="x: expected torch.bfloat16"):
-        f(torch.zeros(64, dtype=torch.float16))
+        f(torch.zeros(64, dtype=torch.float64))
     # the op itself checks its buffers
     with pytest.raises(ValueError, match=r"raw: expected shape \(16, 34\)"):
         torch.ops.q2gemv.q2_linear(

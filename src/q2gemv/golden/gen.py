@@ -27,6 +27,8 @@ Values built from fields (all exact bit constructions):
 * bf16 activation bits: the same construction with a 7-bit mantissa
   (f & 0x7F), exponent field ``E_LO + ((f >> 7) & 0xFF) % (E_HI - E_LO + 1)``,
   sign bit f >> 15.
+* fp16 activation bits (the ``*_fp16`` families): the fp16 scale construction with the
+  activation kinds of :func:`activations_fp16`.
 * NVFP4 nibbles: 4-bit fields (all 16 codes, -0 included); E4M3 scale bytes:
   8-bit field f -> ``S_LO + f % (S_HI - S_LO + 1)``.
 
@@ -44,6 +46,7 @@ import numpy as np
 
 from ..dispatch import registry
 from ..formats import q2_0 as q2fmt
+from ..formats.act import BF16, FP16, ActFormat
 from ..formats.bf16 import BF16_MAX
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.nvfp4 import Nvfp4Weight
@@ -65,6 +68,11 @@ W4A16_KERNELS = FAMILY_KERNELS["w4a16"]
 # gemv_q2_0_exact.npz and gemv_w4a16_exact.npz.
 EXACT_KERNELS = FAMILY_KERNELS["q2_0_exact"]
 W4_EXACT_KERNELS = FAMILY_KERNELS["w4a16_exact"]
+# fp16 activations under the exact contract: the same kernels, their own families and files
+# (gemv_q2_0_exact_fp16.npz, gemv_w4a16_exact_fp16.npz), so the bf16 files stay as they are.
+FP16_SUFFIX = "_fp16"
+FP16_FAMILIES = {f"{fam}{FP16_SUFFIX}": fam for fam in ("q2_0_exact", "w4a16_exact")}
+FAMILY_KERNELS.update({f16: FAMILY_KERNELS[fam] for f16, fam in FP16_FAMILIES.items()})
 # The weight format each family's cases are built in (inputs, ids, labels).
 FAMILY_FORMAT = {fam: registry.get(names[0]).family for fam, names in FAMILY_KERNELS.items()}
 # Rows per launch: the M=1 Q2_0 kernels launch once per activation row; q2_0_gemv_exact:
@@ -82,6 +90,12 @@ N_SWEEP = (1, 7, 8, 9, 33)
 def weight_format(family: str) -> str:
     """``"q2_0"`` or ``"w4a16"``: the weight format of ``family``'s cases."""
     return FAMILY_FORMAT[family]
+
+
+def act_format(family: str) -> ActFormat:
+    """The activation (and output) format of ``family``'s cases: fp16 for the ``*_fp16``
+    families, else bf16."""
+    return FP16 if family in FP16_FAMILIES else BF16
 
 
 def grouped(family: str) -> bool:
@@ -431,7 +445,8 @@ class GemvSpec:
 
     @property
     def act_label(self) -> str:
-        return f"v{GENERATOR_VERSION}/act/{self.act_kind}/{self.m}x{self.k}"
+        act = "act" if act_format(self.family) == BF16 else "act_fp16"
+        return f"v{GENERATOR_VERSION}/{act}/{self.act_kind}/{self.m}x{self.k}"
 
     def size_of(self, kernel: str) -> str:
         return "small" if kernel in self.small else self.size
@@ -539,6 +554,7 @@ def gemv_specs() -> list[GemvSpec]:
     add("w4a16", 7, 3 * NVFP4_BLOCK, 2, "special_s", "max", (rt2,))
     _exact_specs(add)
     _exact_nvfp4_specs(add)
+    _fp16_specs(add)
     return list(specs.values())
 
 
@@ -611,6 +627,95 @@ def _exact_nvfp4_specs(add) -> None:
             add(fam, 9, 9 * b, 2 if wk == "all_s" else 1, wk, "normal", small)
     add(fam, 17, 8 * b, 3, "special_s", "outlier", ())
     add(fam, 16, 24 * b, 17, "all_s", "outlier_huge", ())
+
+
+# fp16 activation kinds (activations_fp16): the specials of the bf16 kinds in fp16's range,
+# "outlier" (elements 2**10 above the row: they leave low bits of the rest to the fixed
+# point), "huge" (|a| in [2**14, 65504]: sums past 65504 overflow to +-Inf, both signs) and
+# "subnormal" (fp16 subnormals only: results in the subnormals and rounding to +-0).
+FP16_ACT_KINDS = ("normal", "zeros", "negzero", "inf", "nan", "subnormal", "max", "huge", "outlier")
+FP16_MAX = 0x7BFF  # 65504
+
+
+def _fp16_specs(add) -> None:
+    """The cases of the fp16 families (``q2_0_exact_fp16``, ``w4a16_exact_fp16``): every fp16
+    activation kind, both Q2_0 groups, special weights, an M sweep across the launches."""
+    q2, w4 = "q2_0_exact_fp16", "w4a16_exact_fp16"
+    ex, wx = FAMILY_KERNELS[q2], FAMILY_KERNELS[w4]
+    b = NVFP4_BLOCK
+    for g in q2fmt.GROUPS:
+        add(q2, 17, 3 * g, 1, "uniform", "normal", ex, g)  # a tail CTA, a half step at g64
+        for m in (0, 2, 5, 9, 17, 33):
+            add(q2, 7, 3 * g, m, "uniform", "normal", ex if m == 2 else (), g)
+        for ak in FP16_ACT_KINDS[1:]:
+            m = 2 if ak in ("inf", "nan", "huge") else 1
+            small = ex if g == 128 or ak in ("subnormal", "huge", "nan") else ()
+            add(q2, 7, 2 * g, m, "uniform", ak, small, g)
+        add(q2, 9, 2 * g, 2, "special_d", "huge", ex if g == 64 else (), g)
+        add(q2, 9, 2 * g, 1, "special_d", "subnormal", ex if g == 128 else (), g)
+        add(q2, 9, 2 * g, 3, "code3", "outlier", (), g)
+    add(w4, 17, 4 * b, 1, "uniform", "normal", wx)
+    for m in (0, 5, 9, 17, 33):
+        add(w4, 7, 8 * b, m, "uniform", "normal", wx if m == 5 else ())
+    for ak in FP16_ACT_KINDS[1:]:
+        m = 2 if ak in ("inf", "nan", "huge") else 1
+        add(w4, 7, 8 * b, m, "uniform", ak, wx if ak in ("subnormal", "huge", "nan") else ())
+    for wk in ("special_s", "all_s", "gscale_neg", "gscale_nan", "gscale_huge"):
+        add(
+            w4,
+            9,
+            9 * b,
+            2,
+            wk,
+            "huge" if wk != "all_s" else "normal",
+            wx if wk == "special_s" else (),
+        )
+    add(w4, 9, 9 * b, 2, "special_s", "subnormal", ())
+
+
+def activations_fp16(label: str, kind: str, m: int, k: int) -> np.ndarray:
+    """fp16 bits uint16 [m, k] of ``kind`` (:data:`FP16_ACT_KINDS`); row r from label + f"/r{r}".
+
+    normal: |a| in [2^-2, 2^4), random signs. zeros: +0. negzero: -0. inf: a normal row with
+    +Inf at p and -Inf at q (rows with r odd: +Inf only). nan: one NaN (0x7E01 for even r,
+    0xFFFF for odd r). subnormal: every element an fp16 subnormal. max: +65504 at k % 4 == 0
+    of the first half, -65504 at k % 4 == 2 of the second. huge: |a| in [2^14, 65504].
+    outlier: a normal row with up to 3 elements scaled by 2^10 (exponent field raised).
+    """
+    out = np.empty((m, k), np.uint16)
+    for r in range(m):
+        lab = f"{label}/r{r}"
+        row = fp16_bits(lab + "/normal", k, 13, 18)
+        if kind == "normal":
+            pass
+        elif kind == "zeros":
+            row[:] = 0x0000
+        elif kind == "negzero":
+            row[:] = 0x8000
+        elif kind == "inf":
+            p, q = (int(x) % k for x in fields(lab + "/pos", 2, 32))
+            row[p] = 0x7C00
+            if r % 2 == 0 and k > 1:
+                row[q if q != p else (p + 1) % k] = 0xFC00
+        elif kind == "nan":
+            p = int(fields(lab + "/pos", 1, 32)[0]) % k
+            row[p] = 0x7E01 if r % 2 == 0 else 0xFFFF
+        elif kind == "subnormal":
+            f = fields(lab + "/sub", k, 16)
+            row = ((f & np.uint64(0x8000)) | (1 + (f & np.uint64(0x3FF)) % 1023)).astype(np.uint16)
+        elif kind == "max":
+            j = np.arange(k)
+            row[(j % 4 == 0) & (j < k // 2)] = FP16_MAX
+            row[(j % 4 == 2) & (j >= k // 2)] = FP16_MAX | 0x8000
+        elif kind == "huge":
+            row = fp16_bits(lab + "/huge", k, 29, 30)
+        elif kind == "outlier":
+            for p in sorted({int(x) % k for x in fields(lab + "/outliers", 3, 32)}):
+                row[p] += np.uint16(10 << 10)  # exponent field + 10: |a| * 2**10
+        else:
+            raise ValueError(f"kind: expected one of {FP16_ACT_KINDS}, got {kind!r}")
+        out[r] = row
+    return out
 
 
 def model_specs() -> list[GemvSpec]:
@@ -689,12 +794,14 @@ def model_specs() -> list[GemvSpec]:
 
 
 def build_inputs(spec: GemvSpec) -> dict[str, np.ndarray]:
-    """The input arrays of ``spec``: ``a`` (bf16 bits [m, k]) and the weight's arrays.
+    """The input arrays of ``spec``: ``a`` (bf16 bits [m, k]; fp16 bits for the ``*_fp16``
+    families) and the weight's arrays.
 
     Q2_0: ``w_raw`` (the block bytes). NVFP4: ``w_packed``, ``w_scales`` and
     ``w_g`` (uint32 [1], the fp32 bits of the global scale).
     """
-    a = activations(spec.act_label, spec.act_kind, spec.m, spec.k)
+    make = activations if act_format(spec.family) == BF16 else activations_fp16
+    a = make(spec.act_label, spec.act_kind, spec.m, spec.k)
     return {"a": a, **FORMAT_CASES[weight_format(spec.family)].weight_arrays(spec)}
 
 

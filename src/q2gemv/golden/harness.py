@@ -94,13 +94,12 @@ class Runner:
             self._case, self._cache = case, {}
 
     def __call__(self, case: GemvCase, kernel: str) -> np.ndarray:
-        from ..formats.bf16 import bits_to_bf16
-
         self._switch(case)
+        act = gen.act_format(case.family)  # bf16, or fp16 for the *_fp16 families
         if self.backend == "reference":
             fn = reference_function(case, kernel)
             if fn not in self._cache:
-                self._cache[fn] = fn(bits_to_bf16(case.a_bits()), case.weight()).view(np.uint16)
+                self._cache[fn] = fn(act.from_bits(case.a_bits()), case.weight()).view(np.uint16)
             return self._cache[fn]
         from ..host import call
 
@@ -109,7 +108,7 @@ class Runner:
             self._cache["w"] = family_spec(case).as_device_weight(case.weight(), 0, contract)
         bits = np.ascontiguousarray(case.a_bits())
         # the kernel's chunks (an exact kernel: its activation prepare once, then the chunks)
-        return call.run_kernel(kernel, bits, self._cache["w"])
+        return call.run_kernel(kernel, bits, self._cache["w"], act=act)
 
     def close(self) -> None:
         self._switch(None)  # type: ignore[arg-type]

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dispatch import plan, registry
-from ..formats.bf16 import bits_to_bf16
+from ..formats.act import BF16 as BF16_ACT
+from ..formats.act import ActFormat
 from . import operands
 from .arrays import check_stream, numba_stream
 from .backends import BACKENDS, require_cuda
-from .operands import check_out, weight_arrays  # noqa: F401 - re-exported (api)
+from .operands import check_act, check_out, weight_arrays  # noqa: F401 - re-exported (api)
 
 NUMERICS = ("exact", "seed")
 
@@ -155,6 +156,8 @@ class Call:
             (:class:`~q2gemv.dispatch.registry.Route`: the launching module and
             exact kernel on the cuda backend, the plan's reference on the
             reference backend); None for a plan.
+        act: the activations' format, bf16 or fp16 (:mod:`q2gemv.formats.act`): the
+            result's too.
     """
 
     spec: registry.FamilySpec
@@ -177,6 +180,7 @@ class Call:
     d_out: object = None
     key: tuple | None = None
     route: registry.Route | None = None
+    act: ActFormat = BF16_ACT
 
 
 def build_plan(weight, m, kernel: str | None = None, numerics: str | None = None) -> Call:
@@ -214,10 +218,12 @@ def build(a, weight, *, kernel=None, backend=None, out=None, stream=None, numeri
         # cuda: the device weight the launches read (seed: the storage bytes only)
         dw = spec.as_device_weight(weight, st, mode) if x.backend == "cuda" else None
         return Call(spec, mode, weight, on_device, x.form, x.a, x.m, weight.n, weight.k, x.shape,
-                    launches, x.backend, out, st, dw, route=route)  # fmt: skip
+                    launches, x.backend, out, st, dw, route=route, act=x.act)  # fmt: skip
     from ..cuda.runtime import interop  # activations on the GPU
 
     d_a = interop.device_bits(a, "a", x.kind)
+    act = interop.act_of(a, x.kind)
+    check_act(mode, act)
     dw = spec.as_device_weight(weight, x.stream, mode)
     route = registry.route(spec, mode, launches)
     if mode == "exact":
@@ -225,14 +231,15 @@ def build(a, weight, *, kernel=None, backend=None, out=None, stream=None, numeri
     result, d_out = interop.output(x.kind, a, d_a, dw, spec.device_arrays, x.shape, out, x.stream)
     return Call(spec, mode, weight, on_device, "device", d_a.reshape(x.m, dw.k), x.m, dw.n, dw.k,
                 x.shape, launches, "cuda", out, x.stream, dw, a, result, d_out.reshape(x.m, dw.n),
-                key, route)  # fmt: skip
+                key, route, act)  # fmt: skip
 
 
 # -- running it --------------------------------------------------------------------------------
 
 
 def run(c: Call):
-    """Run a built :class:`Call`; returns bf16 of ``c.shape`` (``out`` itself when given)."""
+    """Run a built :class:`Call`; returns ``c.shape`` in the activations' dtype (bf16 or fp16;
+    ``out`` itself when given)."""
     if c.m and c.backend == "cuda":
         y = _run_cuda(c)  # the device form: written into its device output, nothing to copy
         if c.form == "device":
@@ -243,8 +250,8 @@ def run(c: Call):
         y = np.empty((0, c.n), np.uint16)
     else:  # the reference of the plan's kernel (every launch: same bits)
         bits = c.a.bits if c.form == "prepared" else c.a
-        y = c.route.reference_fn(bits_to_bf16(bits), c.weight).view(np.uint16)
-    result = bits_to_bf16(y.reshape(c.shape))
+        y = c.route.reference_fn(c.act.from_bits(bits), c.weight).view(np.uint16)
+    result = c.act.from_bits(y.reshape(c.shape))
     if c.out is None:
         return result
     c.out[...] = result
@@ -259,17 +266,20 @@ def _run_cuda(c: Call):
     if c.form == "device":
         cache = getattr(c.weight, "launch_cache", None) if c.key is not None else None
         keep = (c.caller_a, c.out, c.stream)
-        launcher.enqueue(route, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep)
+        launcher.enqueue(route, c.launches, c.dw, c.a, c.d_out, st, c.key, cache, keep, c.act)
         return None
     if c.form == "prepared":  # the operands made once by q2gemv.prepare: no prepare launch
         p = c.a
         return launcher.run_bits(route, c.launches, None, c.dw, st, p.operands,
-                                 d_a=p.device_bits)  # fmt: skip
-    return launcher.run_bits(route, c.launches, c.a, c.dw, st)
+                                 d_a=p.device_bits, act=c.act)  # fmt: skip
+    return launcher.run_bits(route, c.launches, c.a, c.dw, st, act=c.act)
 
 
-def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
-    """Kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K]) -> uint16 [M, N].
+def run_kernel(
+    kernel: str, a_bits: np.ndarray, weight, stream=0, act: ActFormat = BF16_ACT
+) -> np.ndarray:
+    """Kernel ``kernel`` over every row of host bits ``a_bits`` (uint16 [M, K] of format ``act``,
+    bf16 by default; fp16 for an exact kernel only) -> uint16 [M, N] of the same format.
 
     A thin wrapper over the road for the golden harness, scripts and tests:
     a host call whose plan is the kernel's chunks of its ``max_m`` rows (one
@@ -286,11 +296,12 @@ def run_kernel(kernel: str, a_bits: np.ndarray, weight, stream=0) -> np.ndarray:
     st = numba_stream(stream)
     dw = spec.as_device_weight(weight, st, kspec.contract)
     check_bits(a_bits, dw.k)
+    check_act(kspec.contract, act)
     m = a_bits.shape[0]
     launches = plan.ChunkPlan(m, kspec.max_m, lambda rows: kspec.name)
     route = registry.route(spec, kspec.contract, launches)
     c = Call(spec, kspec.contract, weight, True, "host", a_bits, m, dw.n, dw.k, (m, dw.n), launches,
-             stream=st, dw=dw, route=route)  # fmt: skip
+             stream=st, dw=dw, route=route, act=act)  # fmt: skip
     return _run_cuda(c)
 
 

@@ -9,8 +9,9 @@ argument:
 * ``"device"`` (a numba / CUDA-array-interface array or a CUDA tensor): the
   backend, shape and K (its bits and ``out`` are read by
   :mod:`q2gemv.cuda.runtime.interop` once the plan stands);
-* ``"host"`` (bf16 [K] or [M, K]): shape and K (:func:`~q2gemv.formats.bf16.as_bf16_rows`),
-  ``out``, the backend.
+* ``"host"`` (bf16 or fp16 [K] or [M, K]): dtype, shape and K
+  (:func:`~q2gemv.formats.act.as_act_rows`), the contract for that dtype
+  (:func:`check_act`), ``out``, the backend.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dispatch import registry
-from ..formats.bf16 import BF16, as_bf16_rows
+from ..formats.act import BF16 as BF16_ACT
+from ..formats.act import ActFormat, as_act_rows
+from ..formats.bf16 import BF16
 from .arrays import device_activations
 from .backends import default_backend
 from .prepared import PreparedActivations
@@ -34,7 +37,8 @@ class Operands:
     (prepared) or the caller's array (device, of ``kind`` ``"torch"``,
     ``"numba"`` or ``"cai"``). ``backend``: the backend the call runs on;
     ``stream``: device form only, the numba stream its launches go on (the
-    host forms' is made by the road once the plan stands).
+    host forms' is made by the road once the plan stands). ``act``: the activations'
+    format (bf16 or fp16; the device form's is read with its bits, by the road).
     """
 
     form: str
@@ -44,6 +48,7 @@ class Operands:
     backend: str
     stream: object = None
     kind: str | None = None
+    act: ActFormat = BF16_ACT
 
 
 def weight_arrays(weight) -> dict[str, np.ndarray]:
@@ -54,14 +59,19 @@ def weight_arrays(weight) -> dict[str, np.ndarray]:
     return {name: getattr(weight, name) for name in found[0].weight_arrays}
 
 
-def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
-    """Refuse an ``out`` that is not a writeable bfloat16 array of ``shape``, or overlaps an input.
+def check_out(out, a, shape: tuple[int, ...], weight=None, act: ActFormat = BF16_ACT) -> None:
+    """Refuse an ``out`` that is not a writeable array of ``shape`` in the activations' dtype
+    (``act``: bfloat16 or float16), or overlaps an input.
 
     Inputs are the activations ``a`` and the bytes of ``weight`` (when given):
     writing results over them would corrupt the call's own inputs (and, for
     a weight, every later call).
     """
-    if not isinstance(out, np.ndarray) or out.dtype != BF16:
+    if act != BF16_ACT:
+        if not isinstance(out, np.ndarray) or out.dtype != act.dtype:
+            got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
+            raise TypeError(f"out: expected a {act.dtype} numpy array (the dtype of a), got {got}")
+    elif not isinstance(out, np.ndarray) or out.dtype != BF16:
         got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
         raise TypeError(f"out: expected a bfloat16 numpy array, got {got}")
     if out.shape != shape:
@@ -73,6 +83,16 @@ def check_out(out, a, shape: tuple[int, ...], weight=None) -> None:
     for name, arr in weight_arrays(weight).items():
         if np.shares_memory(out, arr):
             raise ValueError(f"out: must not overlap the weight's bytes (weight.{name})")
+
+
+def check_act(mode: str, act: ActFormat) -> None:
+    """The seed contract (its fp32-order kernels and references) is bf16-only: fp16 activations
+    under it are a ValueError naming ``a``."""
+    if mode == "seed" and act != BF16_ACT:
+        raise ValueError(
+            f"a: the seed contract (numerics='seed' or a seed kernel) is bf16-only, got "
+            f"{act.name} activations; use numerics='exact' (the default) or bfloat16 activations"
+        )
 
 
 def pick_backend(backend: str | None, on_device: bool, default) -> str:
@@ -108,14 +128,14 @@ def take(a, weight, spec: registry.FamilySpec, mode: str, on_device: bool, backe
             raise ValueError(f"a: expected K={k} columns (the weight's k), got {a.k}")
         shape = (weight.n,) if a.was_1d else (a.m, weight.n)
         if out is not None:
-            check_out(out, a.bits, shape, weight)
+            check_out(out, a.bits, shape, weight, a.act)
         backend = pick_backend(backend, on_device, lambda: a.backend)
         if backend == "cuda" and a.m and a.operands is None:
             raise ValueError(
                 "a: these activations were prepared for the reference backend (no device "
                 "operands); call q2gemv.prepare(a, backend='cuda') for the cuda backend"
             )
-        return Operands("prepared", a, a.m, shape, backend)
+        return Operands("prepared", a, a.m, shape, backend, act=a.act)
     on_gpu = device_activations(a, stream)  # (kind, stream) for activations on the GPU
     if on_gpu is not None:
         if backend not in (None, "cuda"):
@@ -131,13 +151,14 @@ def take(a, weight, spec: registry.FamilySpec, mode: str, on_device: bool, backe
         shape = (weight.n,) if len(dims) == 1 else (m, weight.n)
         kind, st = on_gpu
         return Operands("device", a, m, shape, "cuda", st, kind)
-    bits, was_1d = as_bf16_rows(a, k)
+    bits, was_1d, act = as_act_rows(a, k)
+    check_act(mode, act)
     m = bits.shape[0]
     shape = (weight.n,) if was_1d else (m, weight.n)
     if out is not None:
-        check_out(out, a, shape, weight)
+        check_out(out, a, shape, weight, act)
     backend = pick_backend(backend, on_device, default_backend)
-    return Operands("host", bits, m, shape, backend)
+    return Operands("host", bits, m, shape, backend, act=act)
 
 
-__all__ = ["Operands", "take", "check_out", "pick_backend", "weight_arrays"]
+__all__ = ["Operands", "take", "check_act", "check_out", "pick_backend", "weight_arrays"]

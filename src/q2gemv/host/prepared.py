@@ -31,6 +31,7 @@ import numpy as np
 from ..dispatch import registry
 from ..dispatch.registry import Q2_EXACT_UNIT
 from ..formats._frozen import frozen
+from ..formats.act import BF16, FP16, ActFormat
 from ..formats.bf16 import as_bf16_bits
 from .arrays import check_stream, is_device_array, numba_stream
 from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
@@ -43,7 +44,7 @@ class PreparedActivations:
     """Activations converted once by :func:`prepare`; pass it to :func:`q2gemv.gemv` as ``a``.
 
     Attributes:
-        bits: uint16 bf16 bit patterns [M, K], a private copy in immutable
+        bits: uint16 bit patterns [M, K] (format ``act``), a private copy in immutable
             memory (:mod:`q2gemv.formats._frozen`: a view of a ``bytes``
             object, so ``bits.flags.writeable = True`` raises), so neither a
             later change to the caller's array nor a write through ``bits``
@@ -55,6 +56,8 @@ class PreparedActivations:
             (None for M = 0 and on the reference backend).
         device_bits: the uploaded bits the operands were made from (kept alive
             with them; None where there are no operands).
+        act: the activations' format (:mod:`q2gemv.formats.act`): bf16 or fp16, the
+            format of every ``gemv`` result on them.
     """
 
     bits: np.ndarray
@@ -62,6 +65,7 @@ class PreparedActivations:
     backend: str
     operands: object | None = None
     device_bits: object | None = None
+    act: ActFormat = BF16
 
     def __post_init__(self) -> None:
         # A hand-built one holds its bits as prepare() does: in memory nothing can write.
@@ -80,15 +84,19 @@ class PreparedActivations:
 
     def __repr__(self) -> str:
         where = "device operands" if self.operands is not None else "host bits"
-        return f"PreparedActivations(m={self.m}, k={self.k}, backend={self.backend!r}, {where})"
+        fmt = "" if self.act == BF16 else f", act={self.act.name!r}"
+        return (
+            f"PreparedActivations(m={self.m}, k={self.k}, backend={self.backend!r}{fmt}, {where})"
+        )
 
 
 def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> PreparedActivations:
-    """Convert bf16 activations once for any number of exact Q2_0 GEMVs on them.
+    """Convert bf16 or fp16 activations once for any number of exact Q2_0 GEMVs on them.
 
     Args:
-        a: ``ml_dtypes.bfloat16`` host activations, [K] or [M, K], K a
-            multiple of 64 (every Q2_0 weight's K is).
+        a: ``ml_dtypes.bfloat16`` or ``np.float16`` host activations, [K] or [M, K], K a
+            multiple of 64 (every Q2_0 weight's K is); the results of ``gemv`` on them
+            have the same dtype.
         backend: ``"reference"`` or ``"cuda"``; default as :func:`q2gemv.gemv`
             (cuda where a GPU or the simulator serves, else reference). A
             prepared object serves ``gemv`` calls on its own backend (and on
@@ -109,7 +117,10 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
             "a: prepare takes host bf16 activations; pass activations already on the GPU to "
             "q2gemv.gemv directly (it prepares them on the caller's stream)"
         )
-    bits = as_bf16_bits(a, "a")
+    if isinstance(a, np.ndarray) and a.dtype == FP16.dtype:
+        act, bits = FP16, a.view(np.uint16)
+    else:
+        act, bits = BF16, as_bf16_bits(a, "a")
     if bits.ndim not in (1, 2):
         raise ValueError(f"a: expected shape [K] or [M, K], got {bits.shape}")
     was_1d = bits.ndim == 1
@@ -129,7 +140,7 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     if backend == "reference" or bits.shape[0] == 0:
         if backend == "cuda":
             require_cuda()
-        return PreparedActivations(bits, was_1d, backend)
+        return PreparedActivations(bits, was_1d, backend, act=act)
     require_cuda()
     from numba import cuda
 
@@ -138,12 +149,12 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     st = numba_stream(stream)
     with simulator_lock():
         d_a = cuda.to_device(bits, stream=st)
-        ops = launcher.prepare_device(registry.prepared_family().name, d_a, st)
+        ops = launcher.prepare_device(registry.prepared_family().name, d_a, st, act=act)
         if st:
             st.synchronize()
         else:
             cuda.synchronize()
-    return PreparedActivations(bits, was_1d, "cuda", ops, d_a)
+    return PreparedActivations(bits, was_1d, "cuda", ops, d_a, act)
 
 
 __all__ = ["prepare", "PreparedActivations"]

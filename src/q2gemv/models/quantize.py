@@ -8,7 +8,7 @@ import torch
 
 from ..api import resolve_numerics
 from ..dispatch import registry
-from ..nn.layers import layer_class
+from ..nn.layers import keep_bias_dtype, layer_class
 from ..nn.swap import LinearTarget, find_linears, swap_linears
 from ..tools.progress import Progress, wants_progress
 from . import fuse as fusion
@@ -53,15 +53,15 @@ class QuantizeReport:
 
 
 # The activation dtypes the q2gemv layers take (q2gemv.nn.ops._check_x); the one check below.
-ACTIVATION_DTYPES = (torch.bfloat16,)
+ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def check_model_dtype(targets: list[LinearTarget]) -> None:
     """Refuse Linears whose weight dtype the q2gemv layers cannot serve as activations.
 
     A model's activations have its weights' dtype; a q2gemv layer takes only
-    :data:`ACTIVATION_DTYPES`, so an fp32/fp16 model would quantize and then fail at
-    its first forward. ValueError naming the dtype and the first such layer. A meta
+    :data:`ACTIVATION_DTYPES` (bf16 and fp16 models keep their dtype: the layers return
+    it), so an fp32 model would quantize and then fail at its first forward. ValueError naming the dtype and the first such layer. A meta
     weight has no values yet (the dtype of what is loaded into the model decides).
     """
     for t in targets:
@@ -70,7 +70,7 @@ def check_model_dtype(targets: list[LinearTarget]) -> None:
             accepted = ", ".join(str(d) for d in ACTIVATION_DTYPES)
             raise ValueError(
                 f"model: layer {t.name!r} is {dtype}, but q2gemv layers take {accepted} "
-                "activations only: cast the model to bfloat16 first "
+                "activations only: cast the model to bfloat16 or float16 first "
                 "(model.to(torch.bfloat16))"
             )
 
@@ -139,7 +139,7 @@ def quantize_model(
 
     def make(lin: torch.nn.Linear) -> torch.nn.Module:
         if lin.weight.is_meta:  # an empty model: an empty layer, filled by loading
-            return layer.empty(
+            new = layer.empty(
                 lin.out_features,
                 lin.in_features,
                 **group_arg,
@@ -147,6 +147,7 @@ def quantize_model(
                 numerics=numerics,
                 device=lin.weight.device,
             )
+            return keep_bias_dtype(new, lin)
         return layer.from_linear(lin, **group_arg, numerics=numerics)
 
     targets, skipped = find_linears(model, reason)

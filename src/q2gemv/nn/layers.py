@@ -41,7 +41,9 @@ def _bias_buffer(bias, n: int, device) -> torch.Tensor | None:
         raise TypeError(f"bias: expected a floating-point tensor, got {bias.dtype}")
     if tuple(bias.shape) != (n,):
         raise ValueError(f"bias: expected shape ({n},) (out_features), got {tuple(bias.shape)}")
-    return bias.detach().to(device=device, dtype=torch.bfloat16).clone()
+    # an fp16 bias (of an fp16 model) stays fp16; any other float is kept in bf16
+    dtype = torch.float16 if bias.dtype == torch.float16 else torch.bfloat16
+    return bias.detach().to(device=device, dtype=dtype).clone()
 
 
 def _check_numerics(family: str, numerics: str | None) -> str | None:
@@ -145,6 +147,15 @@ def _named(found: dict, name: str, param: str, what: str, path):
             f"({what}s: {', '.join(found) or 'none'})"
         )
     return found[name]
+
+
+def keep_bias_dtype(layer: torch.nn.Module, linear: torch.nn.Linear) -> torch.nn.Module:
+    """``layer`` (an empty one made for ``linear``) with an fp16 bias buffer when ``linear``'s
+    bias is fp16 (an fp16 model: loading then keeps its biases fp16, as :func:`_bias_buffer`
+    does); otherwise as it is. Returns ``layer``."""
+    if layer.bias is not None and linear.bias is not None and linear.bias.dtype == torch.float16:
+        layer.bias = torch.empty_like(layer.bias, dtype=torch.float16)
+    return layer
 
 
 def _empty_bias(n: int, bias: bool, device) -> torch.Tensor | None:

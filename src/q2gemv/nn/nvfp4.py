@@ -34,12 +34,14 @@ class Nvfp4Linear(_QuantizedLinear):
             are copied into the buffers of the same names (``torch.uint8``, on
             the CPU: move the module with ``.to(device)``); ``global_scale`` is
             kept as an attribute (an fp32 value).
-        bias: optional floating-point tensor [n], stored in bf16 (buffer ``bias``).
+        bias: optional floating-point tensor [n], stored in bf16, or fp16 if it is fp16
+            (buffer ``bias``).
         numerics: ``"seed"``, ``"exact"`` or None (the library
             default), passed to :func:`q2gemv.gemv`.
 
-    ``forward(x)``: ``torch.bfloat16`` [..., k] -> ``torch.bfloat16`` [..., n], through
-    ``torch.ops.q2gemv.nvfp4_linear``, then ``+ bias`` (one bf16 add).
+    ``forward(x)``: ``torch.bfloat16`` or ``torch.float16`` [..., k] -> the same dtype
+    [..., n], through ``torch.ops.q2gemv.nvfp4_linear``, then ``+ bias`` (one add in x's
+    dtype).
     """
 
     packed: torch.Tensor
@@ -94,7 +96,7 @@ class Nvfp4Linear(_QuantizedLinear):
 
         Args:
             linear: the layer; its weight [out, in] is read as fp32 (``in`` a
-                multiple of 16, finite), its bias (if any) kept in bf16.
+                multiple of 16, finite), its bias (if any) kept in bf16 (fp16 if it is fp16).
             numerics: as for the constructor.
 
         Returns an :class:`Nvfp4Linear` on the linear's device.
@@ -135,7 +137,8 @@ class Nvfp4Linear(_QuantizedLinear):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
+        """``x`` bf16/fp16 [..., k] -> x's dtype [..., n] (``x @ W.T`` with q2gemv's bits, then
+        ``+ bias``)."""
         _check_x(x, self.k)
         op = _nvfp4_linear_impl if _eager_direct(x) else torch.ops.q2gemv.nvfp4_linear
         b = self._buffers  # not self.packed: see _QuantizedLinear.__getattr__

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from ..formats.bf16 import BF16
+from ..formats.act import BF16 as BF16_ACT
+from ..formats.act import FP16
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
 from ..formats.nvfp4 import E2M1_VALUES, E4M3_VALUES, Nvfp4Weight, check_global_scale
 from ..formats.q2_0 import SCALE_BYTES, Q2Weight, row_bytes
@@ -22,12 +23,15 @@ from ..formats.q2_0 import SCALE_BYTES, Q2Weight, row_bytes
 # -- argument checks (shared by the modules, the real and the fake op) ---------------------
 
 
+X_DTYPES = (torch.bfloat16, torch.float16)  # activations in, results out: the same dtype
+
+
 def _check_x(x: torch.Tensor, k: int) -> None:
-    """``x`` must be a bfloat16 tensor [..., k]; TypeError/ValueError naming ``x``."""
+    """``x`` must be a bfloat16 or float16 tensor [..., k]; TypeError/ValueError naming ``x``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.bfloat16:
-        raise TypeError(f"x: expected torch.bfloat16 activations, got {x.dtype}")
+    if x.dtype not in X_DTYPES:
+        raise TypeError(f"x: expected torch.bfloat16 or torch.float16 activations, got {x.dtype}")
     if x.dim() < 1 or x.shape[-1] != k:
         raise ValueError(
             f"x: expected shape [..., K] with K={k} (the layer's in_features), got {tuple(x.shape)}"
@@ -54,12 +58,17 @@ def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
     return x2
 
 
+def _act(dtype: torch.dtype):
+    return FP16 if dtype == torch.float16 else BF16_ACT
+
+
 def _host_bf16(x2: torch.Tensor) -> np.ndarray:
-    return x2.detach().view(torch.int16).numpy().view(BF16)
+    """A CPU bf16 / fp16 tensor as the NumPy array of its dtype (no copy)."""
+    return x2.detach().view(torch.int16).numpy().view(_act(x2.dtype).dtype)
 
 
-def _from_host_bf16(y: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(y).view(np.int16)).view(torch.bfloat16)
+def _from_host_bf16(y: np.ndarray, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(y).view(np.int16)).view(dtype)
 
 
 # -- device weights over torch buffers ---------------------------------------------------
@@ -224,7 +233,7 @@ def _run_cuda(x2: torch.Tensor, device_weight: Callable[[], object], numerics: s
 
 
 def _gemv_cuda(api, x2: torch.Tensor, dw, numerics: str | None) -> torch.Tensor:
-    out = torch.empty((x2.shape[0], dw.n), dtype=torch.bfloat16, device=x2.device)
+    out = torch.empty((x2.shape[0], dw.n), dtype=x2.dtype, device=x2.device)
     if x2.shape[0]:
         # stream=None: for torch tensors q2gemv.host.arrays.numba_stream launches on
         # torch.cuda.current_stream(x2.device), so the launches order with the
@@ -248,7 +257,8 @@ def _linear(x, n: int, k: int, device_weight, host_weight, numerics) -> torch.Te
         from .. import api
 
         w = host_weight()
-        y = _from_host_bf16(api.gemv(_host_bf16(x2), w, backend="reference", numerics=numerics))
+        y = api.gemv(_host_bf16(x2), w, backend="reference", numerics=numerics)
+        y = _from_host_bf16(y, x2.dtype)
     else:
         raise ValueError(f"x: expected a CPU or CUDA tensor, got one on {x.device}")
     return y.reshape(*lead, n)
@@ -257,10 +267,11 @@ def _linear(x, n: int, k: int, device_weight, host_weight, numerics) -> torch.Te
 def _q2_linear_impl(
     x: torch.Tensor, raw: torch.Tensor, n: int, k: int, group: int, numerics: str | None = None
 ) -> torch.Tensor:
-    """``x @ dequantize(Q2_0 weight).T`` in bf16: the op behind :class:`Q2Linear` (no bias).
+    """``x @ dequantize(Q2_0 weight).T`` in x's dtype: the op behind :class:`Q2Linear` (no bias).
 
     Args:
-        x: ``torch.bfloat16`` activations [..., k], on the CPU or a CUDA device.
+        x: ``torch.bfloat16`` or ``torch.float16`` activations [..., k] (fp16: the exact
+            contract only), on the CPU or a CUDA device.
         raw: the weight's GGUF ``block_q2_0`` bytes, ``torch.uint8`` [n, row_bytes(k, group)],
             on x's device.
         n: output features. k: input features (a multiple of group).
@@ -268,7 +279,7 @@ def _q2_linear_impl(
         numerics: ``"exact"``, ``"seed"`` or None (the library default), as for
             :func:`q2gemv.gemv`.
 
-    Returns a new ``torch.bfloat16`` tensor [..., n]: CPU through the reference
+    Returns a new tensor [..., n] of x's dtype: CPU through the reference
     backend, CUDA through the kernels on torch's current stream; the same bits.
     """
     _check_x(x, k)
@@ -305,10 +316,11 @@ def _nvfp4_linear_impl(
     global_scale: float,
     numerics: str | None = None,
 ) -> torch.Tensor:
-    """``x @ dequantize(NVFP4 weight).T`` in bf16: the op behind :class:`Nvfp4Linear` (no bias).
+    """``x @ dequantize(NVFP4 weight).T`` in x's dtype: the op behind :class:`Nvfp4Linear`.
 
     Args:
-        x: ``torch.bfloat16`` activations [..., k], on the CPU or a CUDA device.
+        x: ``torch.bfloat16`` or ``torch.float16`` activations [..., k] (fp16: the exact
+            contract only), on the CPU or a CUDA device.
         packed: E2M1 codes, ``torch.uint8`` [n, k // 2] (even k in the low nibble).
         scales: E4M3 block-scale bits, ``torch.uint8`` [n, k // 16].
         global_scale: the per-tensor multiplier (an fp32 value); a finite value fp32
@@ -317,7 +329,7 @@ def _nvfp4_linear_impl(
         numerics: ``"seed"``, ``"exact"`` or None (the
             library default), as for :func:`q2gemv.gemv`.
 
-    Returns a new ``torch.bfloat16`` tensor [..., n] (CPU: reference backend;
+    Returns a new tensor [..., n] of x's dtype (CPU: reference backend;
     CUDA: the W4A16 kernels on torch's current stream; the same bits).
     """
     if packed.dim() != 2:
@@ -445,8 +457,9 @@ def _eager_direct(x: torch.Tensor) -> bool:
 
 
 def _add_bias_impl(y: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """``y + bias`` in bf16 (one rounding): the bias add of both layers, as an opaque op."""
-    return y + bias.to(torch.bfloat16)
+    """``y + bias`` in y's dtype (bf16 or fp16, one rounding): the bias add of both layers, as
+    an opaque op."""
+    return y + bias.to(y.dtype)
 
 
 # An op of its own so that torch.compile keeps the bf16 rounding of y + bias: as a plain

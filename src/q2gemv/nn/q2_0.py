@@ -31,13 +31,14 @@ class Q2Linear(_QuantizedLinear):
         weight: the :class:`~q2gemv.Q2Weight` [n, k]; its bytes are copied into
             the ``raw`` buffer (``torch.uint8`` [n, row_bytes(k, group)], on the CPU:
             move the module with ``.to(device)``).
-        bias: optional floating-point tensor [n], stored in bf16 (buffer ``bias``).
+        bias: optional floating-point tensor [n], stored in bf16, or fp16 if it is fp16
+            (buffer ``bias``).
         numerics: ``"exact"``, ``"seed"`` or None (the library default: exact
             for Q2_0), passed to :func:`q2gemv.gemv`.
 
     Attributes: ``n``/``out_features``, ``k``/``in_features``, ``group``, ``numerics``.
-    ``forward(x)``: ``torch.bfloat16`` [..., k] -> ``torch.bfloat16`` [..., n], through
-    ``torch.ops.q2gemv.q2_linear``, then ``+ bias`` (one bf16 add).
+    ``forward(x)``: ``torch.bfloat16`` or ``torch.float16`` [..., k] -> the same dtype
+    [..., n], through ``torch.ops.q2gemv.q2_linear``, then ``+ bias`` (one add in x's dtype).
     """
 
     raw: torch.Tensor
@@ -101,7 +102,7 @@ class Q2Linear(_QuantizedLinear):
 
         Args:
             linear: the layer; its weight [out, in] is read as fp32 (``in`` a
-                multiple of ``group``), its bias (if any) kept in bf16.
+                multiple of ``group``), its bias (if any) kept in bf16 (fp16 if it is fp16).
             group: codes per block, 64 or 128.
             method: ``"ggml"`` or ``"absmean"`` (see :func:`q2gemv.quantize_q2_0`).
             numerics: as for the constructor.
@@ -145,7 +146,8 @@ class Q2Linear(_QuantizedLinear):
         return Q2Weight.from_bytes(raw, self.n, self.k, self.group)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` bf16 [..., k] -> bf16 [..., n] (``x @ W.T`` with q2gemv's bits, then ``+ bias``)."""
+        """``x`` bf16/fp16 [..., k] -> x's dtype [..., n] (``x @ W.T`` with q2gemv's bits, then
+        ``+ bias``)."""
         _check_x(x, self.k)
         op = _q2_linear_impl if _eager_direct(x) else torch.ops.q2gemv.q2_linear
         raw = self._buffers["raw"]  # not self.raw: see _QuantizedLinear.__getattr__

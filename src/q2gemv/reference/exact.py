@@ -1,31 +1,37 @@
 """NumPy reference of the exact contract (``numerics="exact"``): a value, not an order.
 
-The contract (also in ``docs/numerics.md``; every backend computes exactly this):
+The contract (also in ``docs/numerics.md``; every backend computes exactly this). The
+activations are bf16 or fp16 (the activation format, :mod:`q2gemv.formats.act`); the
+outputs have the activations' format:
 
-1. **Special rows.** If any activation a_k of row m is NaN or +-Inf, every
-   output of row m is NaN (bf16 ``0x7FC0``). If any block scale of weight row n
+1. **Special rows.** If any activation a_k of row m is NaN or +-Inf (exponent
+   field all ones: 255 in bf16, 31 in fp16), every output of row m is NaN (bf16
+   ``0x7FC0``, fp16 ``0x7E00``). If any block scale of weight row n
    is NaN or +-Inf (NVFP4: E4M3 ``0x7F``/``0xFF``), every output of column n
    is NaN. NVFP4: a non-finite global scale makes every output NaN.
 2. **Fixed point.** ``E_m = max floor(log2 |a_k|)`` over the nonzero a_k of row
-   m (subnormals by their value); ``A_k = round_half_even(a_k * 2**(22 - E_m))``,
-   an integer with ``|A_k| < 2**23``. A row of zeros gives every ``A_k = 0``.
+   m (subnormals by their value: steps of ``2**-133`` in bf16, ``2**-24`` in fp16);
+   ``A_k = round_half_even(a_k * 2**(22 - E_m))``, an integer with ``|A_k| < 2**23``
+   (at most ``255 * 2**15`` for bf16's 8 significant bits, ``2047 * 2**12 = 2**23 -
+   2**12`` for fp16's 11). A row of zeros gives every ``A_k = 0``.
 3. **Weights as exact values.** Q2_0: ``w[n, k] = (code - 1) * d_b`` with
    ``d_b`` the block's fp16 scale. NVFP4: ``w[n, k] = e2m1 * e4m3(s_b) * g``
    with ``s_b`` the scale of its 16-element block and ``g`` the fp32 global
    scale as ``Nvfp4Weight.global_scale`` holds it (a multiplier; a
    compressed-tensors divisor is converted to it once, at load).
-4. **One rounding.** ``y[m, n]`` is the bf16 nearest (ties to even) to the
-   exact ``sum_k w[n, k] * A_k * 2**(E_m - 22)``. Exact zero gives +0; a
-   nonzero value that rounds to zero keeps its sign; beyond the bf16 range
-   gives +-Inf by the same rule.
+4. **One rounding.** ``y[m, n]`` is the value of the activation format nearest
+   (ties to even) to the exact ``sum_k w[n, k] * A_k * 2**(E_m - 22)``. Exact zero
+   gives +0; a nonzero value that rounds to zero keeps its sign; beyond the
+   format's range (the largest bf16 is ``(2 - 2**-7) * 2**127``, the largest fp16
+   65504; fp16's smallest step ``2**-24``) gives +-Inf by the same rule.
 
 Only step 2 and step 4 round. Step 2 is exact for activations of at least
-``2**(E_m - 15)`` (their 8 significant bits fit above the fixed point); smaller
-ones lose low bits, and those of at most ``2**(E_m - 23)`` become 0. Error bound,
-per output:
-``|y - x.w| <= 2**(E_m - 23) * sum_k |w_k| + half an ulp of bf16(y)``, where
-``x.w`` is the exact dot product of the original bf16 activations with
-``dequantize()``; the first term is at most ``2**-23`` relative to
+``2**(E_m - 15)`` in bf16 and ``2**(E_m - 12)`` in fp16 (their 8 or 11 significant
+bits fit above the fixed point); smaller ones lose low bits, and those of at most
+``2**(E_m - 23)`` become 0. Error bound, per output, for either format:
+``|y - x.w| <= 2**(E_m - 23) * sum_k |w_k| + half an ulp of y`` (an ulp of the
+activation format), where ``x.w`` is the exact dot product of the original
+activations with ``dequantize()``; the first term is at most ``2**-23`` relative to
 ``max_k |a_k| * sum_k |w_k|``.
 
 Nothing here follows a kernel's order: the sums are exact integers (block
@@ -39,40 +45,43 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats.bf16 import as_bf16_rows, bits_to_bf16
+from ..formats.act import BF16, ActFormat, as_act_rows
 from ..formats.nvfp4 import E2M1_TWICE, Nvfp4Weight
 from ..formats.q2_0 import Q2Weight
 
 FRAC_BITS = 22  # A_k = a_k * 2**(FRAC_BITS - E_m), rounded half to even
-BF16_NAN = 0x7FC0
-BF16_INF = 0x7F80
-BF16_MIN_QUANTUM = -133  # the bf16 subnormal step is 2**-133
+BF16_NAN = BF16.nan  # 0x7FC0
+BF16_INF = BF16.inf  # 0x7F80
+BF16_MIN_QUANTUM = BF16.min_quantum  # -133: the bf16 subnormal step is 2**-133
 _ROW_ELEMS = 1 << 20  # elements of a chunk (activation or weight rows x K): bounds memory
 
 
-def fixed_point(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step 2 of the contract for bf16 bit rows ``bits`` (uint16 [M, K]).
+def fixed_point(
+    bits: np.ndarray, act: ActFormat = BF16
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 2 of the contract for bit rows ``bits`` (uint16 [M, K]) of format ``act``.
 
     Returns ``(A, E, special)``: ``A`` int64 [M, K] (``|A| < 2**23``), ``E``
     int64 [M] (0 for an all-zero row), ``special`` bool [M] (the row holds a
     NaN or an Inf; its ``A`` is all zero).
     """
     bits = np.asarray(bits, np.uint16)
-    e = ((bits >> 7) & 0xFF).astype(np.int64)
-    f = (bits & 0x7F).astype(np.int64)
+    mb = act.mant_bits
+    e = ((bits >> mb) & act.exp_max).astype(np.int64)
+    f = (bits & ((1 << mb) - 1)).astype(np.int64)
     nonzero = (bits & 0x7FFF) != 0
-    special = (e == 0xFF).any(axis=1)
-    # floor(log2 |a|): e - 127 for normals, bit_length(f) - 134 for subnormals
-    sub_lg = np.floor(np.log2(np.maximum(f, 1))).astype(np.int64) - 133
-    lg = np.where(e > 0, e - 127, sub_lg)
+    special = (e == act.exp_max).any(axis=1)
+    # floor(log2 |a|): e - bias for normals, bit_length(f) - 1 + min_quantum for subnormals
+    sub_lg = np.floor(np.log2(np.maximum(f, 1))).astype(np.int64) + act.min_quantum
+    lg = np.where(e > 0, e - act.bias, sub_lg)
     big = np.iinfo(np.int64).min
     emax = np.where(nonzero, lg, big).max(axis=1, initial=big)
     E = np.where(emax == big, 0, emax)
-    mant = np.where(e > 0, f | 128, f)
-    # |a| = mant * 2**(max(e, 1) - 134), so |a| * 2**(22 - E) = mant * 2**s
-    s = np.maximum(e, 1) - 112 - E[:, None]
-    up = mant << np.clip(s, 0, 23)  # s <= 15, or <= 22 in an all-subnormal row
-    r = np.clip(-s, 1, 10)  # >= 10 dropped bits: mant < 2**8 rounds to 0
+    mant = np.where(e > 0, f | (1 << mb), f)
+    # |a| = mant * 2**(max(e, 1) + min_quantum - 1), so |a| * 2**(22 - E) = mant * 2**s
+    s = np.maximum(e, 1) + (act.min_quantum - 1 + FRAC_BITS) - E[:, None]
+    up = mant << np.clip(s, 0, 23)  # s <= 23 - (mb + 1), or <= 22 in an all-subnormal row
+    r = np.clip(-s, 1, mb + 3)  # >= mb + 3 dropped bits: mant < 2**(mb + 1) rounds to 0
     q = mant >> r
     rem = mant - (q << r)
     half = np.int64(1) << (r - 1)
@@ -83,18 +92,19 @@ def fixed_point(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return A, E, special
 
 
-def bf16_nearest(v: int, p: int) -> int:
-    """bf16 bits of the value nearest to ``v * 2**p`` (ints), ties to even (step 4).
+def nearest_bits(v: int, p: int, act: ActFormat = BF16) -> int:
+    """Bits (format ``act``) of the value nearest to ``v * 2**p`` (ints), ties to even (step 4).
 
     ``v == 0`` gives +0; a nonzero value that rounds to zero keeps its sign;
-    values at or beyond the rounding boundary of the largest bf16 give +-Inf.
+    values at or beyond the rounding boundary of the format's largest finite value give +-Inf.
     """
     v, p = int(v), int(p)
     if v == 0:
         return 0
     sign = 0x8000 if v < 0 else 0
     u = -v if v < 0 else v
-    q = max(u.bit_length() - 1 + p - 7, BF16_MIN_QUANTUM)  # exponent of the result's ulp
+    mb, qmin = act.mant_bits, act.min_quantum
+    q = max(u.bit_length() - 1 + p - mb, qmin)  # exponent of the result's ulp
     r = q - p  # bits of u below that ulp
     if r <= 0:
         mant = u << -r
@@ -104,9 +114,14 @@ def bf16_nearest(v: int, p: int) -> int:
         half = 1 << (r - 1)
         if rem > half or (rem == half and mant & 1):
             mant += 1
-    # mant = 2**8 carries into the exponent field by itself; subnormals have q = -133
-    bits = ((q - BF16_MIN_QUANTUM) << 7) + mant
-    return sign | min(bits, BF16_INF)
+    # mant = 2**(mb + 1) carries into the exponent field by itself; subnormals have q = qmin
+    bits = ((q - qmin) << mb) + mant
+    return sign | min(bits, act.inf)
+
+
+def bf16_nearest(v: int, p: int) -> int:
+    """bf16 bits of the value nearest to ``v * 2**p``: :func:`nearest_bits` for bf16."""
+    return nearest_bits(v, p, BF16)
 
 
 def exact_gemv(
@@ -119,11 +134,12 @@ def exact_gemv(
     bad_col: np.ndarray,
     total_mant: int = 1,
     total_exp: int = 0,
+    act: ActFormat = BF16,
 ) -> np.ndarray:
     """The contract for any weight family whose values are ``wint * mant_b * 2**exp_b * t``.
 
     Args:
-        bits: bf16 activation bits, uint16 [M, K].
+        bits: activation bits of format ``act`` (default bf16), uint16 [M, K].
         wint_rows: ``wint_rows(r0, r1)`` -> the integer weight factors of rows
             r0..r1-1 as float64 [r1 - r0, K] (small integers, exact).
         n: weight rows; group: elements per scale block.
@@ -133,8 +149,9 @@ def exact_gemv(
         total_mant, total_exp: a factor ``t = total_mant * 2**total_exp``
             common to every weight (NVFP4's global scale), applied to the
             exact total.
+        act: the activation format, also the output's.
 
-    Returns uint16 bf16 bits [M, N].
+    Returns uint16 bits [M, N] of format ``act``.
     """
     bits = np.asarray(bits, np.uint16)
     m, k = bits.shape
@@ -155,24 +172,25 @@ def exact_gemv(
             bad_col,
             emin,
             (int(total_mant), int(total_exp)),
+            act,
         )
     return out
 
 
 def _exact_rows(
-    bits, wint_rows, n, group, scale_mant, scale_exp, bad_col, emin, factor
+    bits, wint_rows, n, group, scale_mant, scale_exp, bad_col, emin, factor, act
 ) -> np.ndarray:
     """:func:`exact_gemv` for one chunk of activation rows.
 
     ``emin``: the weight's smallest exponent; ``factor``: ``(total_mant, total_exp)``.
     """
-    A, E, special = fixed_point(bits)
+    A, E, special = fixed_point(bits, act)
     m, k = A.shape
     nb = k // group
     out = np.empty((m, n), np.uint16)
     rows_per = max(1, _ROW_ELEMS // max(1, k * m))
     a_blocks = A.reshape(m, nb, group).transpose(1, 0, 2).astype(np.float64)  # [nb, M, g]
-    nearest = np.frompyfunc(bf16_nearest, 2, 1)
+    nearest = np.frompyfunc(lambda v, p: nearest_bits(v, p, act), 2, 1)
     for r0 in range(0, n, rows_per):
         r1 = min(n, r0 + rows_per)
         w = np.asarray(wint_rows(r0, r1), np.float64).reshape(r1 - r0, nb, group)
@@ -187,9 +205,9 @@ def _exact_rows(
         total *= factor[0]
         p = (E - FRAC_BITS + emin + factor[1])[:, None]
         y = nearest(total, np.broadcast_to(p, total.shape)).astype(np.uint16)
-        y[:, bad_col[r0:r1]] = BF16_NAN
+        y[:, bad_col[r0:r1]] = act.nan
         out[:, r0:r1] = y
-    out[special] = BF16_NAN
+    out[special] = act.nan
     return out
 
 
@@ -207,14 +225,15 @@ def q2_0_gemv_exact(a, weight: Q2Weight) -> np.ndarray:
     """``y = a @ dequantize(weight).T`` under the exact contract (module docstring).
 
     Args:
-        a: bf16 activations [K] or [M, K] (``ml_dtypes.bfloat16``).
+        a: activations [K] or [M, K], ``ml_dtypes.bfloat16`` or ``np.float16``.
         weight: a :class:`~q2gemv.Q2Weight`.
 
-    Returns bf16 [M, N] ([N] for 1-D ``a``). Raises TypeError/ValueError naming the argument.
+    Returns [M, N] ([N] for 1-D ``a``) in the dtype of ``a``. Raises TypeError/ValueError
+    naming the argument.
     """
     if not isinstance(weight, Q2Weight):
         raise TypeError(f"weight: expected a Q2Weight, got {type(weight).__name__}")
-    bits, squeeze = as_bf16_rows(a, weight.k)
+    bits, squeeze, act = as_act_rows(a, weight.k)
     scales = weight.scales().view(np.uint16)
     mant, exp, bad = fp16_scale_parts(scales)
     codes = weight.codes()
@@ -222,8 +241,8 @@ def q2_0_gemv_exact(a, weight: Q2Weight) -> np.ndarray:
     def wint_rows(r0: int, r1: int) -> np.ndarray:
         return codes[r0:r1].astype(np.float64) - 1.0
 
-    y = exact_gemv(bits, wint_rows, weight.n, weight.group, mant, exp, bad.any(axis=1))
-    out = bits_to_bf16(y)
+    y = exact_gemv(bits, wint_rows, weight.n, weight.group, mant, exp, bad.any(axis=1), act=act)
+    out = act.from_bits(y)
     return out[0] if squeeze else out
 
 
@@ -250,14 +269,15 @@ def w4a16_gemv_exact(a, weight: Nvfp4Weight) -> np.ndarray:
     """``y = a @ dequantize(weight).T`` under the exact contract (module docstring).
 
     Args:
-        a: bf16 activations [K] or [M, K] (``ml_dtypes.bfloat16``).
+        a: activations [K] or [M, K], ``ml_dtypes.bfloat16`` or ``np.float16``.
         weight: an :class:`~q2gemv.Nvfp4Weight`.
 
-    Returns bf16 [M, N] ([N] for 1-D ``a``). Raises TypeError/ValueError naming the argument.
+    Returns [M, N] ([N] for 1-D ``a``) in the dtype of ``a``. Raises TypeError/ValueError
+    naming the argument.
     """
     if not isinstance(weight, Nvfp4Weight):
         raise TypeError(f"weight: expected an Nvfp4Weight, got {type(weight).__name__}")
-    bits, squeeze = as_bf16_rows(a, weight.k)
+    bits, squeeze, act = as_act_rows(a, weight.k)
     mant, exp, bad = e4m3_scale_parts(weight.scales)
     gm, ge, finite = f32_parts(weight.global_scale)
     codes = weight.codes()
@@ -266,8 +286,8 @@ def w4a16_gemv_exact(a, weight: Nvfp4Weight) -> np.ndarray:
         return E2M1_TWICE[codes[r0:r1]].astype(np.float64)
 
     # the weight is (2 * e2m1) * mant * 2**exp * gm * 2**ge / 2
-    y = exact_gemv(bits, wint_rows, weight.n, 16, mant, exp, bad.any(axis=1), gm, ge - 1)
+    y = exact_gemv(bits, wint_rows, weight.n, 16, mant, exp, bad.any(axis=1), gm, ge - 1, act)
     if not finite:
-        y[:] = BF16_NAN
-    out = bits_to_bf16(y)
+        y[:] = act.nan
+    out = act.from_bits(y)
     return out[0] if squeeze else out

@@ -208,7 +208,7 @@ def test_tiles_and_warps_choices():
 
 
 def test_ptx_specs_are_the_builds_the_launcher_picks():
-    """The PTX tests compile each build a launch can take (and no other)."""
+    """The PTX tests compile each build a launch can take (and no other), for bf16 and fp16."""
     picked = {
         (xw.tiles_for(m), xw.warps_for(n, 4096, m))
         for n in (1024, 16384)
@@ -216,7 +216,8 @@ def test_ptx_specs_are_the_builds_the_launcher_picks():
     }
     want = {f"w4a16_gemv_exact@c{nct}w{warps}" for nct, warps in picked}
     names = [name for name, _, _ in xw.ptx_specs()]
-    assert sorted(names) == sorted(want | {"w4a16_exact_prepare"})
+    every = {f"{n}{x}" for n in want | {"w4a16_exact_prepare"} for x in ("", "+fp16")}
+    assert sorted(names) == sorted(every)
 
 
 def test_launches_choose_the_cta_size_per_chunk():

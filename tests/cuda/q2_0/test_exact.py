@@ -13,6 +13,7 @@ import pytest
 from numba import cuda
 
 from q2gemv import Q2Weight
+from q2gemv.cuda import exact_contract as xc
 from q2gemv.cuda.q2_0 import as_device_weight
 from q2gemv.cuda.q2_0 import exact as ex
 from q2gemv.cuda.runtime import launcher
@@ -175,7 +176,8 @@ def test_warps_for_widens_only_small_grids_with_steps_for_every_warp_and_few_row
 
 def test_ptx_specs_are_the_builds_the_launcher_picks():
     """The PTX tests compile each build a launch can take (and no other): every M at 8 warps on
-    a grid that fills the GPU, the small grid's choice at each M, both groups."""
+    a grid that fills the GPU, the small grid's choice at each M, both groups, both activation
+    formats."""
     picked = {
         (ex.tiles_for(m), ex.warps_for(n, 4096, m))
         for n in (1024, 16384)
@@ -187,7 +189,8 @@ def test_ptx_specs_are_the_builds_the_launcher_picks():
         for group in (64, 128)
     }
     names = [name for name, _, _ in ex.ptx_specs()]
-    assert sorted(names) == sorted(want | {"exact_prepare"})
+    every = {f"{n}{x}" for n in want | {"exact_prepare"} for x in ("", "+fp16")}  # both formats
+    assert sorted(names) == sorted(every)
 
 
 def test_launches_choose_the_cta_size_per_chunk():
@@ -284,7 +287,7 @@ def test_prepare_device_matches_fixed_point(k):
 def _round_kernel(hi, lo, p, out):
     i = cuda.grid(1)
     if i < out.size:
-        out[i] = ex.round_fixed_bf16(hi[i], lo[i], p[i])
+        out[i] = xc.round_fixed_bf16(hi[i], lo[i], p[i])
 
 
 def _split(v: int, rng) -> tuple[int, int]:
@@ -336,7 +339,7 @@ def _acc_kernel(ps, shs, pexp, acc_hi, acc_lo, out):
     if i < acc_hi.size:
         for j in range(ps.shape[1]):
             ex.acc_add(acc_hi, acc_lo, i, ps[i, j], shs[i, j])
-        out[i] = ex.round_fixed_bf16(acc_hi[i], acc_lo[i], pexp[i])
+        out[i] = xc.round_fixed_bf16(acc_hi[i], acc_lo[i], pexp[i])
 
 
 def test_acc_add_is_exact():
@@ -368,7 +371,7 @@ def _fixed_point_kernel(h, e, out):
     i = cuda.grid(1)
     n = h.size
     for j in range(i, n, cuda.gridsize(1)):
-        out[j] = ex.fixed_point_one(h[j], e[j])
+        out[j] = xc.fixed_point_one(h[j], e[j])
 
 
 def _finite_sample(rng, exp_mask: int, size: int, edges) -> np.ndarray:

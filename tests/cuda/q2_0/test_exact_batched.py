@@ -136,3 +136,22 @@ def test_launch_rule_reads_the_knobs_of_this_gpu(tmp_path, monkeypatch):
         assert xb.launch_rule(16384, 16384, 32) == xb.LaunchRule(8, 1)
     finally:
         tuning.set_gpu_name(None)
+
+
+def test_fp16_activations_through_a_split(batched, monkeypatch):
+    """fp16 in, fp16 out: the batched build of the fp16 format (the operands carry it), a K
+    split in 2 (the last part rounds), NaN / subnormal / near-65504 rows, against the fp16
+    reference."""
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(1, 2, 1))
+    rng = np.random.default_rng(77)
+    m, n, k = 5, 17, 64 * 3
+    a = (rng.standard_normal((m, k)) * 2.0 ** rng.integers(-20, 8, (m, k))).astype(np.float16)
+    a[1, 4] = np.nan
+    a[2] = (rng.integers(-1023, 1024, k) * 2.0**-24).astype(np.float16)  # subnormals only
+    a[3] = rng.uniform(30000, 65504, k).astype(np.float16)  # sums past 65504: +-Inf
+    w = _weight(rng, n, k, 64)
+    got = q2gemv.gemv(a, w, kernel=xb.NAME, backend="cuda")
+    want = rex.q2_0_gemv_exact(a, w)
+    assert got.dtype == np.float16 == want.dtype
+    assert_bits_equal(got.view(np.uint16), want.view(np.uint16), "batched fp16")
+    assert (want.view(np.uint16)[1] == 0x7E00).all()

@@ -26,9 +26,12 @@ one ``mma.m16n8k16`` (s8 x u8 -> s32), so each IMMA computes whole blocks
   in shared memory (integer atomics: any order), and one thread per output combines the
   limbs, removes the offset through the weight's row sums (``2**23 * zsum``, made with
   the layout), multiplies by the global scale's mantissa and rounds once
-  (:func:`round_fixed_bf16`)::
+  (``round_fixed`` of :func:`~q2gemv.cuda.exact_contract.device_contract`)::
 
       sum_k w_k A_k = acc_0 + 2**8 acc_1 + 2**16 acc_2 - 2**23 zsum   (units of 2**-10 g)
+
+The activation format (bf16 or fp16, :mod:`q2gemv.formats.act`) is a build parameter of
+both kernels; the operands carry it (:class:`W4Operands`).
 
 Codes to int8 without a branch: ``prmt`` looks up the 8 magnitudes (selector nibbles =
 codes; a set sign bit selects 0), once for the codes and once with their sign bits
@@ -50,15 +53,14 @@ from numba import cuda, int32, int64, uint16, uint32, uint64
 
 from ...dispatch import plan, registry
 from ...formats import nvfp4_layout as lay
+from ...formats.act import BF16, FORMATS, ActFormat
 from ...formats.nvfp4 import BLOCK
 from ..exact_contract import (
-    BF16_NAN,
     FRAC_BITS,
     OFFSET,
     SPECIAL_ROW,
-    fixed_point_one,
-    round_fixed_bf16,
-    row_exponent,
+    act_suffix,
+    device_contract,
     tile_counts,
     wide_warps,
 )
@@ -118,51 +120,58 @@ def tiles_for(m: int) -> int:
 # -- prepare -------------------------------------------------------------------------------
 
 
-def _prepare_body(A, P32, EROW, K):  # noqa: N803
-    """Activation row ``blockIdx.x``, span ``blockIdx.y``: the limbs in GEMV order.
+def _make_prepare_body(act: ActFormat = BF16):
+    """``w4a16_exact_prepare`` for activations of format ``act`` (bf16 or fp16)."""
+    dc = device_contract(act)
+    fixed_point_one, row_exponent = dc.fixed_point_one, dc.row_exponent
 
-    Every CTA of the row finds E_m (:func:`~q2gemv.cuda.exact_contract.row_exponent`,
-    the whole row: cheap, and no second kernel); thread ``q = y * blockDim + tid``
-    then converts elements ``8q .. 8q + 7`` (two groups of 4: positions ``t`` and
-    ``t + 1`` of block ``b``) into two words of each limb row. Elements ``>= K``
-    (the padding to whole steps) are ``A = 0``; span 0 writes ``EROW[m]``.
-    """
-    s_lg = cuda.shared.array(32, int32)
-    grid_dep_launch()  # the GEMV may start now; it waits (grid_dep_wait) for this to finish
-    m = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
-    kw = P32.shape[1]  # words per limb row: padded K / 4
-    q = cuda.blockIdx.y * cuda.blockDim.x + tid
-    k = q * 8
-    hv = cuda.local.array(4, uint32)  # this thread's 8 elements, loaded before the row's
-    hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, min(k, K - 8))  # maximum: both loads fly
-    E = row_exponent(A, s_lg, K)  # noqa: N806
-    if tid == 0 and cuda.blockIdx.y == 0:
-        EROW[m] = E
-    if k >= kw * 4:
-        return
-    real = k < K
-    s = k // STEP
-    b = (k % STEP) // BLOCK
-    t = (k % BLOCK) // 4  # 0 or 2: this thread's words are positions t and t + 1
-    w0 = s * 16 + t * 4 + b
-    for h in range(2):
-        l0 = uint32(0)
-        l1 = uint32(0)
-        l2 = uint32(0)
-        for i in range(4):
-            c = 4 * h + i
-            x = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
-            a = fixed_point_one(x, E) if real and E != SPECIAL_ROW else int64(0)
-            ap = uint32(a + int64(OFFSET))
-            sh = uint32(8 * i)
-            l0 |= (ap & uint32(0xFF)) << sh
-            l1 |= ((ap >> uint32(8)) & uint32(0xFF)) << sh
-            l2 |= ((ap >> uint32(16)) & uint32(0xFF)) << sh
-        w = w0 + 4 * h
-        P32[m * LIMBS, w] = l0
-        P32[m * LIMBS + 1, w] = l1
-        P32[m * LIMBS + 2, w] = l2
+    def prepare_body(A, P32, EROW, K):  # noqa: N803
+        """Activation row ``blockIdx.x``, span ``blockIdx.y``: the limbs in GEMV order.
+
+        Every CTA of the row finds E_m (:func:`~q2gemv.cuda.exact_contract.row_exponent`,
+        the whole row: cheap, and no second kernel); thread ``q = y * blockDim + tid``
+        then converts elements ``8q .. 8q + 7`` (two groups of 4: positions ``t`` and
+        ``t + 1`` of block ``b``) into two words of each limb row. Elements ``>= K``
+        (the padding to whole steps) are ``A = 0``; span 0 writes ``EROW[m]``.
+        """
+        s_lg = cuda.shared.array(32, int32)
+        grid_dep_launch()  # the GEMV may start now; it waits (grid_dep_wait) for this to finish
+        m = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        kw = P32.shape[1]  # words per limb row: padded K / 4
+        q = cuda.blockIdx.y * cuda.blockDim.x + tid
+        k = q * 8
+        hv = cuda.local.array(4, uint32)  # this thread's 8 elements, loaded before the row's
+        hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, min(k, K - 8))  # maximum: both loads fly
+        E = row_exponent(A, s_lg, K)  # noqa: N806
+        if tid == 0 and cuda.blockIdx.y == 0:
+            EROW[m] = E
+        if k >= kw * 4:
+            return
+        real = k < K
+        s = k // STEP
+        b = (k % STEP) // BLOCK
+        t = (k % BLOCK) // 4  # 0 or 2: this thread's words are positions t and t + 1
+        w0 = s * 16 + t * 4 + b
+        for h in range(2):
+            l0 = uint32(0)
+            l1 = uint32(0)
+            l2 = uint32(0)
+            for i in range(4):
+                c = 4 * h + i
+                x = (hv[c >> 1] >> uint32(16 * (c & 1))) & uint32(0xFFFF)
+                a = fixed_point_one(x, E) if real and E != SPECIAL_ROW else int64(0)
+                ap = uint32(a + int64(OFFSET))
+                sh = uint32(8 * i)
+                l0 |= (ap & uint32(0xFF)) << sh
+                l1 |= ((ap >> uint32(8)) & uint32(0xFF)) << sh
+                l2 |= ((ap >> uint32(16)) & uint32(0xFF)) << sh
+            w = w0 + 4 * h
+            P32[m * LIMBS, w] = l0
+            P32[m * LIMBS + 1, w] = l1
+            P32[m * LIMBS + 2, w] = l2
+
+    return prepare_body
 
 
 # -- the GEMV --------------------------------------------------------------------------------
@@ -186,10 +195,13 @@ def decode_codes(w, t_lo, t_hi):
     return lo, hi
 
 
-def _make_gemv_body(nct: int, warps: int = WARPS, prefetch_b: bool | None = None):
+def _make_gemv_body(
+    nct: int, warps: int = WARPS, prefetch_b: bool | None = None, act: ActFormat = BF16
+):
     """``w4a16_gemv_exact`` with ``nct`` B column tiles (up to ``8 nct / 3`` activation rows)
     and ``warps`` warps a CTA splitting K (:func:`warps_for`); ``prefetch_b``: the next
-    step's B in flight too (default: with one column tile only; a tuning knob).
+    step's B in flight too (default: with one column tile only; a tuning knob); ``act``:
+    the activation (and output) format, bf16 or fp16.
 
     Warp w takes steps ``w, w + W, ...``; the next step's weights and scales (and, with
     one column tile, its B operand) are in flight while one is multiplied: two
@@ -201,6 +213,8 @@ def _make_gemv_body(nct: int, warps: int = WARPS, prefetch_b: bool | None = None
     RED = ROWS_PER_CTA * NCOLS  # noqa: N806
     STEP_WORDS = lay.LANES * 4  # noqa: N806 - code words of one tile and step
     PREFETCH_B = nct == 1 if prefetch_b is None else prefetch_b  # noqa: N806 - few at M <= 2
+    dc = device_contract(act)
+    round_fixed, NAN = dc.round_fixed, dc.nan  # noqa: N806
 
     @cuda.jit(device=True, inline="always")
     def load_w(CODES, XS, qc, qx, wv, sv):  # noqa: N803
@@ -339,10 +353,10 @@ def _make_gemv_body(nct: int, warps: int = WARPS, prefetch_b: bool | None = None
                 lsum &= uint64(0xFFFFFFFF)
                 e = EROW[M0 + m]
                 if z == int64(ZSUM_NAN) or e == SPECIAL_ROW or GSPECIAL != 0:
-                    C[m, row] = uint16(BF16_NAN)
+                    C[m, row] = uint16(NAN)
                 else:
                     pe = int64(e) - int64(FRAC_BITS + SCALE_LSB) + int64(GE)
-                    C[m, row] = uint16(round_fixed_bf16(hsum * GM, lsum * uint64(GM), pe))
+                    C[m, row] = uint16(round_fixed(hsum * GM, lsum * uint64(GM), pe))
 
     return body
 
@@ -357,14 +371,17 @@ WIDE_TILES = tile_counts(tiles_for, WIDE_MAX_M)  # those a 16-warp launch can ta
 
 
 @functools.cache
-def prepare_kernel():
-    """The compiled prepare (one CTA per row and span of ``8 * PREP_THREADS`` elements)."""
-    return cuda.jit(PREPARE_SIGNATURE)(_prepare_body)
+def prepare_kernel(act: ActFormat = BF16):
+    """The compiled prepare (one CTA per row and span of ``8 * PREP_THREADS`` elements) for
+    activations of format ``act``."""
+    return cuda.jit(PREPARE_SIGNATURE)(_make_prepare_body(act))
 
 
 @functools.cache
-def _gemv_kernel(nct: int, warps: int = WARPS, prefetch_b: bool | None = None):
-    return cuda.jit(GEMV_SIGNATURE)(_make_gemv_body(nct, warps, prefetch_b))
+def _gemv_kernel(
+    nct: int, warps: int = WARPS, prefetch_b: bool | None = None, act: ActFormat = BF16
+):
+    return cuda.jit(GEMV_SIGNATURE)(_make_gemv_body(nct, warps, prefetch_b, act))
 
 
 def warps_for(n: int, k: int, m: int) -> int:
@@ -378,12 +395,16 @@ def warps_for(n: int, k: int, m: int) -> int:
 
 def ptx_specs() -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of each build the launcher can pick, for the PTX tests: every
-    column-tile count at 8 warps, those of up to :data:`WIDE_MAX_M` rows at 16."""
-    specs = [("w4a16_exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
-    for warps, tiles in ((WARPS, TILES), (WIDE_WARPS, WIDE_TILES)):
-        for nct in tiles:
-            name = f"w4a16_gemv_exact@c{nct}w{warps}"
-            specs.append((name, _make_gemv_body(nct, warps), GEMV_SIGNATURE))
+    column-tile count at 8 warps, those of up to :data:`WIDE_MAX_M` rows at 16, for each
+    activation format (fp16 builds named with :func:`~q2gemv.cuda.exact_contract.act_suffix`)."""
+    specs = []
+    for act in FORMATS:
+        x = act_suffix(act)
+        specs.append((f"w4a16_exact_prepare{x}", _make_prepare_body(act), PREPARE_SIGNATURE))
+        for warps, tiles in ((WARPS, TILES), (WIDE_WARPS, WIDE_TILES)):
+            for nct in tiles:
+                name = f"w4a16_gemv_exact@c{nct}w{warps}{x}"
+                specs.append((name, _make_gemv_body(nct, warps, None, act), GEMV_SIGNATURE))
     return specs
 
 
@@ -396,22 +417,25 @@ class W4Operands:
 
     ``limbs`` uint32 [3 M, Kp / 4]: the three byte limbs of ``A_k + 2**23`` of each row
     in the B fragment order (:func:`limb_byte`), K padded to Kp (a multiple of 64);
-    ``exponents`` int32 [M] (E_m, or ``SPECIAL_ROW``).
+    ``exponents`` int32 [M] (E_m, or ``SPECIAL_ROW``); ``act`` the activations' format
+    (bf16 or fp16): the GEMV's output format too.
     """
 
     limbs: object
     exponents: object
     m: int
     k: int
+    act: ActFormat = BF16
 
     @classmethod
-    def allocate(cls, m: int, k: int, stream=0) -> W4Operands:
+    def allocate(cls, m: int, k: int, stream=0, act: ActFormat = BF16) -> W4Operands:
         check_k(k)
         return cls(
             cuda.device_array((LIMBS * m, padded_k(k) // 4), np.uint32, stream=stream),
             cuda.device_array((m,), np.int32, stream=stream),
             m,
             k,
+            act,
         )
 
     def prepare_args(self, d_a) -> tuple:
@@ -425,10 +449,11 @@ Operands = W4Operands
 PREP_THREADS = 256  # the prepare's CTA: 2048 elements of a row per CTA
 
 
-def prepare_launch(m: int, k: int) -> tuple:
-    """``(kernel, grid, block)`` of the prepare for ``m`` rows of ``k``: (row, span) CTAs."""
+def prepare_launch(m: int, k: int, act: ActFormat = BF16) -> tuple:
+    """``(kernel, grid, block)`` of the prepare for ``m`` rows of ``k`` activations of format
+    ``act``: (row, span) CTAs."""
     threads = min(PREP_THREADS, plan.div_ceil(padded_k(k) // 8, 32) * 32)
-    return prepare_kernel(), (m, plan.div_ceil(padded_k(k) // 8, threads)), threads
+    return prepare_kernel(act), (m, plan.div_ceil(padded_k(k) // 8, threads)), threads
 
 
 def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
@@ -442,11 +467,14 @@ def check_k(k: int) -> None:
         raise ValueError(f"a: w4a16_gemv_exact serves K <= {MAX_K}, got {k}")
 
 
-def prepare_device(d_a, stream=0, ops: W4Operands | None = None) -> W4Operands:
-    """Run the prepare on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands."""
+def prepare_device(
+    d_a, stream=0, ops: W4Operands | None = None, act: ActFormat = BF16
+) -> W4Operands:
+    """Run the prepare on device bits ``d_a`` (uint16 [M, K] of format ``act``); returns the
+    operands."""
     from ..runtime import launcher
 
-    return launcher.prepare_device("w4a16", d_a, stream, ops)
+    return launcher.prepare_device("w4a16", d_a, stream, ops, act)
 
 
 def global_parts(g) -> tuple[int, int, int, int]:
@@ -497,7 +525,7 @@ def w4_launches(ops: W4Operands, dw, d_out, rows_of=None) -> list[tuple]:
         warps = warps_for(dw.n, dw.k, rows)
         launches.append(
             (
-                _gemv_kernel(tiles_for(rows), warps),
+                _gemv_kernel(tiles_for(rows), warps, None, ops.act),
                 grid,
                 32 * warps,
                 (flat, ops.exponents, codes, xs)

@@ -30,7 +30,12 @@ and chunk M freely.
 
   exact in 32 bits (``|S| < 2**31``). ``S * mantissa(d_b)`` is shifted by the scale's
   exponent into a split accumulator (``hi * 2**32 + lo``, exact for any K); the warps'
-  accumulators are summed in shared memory and rounded once (:func:`round_fixed_bf16`).
+  accumulators are summed in shared memory and rounded once (``round_fixed`` of
+  :func:`~q2gemv.cuda.exact_contract.device_contract`).
+
+The activation format (bf16 or fp16, :mod:`q2gemv.formats.act`) is a build parameter of
+both kernels (the prepare reads it, the GEMV rounds to it); the operands carry it
+(:class:`ExactOperands`), so a launch picks the builds of its format.
 
 The GEMV may start under programmatic dependent launch
 (:mod:`q2gemv.cuda.runtime.prebound`) and waits (``grid_dep_wait``) before it reads the
@@ -49,14 +54,13 @@ from numba import cuda, int32, int64, types, uint16, uint32, uint64
 from ...dispatch import plan, registry
 from ...formats import q2_0 as fmt
 from ...formats import q2_0_layout as lay
+from ...formats.act import BF16, FORMATS, ActFormat
 from ..exact_contract import (
-    BF16_NAN,
     FRAC_BITS,
     OFFSET,
     SPECIAL_ROW,
-    fixed_point_one,
-    round_fixed_bf16,
-    row_exponent,
+    act_suffix,
+    device_contract,
     tile_counts,
     wide_warps,
 )
@@ -121,54 +125,62 @@ def acc_add(acc_hi, acc_lo, i, p, sh):
 # -- kernels ---------------------------------------------------------------------
 
 
-def _prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
-    """Activation row ``blockIdx.x``, span ``blockIdx.y`` of ``blockDim.x`` limb words.
+def _make_prepare_body(act: ActFormat = BF16):
+    """``exact_prepare`` for activations of format ``act`` (bf16 or fp16)."""
+    dc = device_contract(act)
+    fixed_point_one, row_exponent = dc.fixed_point_one, dc.row_exponent
 
-    Every CTA of the row finds E_m itself (:func:`row_exponent` over the whole
-    row: the row is read once from DRAM, then from L2), so the spans need no
-    second pass; then thread ``tid`` makes limb word ``q = blockIdx.y *
-    blockDim.x + tid`` of each limb row: codes ``16 w + 4 b + i`` (``w = q //
-    4``, ``i = q % 4``, byte ``b``), and the 16 threads of a unit of 64 codes
-    sum its A by a butterfly. Four codes a thread keep the dependent chain
-    short: at K = 4096 this prepare is latency, not work.
-    """
-    s_lg = cuda.shared.array(32, int32)
-    grid_dep_launch()  # the GEMV may start now; it waits (grid_dep_wait) for this to finish
-    m = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
-    nq = K // 4
-    q = cuda.blockIdx.y * cuda.blockDim.x + tid
-    w = min(q, nq - 1) >> 2  # (a thread past K converts a copy of the last word, stores nothing)
-    hv = cuda.local.array(8, uint32)  # this thread's 16-code word, loaded before the row's
-    hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)  # maximum so that both loads fly
-    hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)  # together
-    E = row_exponent(A, s_lg, K)  # noqa: N806
-    if tid == 0 and cuda.blockIdx.y == 0:
-        EROW[m] = E
-    total = int32(0)
-    odd = (q & 1) != 0
-    hi = (q & 2) != 0
-    l0 = uint32(0)
-    l1 = uint32(0)
-    l2 = uint32(0)
-    for b in range(4):  # code 4 b + i: byte b of each limb word
-        x = hv[2 * b + 1] if hi else hv[2 * b]
-        h = (x >> uint32(16)) if odd else (x & uint32(0xFFFF))
-        a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
-        total += int32(a)
-        ap = uint32(a + int64(OFFSET))
-        sh = uint32(8 * b)
-        l0 |= (ap & uint32(0xFF)) << sh
-        l1 |= ((ap >> uint32(8)) & uint32(0xFF)) << sh
-        l2 |= ((ap >> uint32(16)) & uint32(0xFF)) << sh
-    if q < nq:
-        P32[m * LIMBS, q] = l0
-        P32[m * LIMBS + 1, q] = l1
-        P32[m * LIMBS + 2, q] = l2
-    for off in (1, 2, 4, 8):  # a unit's 16 limb words are 16 aligned lanes (K % 64 == 0)
-        total += int32(shfl_xor(total, off))
-    if q < nq and q % 16 == 0:
-        ASUM[m, q // 16] = total
+    def prepare_body(A, P32, ASUM, EROW, K):  # noqa: N803
+        """Activation row ``blockIdx.x``, span ``blockIdx.y`` of ``blockDim.x`` limb words.
+
+        Every CTA of the row finds E_m itself (:func:`row_exponent` over the whole
+        row: the row is read once from DRAM, then from L2), so the spans need no
+        second pass; then thread ``tid`` makes limb word ``q = blockIdx.y *
+        blockDim.x + tid`` of each limb row: codes ``16 w + 4 b + i`` (``w = q //
+        4``, ``i = q % 4``, byte ``b``), and the 16 threads of a unit of 64 codes
+        sum its A by a butterfly. Four codes a thread keep the dependent chain
+        short: at K = 4096 this prepare is latency, not work.
+        """
+        s_lg = cuda.shared.array(32, int32)
+        grid_dep_launch()  # the GEMV may start now; it waits (grid_dep_wait) for this to finish
+        m = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        nq = K // 4
+        q = cuda.blockIdx.y * cuda.blockDim.x + tid
+        # (a thread past K converts a copy of the last word, stores nothing)
+        w = min(q, nq - 1) >> 2
+        hv = cuda.local.array(8, uint32)  # this thread's 16-code word, loaded before the row's
+        hv[0], hv[1], hv[2], hv[3] = ld_bf16x8(A, m, w * 16)  # maximum so that both loads fly
+        hv[4], hv[5], hv[6], hv[7] = ld_bf16x8(A, m, w * 16 + 8)  # together
+        E = row_exponent(A, s_lg, K)  # noqa: N806
+        if tid == 0 and cuda.blockIdx.y == 0:
+            EROW[m] = E
+        total = int32(0)
+        odd = (q & 1) != 0
+        hi = (q & 2) != 0
+        l0 = uint32(0)
+        l1 = uint32(0)
+        l2 = uint32(0)
+        for b in range(4):  # code 4 b + i: byte b of each limb word
+            x = hv[2 * b + 1] if hi else hv[2 * b]
+            h = (x >> uint32(16)) if odd else (x & uint32(0xFFFF))
+            a = int64(0) if E == SPECIAL_ROW else fixed_point_one(h, E)
+            total += int32(a)
+            ap = uint32(a + int64(OFFSET))
+            sh = uint32(8 * b)
+            l0 |= (ap & uint32(0xFF)) << sh
+            l1 |= ((ap >> uint32(8)) & uint32(0xFF)) << sh
+            l2 |= ((ap >> uint32(16)) & uint32(0xFF)) << sh
+        if q < nq:
+            P32[m * LIMBS, q] = l0
+            P32[m * LIMBS + 1, q] = l1
+            P32[m * LIMBS + 2, q] = l2
+        for off in (1, 2, 4, 8):  # a unit's 16 limb words are 16 aligned lanes (K % 64 == 0)
+            total += int32(shfl_xor(total, off))
+        if q < nq and q % 16 == 0:
+            ASUM[m, q // 16] = total
+
+    return prepare_body
 
 
 def tiles_for(m: int) -> int:
@@ -182,9 +194,10 @@ TILES = tile_counts(tiles_for, MAX_M)  # the B tile counts of every build
 WIDE_TILES = tile_counts(tiles_for, WIDE_MAX_M)  # those a 16-warp launch can take
 
 
-def _make_q2_body(nt: int, group: int, warps: int = WARPS):
+def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16):
     """``q2_0_gemv_exact`` with ``nt`` B tiles (up to ``2 * nt`` activation rows) for ``group``,
-    ``warps`` warps a CTA splitting K (:func:`warps_for`); the operand map is the module's.
+    ``warps`` warps a CTA splitting K (:func:`warps_for`), rounding to ``act`` (bf16 or fp16);
+    the operand map is the module's.
 
     B tile j, column c: activation row 2j + c // 4 and, for c % 4 = 0, 1, 2, its limb
     c % 4; c % 4 = 3 is the column of ones. Lane (g, t) holds limbs 0, 1 (t even) or limb
@@ -209,6 +222,8 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
     QS_STRIDE = WARPS * BPS * ROWS_PER_CTA  # noqa: N806 - scale index advance per load
     PIDX_STRIDE = WARPS * lay.STEP_UNITS * 16  # noqa: N806 - limb-word index advance per load
     TAIL = group == 64  # noqa: N806 - K may be an odd number of units (a half last step)
+    dc = device_contract(act)
+    round_fixed, NAN = dc.round_fixed, dc.nan  # noqa: N806
 
     @cuda.jit(device=True, inline="always")
     def load_w(CODES, SCALES, qc, qs, p, nb, wv, sv):  # noqa: N803
@@ -431,10 +446,10 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS):
                     flag |= s_bad[uint32(w * ROWS_PER_CTA) + r]
                 e = EROW[M0 + m]
                 if flag != 0 or e == SPECIAL_ROW:
-                    C[m, row] = uint16(BF16_NAN)
+                    C[m, row] = uint16(NAN)
                 else:
                     pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
-                    C[m, row] = uint16(round_fixed_bf16(hsum, lsum, pe))
+                    C[m, row] = uint16(round_fixed(hsum, lsum, pe))
 
     return body
 
@@ -447,13 +462,13 @@ Q2_SIGNATURE = (
 
 
 @functools.cache
-def _prepare_kernel():
-    return cuda.jit(PREPARE_SIGNATURE)(_prepare_body)
+def _prepare_kernel(act: ActFormat = BF16):
+    return cuda.jit(PREPARE_SIGNATURE)(_make_prepare_body(act))
 
 
 @functools.cache
-def _q2_kernel(nt: int, group: int, warps: int = WARPS):
-    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group, warps))
+def _q2_kernel(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16):
+    return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group, warps, act))
 
 
 def warps_for(n: int, k: int, m: int) -> int:
@@ -468,19 +483,24 @@ def warps_for(n: int, k: int, m: int) -> int:
 
 def ptx_specs() -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of each build the launcher can pick, for the PTX tests: every
-    M group at 8 warps, those of up to :data:`WIDE_MAX_M` rows at 16."""
-    specs = [("exact_prepare", _prepare_body, PREPARE_SIGNATURE)]
-    specs += [
-        (f"q2_0_gemv_exact@m{2 * nt}g{group}", _make_q2_body(nt, group), Q2_SIGNATURE)
-        for group in fmt.GROUPS
-        for nt in TILES
-    ]
-    specs += [
-        (f"q2_0_gemv_exact@m{2 * nt}g{group}w{WIDE_WARPS}", body, Q2_SIGNATURE)
-        for group in fmt.GROUPS
-        for nt in WIDE_TILES
-        for body in (_make_q2_body(nt, group, WIDE_WARPS),)
-    ]
+    M group at 8 warps, those of up to :data:`WIDE_MAX_M` rows at 16, for each activation
+    format (fp16 builds named with :func:`act_suffix`)."""
+    specs = []
+    for act in FORMATS:
+        x = act_suffix(act)
+        specs.append((f"exact_prepare{x}", _make_prepare_body(act), PREPARE_SIGNATURE))
+        specs += [
+            (f"q2_0_gemv_exact@m{2 * nt}g{group}{x}", _make_q2_body(nt, group, WARPS, act),
+             Q2_SIGNATURE)
+            for group in fmt.GROUPS
+            for nt in TILES
+        ]  # fmt: skip
+        specs += [
+            (f"q2_0_gemv_exact@m{2 * nt}g{group}w{WIDE_WARPS}{x}", body, Q2_SIGNATURE)
+            for group in fmt.GROUPS
+            for nt in WIDE_TILES
+            for body in (_make_q2_body(nt, group, WIDE_WARPS, act),)
+        ]
     return specs
 
 
@@ -494,7 +514,8 @@ class ExactOperands:
     ``limbs`` uint32 [3M, K/4]: the three byte-limb rows of each activation
     row in kernel order;
     ``unit_sums`` int32 [M, K/64]; ``exponents`` int32 [M] (E_m, or
-    :data:`SPECIAL_ROW`).
+    :data:`SPECIAL_ROW`); ``act`` the activations' format (bf16 or fp16): the GEMV's
+    output format too.
     """
 
     limbs: object
@@ -502,6 +523,7 @@ class ExactOperands:
     exponents: object
     m: int
     k: int
+    act: ActFormat = BF16
     _split: dict = field(default_factory=dict, compare=False, repr=False)
 
     def split_workspace(self, words: int, counters: int) -> tuple:
@@ -519,7 +541,7 @@ class ExactOperands:
         return ws
 
     @classmethod
-    def allocate(cls, m: int, k: int, stream=0) -> ExactOperands:
+    def allocate(cls, m: int, k: int, stream=0, act: ActFormat = BF16) -> ExactOperands:
         check_k(k)
         return cls(
             cuda.device_array((LIMBS * m, k // 4), np.uint32, stream=stream),
@@ -527,10 +549,11 @@ class ExactOperands:
             cuda.device_array((m,), np.int32, stream=stream),
             m,
             k,
+            act,
         )
 
     def prepare_args(self, d_a) -> tuple:
-        """``exact_prepare``'s arguments for bf16 bits ``d_a`` (uint16 [M, K])."""
+        """``exact_prepare``'s arguments for activation bits ``d_a`` (uint16 [M, K], ``act``)."""
         return (d_a, self.limbs, self.unit_sums, self.exponents, np.int32(self.k))
 
 
@@ -540,10 +563,11 @@ PREPARE = "exact_prepare"
 Operands = ExactOperands
 
 
-def prepare_launch(m: int, k: int) -> tuple:
-    """``(kernel, grid, block)`` of ``exact_prepare`` for ``m`` rows of ``k``: (row, span) CTAs."""
+def prepare_launch(m: int, k: int, act: ActFormat = BF16) -> tuple:
+    """``(kernel, grid, block)`` of ``exact_prepare`` for ``m`` rows of ``k`` activations of
+    format ``act``: (row, span) CTAs."""
     threads = prepare_threads(k)
-    return _prepare_kernel(), (m, plan.div_ceil(k // 4, threads)), threads
+    return _prepare_kernel(act), (m, plan.div_ceil(k // 4, threads)), threads
 
 
 def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
@@ -561,15 +585,18 @@ def prepare_threads(k: int) -> int:
     return min(PREP_THREADS, plan.div_ceil(k // 4, 32) * 32)
 
 
-def prepare_device(d_a, stream=0, ops: ExactOperands | None = None) -> ExactOperands:
-    """Run ``exact_prepare`` on device bf16 bits ``d_a`` (uint16 [M, K]); returns the operands.
+def prepare_device(
+    d_a, stream=0, ops: ExactOperands | None = None, act: ActFormat = BF16
+) -> ExactOperands:
+    """Run ``exact_prepare`` on device bits ``d_a`` (uint16 [M, K] of format ``act``); returns
+    the operands.
 
-    ``ops``: operands of the same (M, K) to fill instead of allocating new ones
+    ``ops``: operands of the same (M, K) and format to fill instead of allocating new ones
     (a graph-captured or repeated call must not allocate).
     """
     from ..runtime import launcher
 
-    return launcher.prepare_device("q2_0", d_a, stream, ops)
+    return launcher.prepare_device("q2_0", d_a, stream, ops, act)
 
 
 def checked_operands(ops: ExactOperands, dw, d_out, name: str) -> tuple:
@@ -616,7 +643,7 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
         warps = warps_for(dw.n, dw.k, rows)
         launches.append(
             (
-                _q2_kernel(tiles_for(rows), dw.group, warps),
+                _q2_kernel(tiles_for(rows), dw.group, warps, ops.act),
                 grid,
                 32 * warps,
                 (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows])

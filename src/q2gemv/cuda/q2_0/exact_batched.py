@@ -22,7 +22,8 @@ from numba import cuda, int32, int64, uint16, uint32, uint64
 
 from ...dispatch import plan, registry
 from ...formats import q2_0_layout as lay
-from ..exact_contract import BF16_NAN, FRAC_BITS, SPECIAL_ROW, round_fixed_bf16
+from ...formats.act import BF16, FP16, ActFormat
+from ..exact_contract import FRAC_BITS, SPECIAL_ROW, act_suffix, device_contract
 from ..runtime import tuning
 from ..runtime.dev import (
     cp_async4,
@@ -84,8 +85,9 @@ def groups_for(m: int) -> int:
 STAGES = {1: 6, 2: 4, 3: 3, 4: 2}  # pipeline depth per column-group count (shared memory < 48 KB)
 
 
-def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
-    """``q2_0_gemv_exact`` for up to ``8 * ng`` activation rows in one pass over the weights.
+def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFormat = BF16):
+    """``q2_0_gemv_exact`` for up to ``8 * ng`` activation rows in one pass over the weights,
+    rounding to the activation format ``act`` (bf16 or fp16; the operands' ``act``).
 
     A CTA of ``warps`` warps holds ``warps / cols`` row tiles of 16 weight rows; the ``cols``
     warps of a tile (warp w: tile ``blockIdx.x * warps / cols + w / cols``) share its staged
@@ -114,6 +116,8 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
     if warps % cols or ng % cols:
         raise ValueError(f"cols: {cols} must divide warps ({warps}) and groups ({ng})")
     S = STAGES[ng]  # noqa: N806
+    dc = device_contract(act)
+    round_fixed, NAN = dc.round_fixed, dc.nan  # noqa: N806
     TPC = warps // cols  # noqa: N806 - row tiles a CTA
     NGW = ng // cols  # noqa: N806 - column groups a warp
     M8 = GROUP_ROWS * ng  # noqa: N806 - activation rows of the staged operand
@@ -286,10 +290,10 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1):
         if m < M and row < N:
             e = EROW[M0 + m]
             if flag != 0 or e == SPECIAL_ROW:
-                C[m, row] = uint16(BF16_NAN)
+                C[m, row] = uint16(NAN)
             else:
                 pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
-                C[m, row] = uint16(round_fixed_bf16(hi, lo, pe))
+                C[m, row] = uint16(round_fixed(hi, lo, pe))
 
     def body(P32, ASUM, EROW, CODES, SCALES, C, WS, CNT, N, K, M, M0):  # noqa: N803
         sb = cuda.shared.array(SB, uint32)
@@ -415,8 +419,15 @@ BATCH_SIGNATURE = (
 
 
 @functools.cache
-def _batch_kernel(ng: int, group: int, warps: int, cols: int = 1, max_regs: int | None = None):
-    body = _make_batch_body(ng, group, warps, cols)
+def _batch_kernel(
+    ng: int,
+    group: int,
+    warps: int,
+    cols: int = 1,
+    max_regs: int | None = None,
+    act: ActFormat = BF16,
+):
+    body = _make_batch_body(ng, group, warps, cols, act)
     if max_regs is None:
         return cuda.jit(BATCH_SIGNATURE)(body)
     return cuda.jit(BATCH_SIGNATURE, max_registers=max_regs)(body)
@@ -476,7 +487,9 @@ def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
             ws, cnt = ops.split_workspace(1, 1)
         launches.append(
             (
-                _batch_kernel(rule.groups(rows), dw.group, rule.warps, rule.cols, rule.max_regs),
+                _batch_kernel(
+                    rule.groups(rows), dw.group, rule.warps, rule.cols, rule.max_regs, ops.act
+                ),
                 grid,
                 32 * rule.warps,
                 (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows], ws, cnt)
@@ -488,10 +501,12 @@ def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
 
 def ptx_specs() -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of three builds for the PTX tests: both groups, both CTA
-    sizes, and the largest register set (4 groups, 4 warps); all 16 would slow CI."""
-    builds = ((1, 64, 8), (3, 64, 4), (4, 128, 4))
+    sizes, and the largest register set (4 groups, 4 warps); all 16 would slow CI. Plus one
+    fp16 build (:func:`~q2gemv.cuda.exact_contract.act_suffix`): only the final rounding
+    differs."""
+    builds = ((1, 64, 8, BF16), (3, 64, 4, BF16), (4, 128, 4, BF16), (1, 64, 8, FP16))
     return [
-        (f"{NAME}@m{GROUP_ROWS * ng}g{group}w{warps}", _make_batch_body(ng, group, warps),
-         BATCH_SIGNATURE)
-        for ng, group, warps in builds
+        (f"{NAME}@m{GROUP_ROWS * ng}g{group}w{warps}{act_suffix(act)}",
+         _make_batch_body(ng, group, warps, 1, act), BATCH_SIGNATURE)
+        for ng, group, warps, act in builds
     ]  # fmt: skip

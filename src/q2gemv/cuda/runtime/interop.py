@@ -9,8 +9,9 @@ so nothing is copied to the host:
   uint16** ([K] or [M, K], C-contiguous): neither numba nor CuPy has a bf16
   dtype. The result is a numba device array of uint16 bits (wrap it with
   ``cupy.asarray`` for CuPy).
-* torch CUDA tensors must be ``torch.bfloat16``; they are reinterpreted as
-  16-bit integers (no copy) and the result is a ``torch.bfloat16`` tensor on
+* torch CUDA tensors must be ``torch.bfloat16`` or ``torch.float16`` (the exact
+  contract only: the seed's kernels are bf16-only); they are reinterpreted as
+  16-bit integers (no copy) and the result is a tensor of the same dtype on
   the same device. Without ``stream=``, launches go on torch's current stream
   (through ``cuda.external_stream``) so they order with the surrounding torch
   work and can be captured in a torch CUDA graph.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from ...formats.act import BF16, FP16, ActFormat
 from ...host.arrays import is_torch
 
 
@@ -45,13 +47,23 @@ def device_bits(x, name: str, kind: str):
     return _torch_bits(x, name) if kind == "torch" else _array_bits(x, name)[0]
 
 
+def act_of(x, kind: str) -> ActFormat:
+    """The activation format of device activations ``x`` of ``kind`` (checked by
+    :func:`device_bits`): fp16 for a ``torch.float16`` tensor, else bf16 (uint16 bits are bf16)."""
+    if kind == "torch":
+        import torch
+
+        return FP16 if x.dtype == torch.float16 else BF16
+    return BF16
+
+
 def _torch_bits(x, name: str):
     import torch
 
     if not x.is_cuda:
         raise TypeError(f"{name}: expected a CUDA tensor, got one on {x.device}")
-    if x.dtype != torch.bfloat16:
-        raise TypeError(f"{name}: expected torch.bfloat16, got {x.dtype}")
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"{name}: expected torch.bfloat16 or torch.float16, got {x.dtype}")
     if not x.is_contiguous():
         raise ValueError(f"{name}: expected a contiguous tensor")
     return cuda.as_cuda_array(x.view(torch.int16)).view(np.uint16)
@@ -128,7 +140,7 @@ def output(kind, a, d_a, dw, parts, out_shape, out, st):
         if kind == "torch":
             import torch
 
-            result = torch.empty(out_shape, dtype=torch.bfloat16, device=a.device)
+            result = torch.empty(out_shape, dtype=a.dtype, device=a.device)
             d_out, _ = as_bits(result, "out")
         else:
             result = d_out = cuda.device_array(out_shape, dtype=np.uint16, stream=st)
@@ -136,6 +148,8 @@ def output(kind, a, d_a, dw, parts, out_shape, out, st):
     d_out, out_kind = as_bits(out, "out")
     if (out_kind == "torch") != (kind == "torch"):
         raise TypeError("out: expected the same kind of device array as a")
+    if kind == "torch" and out.dtype != a.dtype:
+        raise TypeError(f"out: expected {a.dtype} (the dtype of a), got {out.dtype}")
     if tuple(d_out.shape) != tuple(out_shape):
         raise ValueError(f"out: expected shape {tuple(out_shape)}, got {tuple(d_out.shape)}")
     if _same_memory(d_out, d_a):

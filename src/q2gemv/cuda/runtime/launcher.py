@@ -37,12 +37,23 @@ from numba import cuda
 
 from ...dispatch import registry
 from ...dispatch.plan import ChunkPlan, check_alignment
+from ...formats.act import BF16, ActFormat
 from ...host.backends import SIMULATOR_LOCK
 from .prebound import SIMULATED, PreboundLaunch
 
 
 def launches(
-    family: str, numerics: str, plan, dw, d_a, d_out, stream=0, ops=None, *, prepare: bool = True
+    family: str,
+    numerics: str,
+    plan,
+    dw,
+    d_a,
+    d_out,
+    stream=0,
+    ops=None,
+    *,
+    prepare: bool = True,
+    act: ActFormat = BF16,
 ) -> list[tuple]:
     """The validated launches of ``plan`` on ``d_a`` (uint16 [M, K]) into ``d_out`` (uint16 [M, N]).
 
@@ -55,19 +66,25 @@ def launches(
             (None: new ones are allocated).
         prepare: exact only: False when ``ops`` already hold ``d_a``'s operands
             (:func:`q2gemv.prepare`): no ``exact_prepare`` launch.
+        act: exact only: the format of ``d_a``'s bits and ``d_out``'s (bf16 or fp16,
+            :mod:`q2gemv.formats.act`); the seed contract is bf16 only.
 
     Returns ``(dispatcher, grid, block, args, name)`` per launch. Raises the
     family's TypeError/ValueError (naming ``a``, ``out``, ``m``, ``weight``,
     ``kernel``) before anything is enqueued.
     """
     route = registry.route(registry.family(family), numerics, plan)
-    return _launches(route, plan, dw, d_a, d_out, stream, ops, prepare)
+    return _launches(route, plan, dw, d_a, d_out, stream, ops, prepare, act)
 
 
-def _launches(route, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
+def _launches(
+    route, plan, dw, d_a, d_out, stream, ops, prepare: bool = True, act: ActFormat = BF16
+) -> list[tuple]:
     """:func:`launches` of a call whose registry entries are resolved (a ``registry.Route``)."""
     if route.contract == "exact":
-        return _exact_launches(route, plan, dw, d_a, d_out, stream, ops, prepare)
+        return _exact_launches(route, plan, dw, d_a, d_out, stream, ops, prepare, act)
+    if act != BF16:
+        raise ValueError(f"a: the seed contract is bf16-only, got {act.name} activations")
     mod = route.module  # the seed launch interface (registry.FamilySpec.seed_module)
     block = registry.THREADS_PER_CTA  # every kernel's CTA (the thread maps assume 256)
     out = []
@@ -89,13 +106,15 @@ class ExactFamily(Protocol):
     """
 
     PREPARE: str  # the prepare kernel's name (launch lists, errors)
-    Operands: type  # allocate(m, k, stream) -> ops (with .m, .k); ops.prepare_args(d_a)
+    # allocate(m, k, stream, act) -> ops (with .m, .k, .act: the activation format, which the
+    # chunk launches round to); ops.prepare_args(d_a)
+    Operands: type
 
     def check_k(self, k: int) -> None:
         """ValueError naming ``a`` for a K the kernel does not serve."""
 
-    def prepare_launch(self, m: int, k: int) -> tuple:
-        """``(kernel, grid, block)`` of the prepare over ``m`` rows of ``k``."""
+    def prepare_launch(self, m: int, k: int, act: ActFormat = BF16) -> tuple:
+        """``(kernel, grid, block)`` of the prepare over ``m`` rows of ``k`` (format ``act``)."""
 
     def chunk_launches(self, ops, dw, d_out, rows_of) -> list[tuple]:
         """Validated ``(kernel, grid, block, args)`` per chunk ``(row0, rows)`` of ``rows_of``."""
@@ -117,11 +136,13 @@ def exact_kernel_of(family: str, plan) -> tuple[registry.KernelSpec, ExactFamily
     return route.kernel, route.module
 
 
-def _exact_launches(route, plan, dw, d_a, d_out, stream, ops, prepare: bool = True) -> list[tuple]:
+def _exact_launches(
+    route, plan, dw, d_a, d_out, stream, ops, prepare: bool = True, act: ActFormat = BF16
+) -> list[tuple]:
     """The kernel's prepare over all rows (unless ``prepare`` is False), then the plan's chunks."""
     spec, mod = route.kernel, route.module
     m, k = (int(x) for x in d_a.shape)
-    ops = _operands(mod, m, k, stream, ops)
+    ops = _operands(mod, m, k, stream, ops, act)
     rows_of = []
     for r0, rows, name in plan:
         if name != spec.name or not 1 <= rows <= spec.max_m:
@@ -134,31 +155,35 @@ def _exact_launches(route, plan, dw, d_a, d_out, stream, ops, prepare: bool = Tr
     check_alignment(spec.name, d_a, spec.a_align)  # the prepares load 16 bytes
     out = [(kern, grid, block, args, spec.name) for kern, grid, block, args in chunks]
     if prepare:  # once, over all rows, before the chunks
-        out.insert(0, (*mod.prepare_launch(m, k), ops.prepare_args(d_a), mod.PREPARE))
+        out.insert(0, (*mod.prepare_launch(m, k, act), ops.prepare_args(d_a), mod.PREPARE))
     return out
 
 
-def _operands(mod, m: int, k: int, stream, ops):
-    """``ops`` checked against (M, K), or new operands of the exact module ``mod``."""
+def _operands(mod, m: int, k: int, stream, ops, act: ActFormat = BF16):
+    """``ops`` checked against (M, K) and the format ``act``, or new operands of the exact
+    module ``mod``."""
     mod.check_k(k)
     if ops is None:
-        return mod.Operands.allocate(m, k, stream)
+        return mod.Operands.allocate(m, k, stream, act)
     if (ops.m, ops.k) != (m, k):
         raise ValueError(f"ops: expected operands for M={m}, K={k}, got M={ops.m}, K={ops.k}")
+    if ops.act != act:
+        raise ValueError(f"ops: expected operands of {act.name} activations, got {ops.act.name}")
     return ops
 
 
-def prepare_device(family: str, d_a, stream=0, ops=None):
-    """Run the family's exact-contract prepare on device bf16 bits ``d_a`` (uint16 [M, K]).
+def prepare_device(family: str, d_a, stream=0, ops=None, act: ActFormat = BF16):
+    """Run the family's exact-contract prepare on device bits ``d_a`` (uint16 [M, K] of format
+    ``act``, bf16 or fp16).
 
-    Returns the operands (``ops``, of the same (M, K), filled instead of new
+    Returns the operands (``ops``, of the same (M, K) and format, filled instead of new
     ones: a graph-captured or repeated call must not allocate).
     """
     mod = exact_module(family)
     m, k = (int(x) for x in d_a.shape)
-    ops = _operands(mod, m, k, stream, ops)
+    ops = _operands(mod, m, k, stream, ops, act)
     if m:
-        kernel, grid, block = mod.prepare_launch(m, k)
+        kernel, grid, block = mod.prepare_launch(m, k, act)
         kernel[grid, block, stream](*ops.prepare_args(d_a))
     return ops
 
@@ -169,16 +194,23 @@ def exact_plan(family: str, m: int) -> ChunkPlan:
     return ChunkPlan(m, spec.max_m, lambda rows: spec.name)
 
 
-def exact_launches(family: str, d_a, dw, d_out, stream=0, ops=None) -> list[tuple]:
+def exact_launches(
+    family: str, d_a, dw, d_out, stream=0, ops=None, act: ActFormat | None = None
+) -> list[tuple]:
     """The validated launches of one exact GEMV over every row of ``d_a`` (uint16 [M, K]).
 
     The family's prepare, skipped when ``ops`` (the operands of an earlier
     prepare of ``d_a``) are given, then the chunks of :func:`exact_plan`.
+    ``act``: the format of ``d_a`` and ``d_out`` (default: ``ops``'s, else bf16).
     A thin wrapper below the road, for scripts and benchmarks holding device
     arrays; :func:`q2gemv.gemv` builds its call in :mod:`q2gemv.host.call`.
     """
     plan = exact_plan(family, int(d_a.shape[0]))
-    return launches(family, "exact", plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
+    if act is None:
+        act = BF16 if ops is None else ops.act
+    return launches(
+        family, "exact", plan, dw, d_a, d_out, stream, ops, prepare=ops is None, act=act
+    )
 
 
 def seed_launch(name: str, d_a, dw, d_out, m: int) -> tuple:
@@ -300,8 +332,9 @@ def _stream_key(st) -> int:
         return id(st)
 
 
-def exact_workspace(m: int, k: int, st, exact):
-    """The exact-contract operands of (this device, ``st``, the exact module ``exact``, m, k).
+def exact_workspace(m: int, k: int, st, exact, act: ActFormat = BF16):
+    """The exact-contract operands of (this device, ``st``, the exact module ``exact``, m, k,
+    the activation format ``act``).
 
     ``exact``: the module of the plan's exact kernel
     (:func:`~q2gemv.cuda.runtime.exact_kernel_of`); its ``Operands``
@@ -312,10 +345,10 @@ def exact_workspace(m: int, k: int, st, exact):
     uses them may still replay).
     """
     device = getattr(cuda.get_current_device(), "id", 0)  # the simulator's device has no id
-    key = (device, _stream_key(st), exact.__name__, int(m), int(k))
+    key = (device, _stream_key(st), exact.__name__, int(m), int(k), act.name)
     ops = _WORKSPACES.get(key)
     if ops is None:
-        ops = _WORKSPACES[key] = exact.Operands.allocate(m, k, st)
+        ops = _WORKSPACES[key] = exact.Operands.allocate(m, k, st, act)
     return ops
 
 
@@ -325,9 +358,10 @@ def clear_workspaces() -> None:
         _WORKSPACES.clear()
 
 
-def enqueue(route, plan, dw, d_a, d_out, st, key=None, cache=None, keep=()):
-    """Enqueue ``plan`` (``(row0, rows, kernel)``) on device bits ``d_a`` (uint16 [M, K], M >= 1)
-    into ``d_out`` (uint16 [M, N]) on ``st``: the device edge of the road (:mod:`q2gemv.host.call`).
+def enqueue(route, plan, dw, d_a, d_out, st, key=None, cache=None, keep=(), act: ActFormat = BF16):
+    """Enqueue ``plan`` (``(row0, rows, kernel)``) on device bits ``d_a`` (uint16 [M, K], M >= 1,
+    format ``act``) into ``d_out`` (uint16 [M, N], the same format) on ``st``: the device edge
+    of the road (:mod:`q2gemv.host.call`).
 
     ``route``: the call's registry entries (``registry.Route``: family, contract,
     launching module). ``"seed"`` runs ``plan`` as it is; ``"exact"`` runs the
@@ -347,15 +381,15 @@ def enqueue(route, plan, dw, d_a, d_out, st, key=None, cache=None, keep=()):
     """
     bind = cache is not None and len(plan) <= BIND_MAX_LAUNCHES
     if route.contract != "exact":
-        ls = _launches(route, plan, dw, d_a, d_out, st, None)
+        ls = _launches(route, plan, dw, d_a, d_out, st, None, act=act)
         if not bind:
             launch_all(ls, st)
             return
         bound = BoundPlan(ls, _handle(key), keep=_keep(*keep))
     else:
         with _WORKSPACE_LOCK:  # prepare + chunks of one call are enqueued together
-            ops = exact_workspace(int(d_a.shape[0]), dw.k, st, route.module)
-            ls = _launches(route, plan, dw, d_a, d_out, st, ops)
+            ops = exact_workspace(int(d_a.shape[0]), dw.k, st, route.module, act)
+            ls = _launches(route, plan, dw, d_a, d_out, st, ops, act=act)
             if not bind:
                 launch_all(ls, st)
                 return
@@ -392,7 +426,7 @@ def check_bits(a_bits, k: int) -> None:
 
 
 def run_host(
-    family: str, numerics: str, plan, a_bits, dw, stream=0, ops=None, *, d_a=None
+    family: str, numerics: str, plan, a_bits, dw, stream=0, ops=None, *, d_a=None, act=BF16
 ) -> np.ndarray:
     """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N] on the host.
 
@@ -400,11 +434,14 @@ def run_host(
     callers below the road (the families' ``launch_raw``).
     """
     route = registry.route(registry.family(family), numerics, plan)
-    return run_bits(route, plan, a_bits, dw, stream, ops, d_a=d_a)
+    return run_bits(route, plan, a_bits, dw, stream, ops, d_a=d_a, act=act)
 
 
-def run_bits(route, plan, a_bits, dw, stream=0, ops=None, *, d_a=None) -> np.ndarray:
-    """Host bf16 bits ``a_bits`` (uint16 [M, K], checked by the caller) -> uint16 [M, N] on the host.
+def run_bits(
+    route, plan, a_bits, dw, stream=0, ops=None, *, d_a=None, act: ActFormat = BF16
+) -> np.ndarray:
+    """Host bits ``a_bits`` (uint16 [M, K] of format ``act``, bf16 by default; checked by the
+    caller) -> uint16 [M, N] of the same format on the host.
 
     The host edge of the road (:mod:`q2gemv.host.call`), ``route`` its
     resolved registry entries (``registry.Route``): uploads the
@@ -420,7 +457,7 @@ def run_bits(route, plan, a_bits, dw, stream=0, ops=None, *, d_a=None) -> np.nda
     if d_a is None:
         d_a = cuda.to_device(np.ascontiguousarray(a_bits), stream=stream)
     d_out = cuda.device_array((m, dw.n), dtype=np.uint16, stream=stream)
-    ls = _launches(route, plan, dw, d_a, d_out, stream, ops, prepare=ops is None)
+    ls = _launches(route, plan, dw, d_a, d_out, stream, ops, prepare=ops is None, act=act)
     launch_all(ls, stream)
     d_out.copy_to_host(out, stream=stream)
     if stream:
