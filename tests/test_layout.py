@@ -55,11 +55,9 @@ FACES = {
 # Known places that still hold format knowledge outside its own places, each with its reason.
 # The list only shrinks: a new entry needs a reason a reviewer accepts.
 EXCEPTIONS = {
-    "nn.ops": "one torch.library op per format (q2gemv::q2_linear, q2gemv::nvfp4_linear)",
     "models.gguf": "the GGUF model loader: GGUF files carry Q2_0 / PQ2_0 tensors",
     "models.safetensors": "the safetensors model loader: ModelOpt / compressed-tensors NVFP4",
     "models.export": "the file writers: save_gguf (Q2_0 tensors), save_safetensors (NVFP4)",
-    "host.prepared": "q2gemv.prepare serves the prepared family (Q2_0); its K unit is Q2_0's",
 }
 
 

@@ -44,9 +44,9 @@ from .models.hf_hook import register_when_transformers_loads
 from .models.quantize import QuantizeReport, quantize_model
 from .models.safetensors import load_safetensors
 from .nn.layers import replace_linears
-from .nn.nvfp4 import Nvfp4Linear
-from .nn.ops import clear_device_weight_cache, nvfp4_linear, q2_linear
-from .nn.q2_0 import Q2Linear
+from .nn.nvfp4 import Nvfp4Linear, nvfp4_linear
+from .nn.ops import clear_device_weight_cache
+from .nn.q2_0 import Q2Linear, q2_linear
 
 __all__ = [
     "Q2Linear",

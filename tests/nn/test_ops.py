@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 qt = pytest.importorskip("q2gemv.nn.ops")
+q2op = pytest.importorskip("q2gemv.nn.q2_0")  # the Q2_0 op and its device weight
+w4op = pytest.importorskip("q2gemv.nn.nvfp4")  # the NVFP4 op and its device weight
 layers = pytest.importorskip("q2gemv.nn.layers")
 
 
@@ -36,9 +38,10 @@ def built(monkeypatch):
 
     monkeypatch.setattr(q2_0.DeviceQ2Weight, "from_buffers", staticmethod(fake))
     monkeypatch.setattr(w4a16.DeviceNvfp4Weight, "from_buffers", staticmethod(fake))
-    monkeypatch.setattr(qt, "_CudaBuffer", lambda t: t)
-    monkeypatch.setattr(qt, "_q2_unchanged", unchanged)
-    monkeypatch.setattr(qt, "_nvfp4_unchanged", unchanged)
+    monkeypatch.setattr(q2op, "_CudaBuffer", lambda t: t)
+    monkeypatch.setattr(w4op, "_CudaBuffer", lambda t: t)
+    monkeypatch.setattr(q2op, "_q2_unchanged", unchanged)
+    monkeypatch.setattr(w4op, "_nvfp4_unchanged", unchanged)
     qt.clear_device_weight_cache()
     yield calls
     qt.clear_device_weight_cache()
@@ -46,33 +49,35 @@ def built(monkeypatch):
 
 def test_same_buffer_same_version_reuses_the_layout(built):
     raw = torch.zeros(4, 34, dtype=torch.uint8)
-    a = qt._q2_device_weight(raw, 4, 128, 128)
-    assert qt._q2_device_weight(raw, 4, 128, 128) is a
-    assert qt._q2_device_weight(raw.view(-1).view(4, 34), 4, 128, 128) is a  # a view: same storage
+    a = q2op._q2_device_weight(raw, 4, 128, 128)
+    assert q2op._q2_device_weight(raw, 4, 128, 128) is a
+    assert (
+        q2op._q2_device_weight(raw.view(-1).view(4, 34), 4, 128, 128) is a
+    )  # a view: same storage
     assert len(built) == 1
 
 
 def test_an_in_place_write_rebuilds_the_layout(built):
     raw = torch.zeros(4, 34, dtype=torch.uint8)
-    a = qt._q2_device_weight(raw, 4, 128, 128)
+    a = q2op._q2_device_weight(raw, 4, 128, 128)
     raw.copy_(torch.ones_like(raw))  # as load_state_dict does
-    b = qt._q2_device_weight(raw, 4, 128, 128)
+    b = q2op._q2_device_weight(raw, 4, 128, 128)
     assert b is not a and len(built) == 2
 
 
 def test_another_storage_at_the_same_address_rebuilds(built):
     raw = torch.zeros(4, 34, dtype=torch.uint8)
-    a = qt._q2_device_weight(raw, 4, 128, 128)
+    a = q2op._q2_device_weight(raw, 4, 128, 128)
     key = next(iter(qt._DEVICE_WEIGHTS))
     other = torch.zeros(1, dtype=torch.uint8).untyped_storage()
     _, version, dw = qt._DEVICE_WEIGHTS[key]
     qt._DEVICE_WEIGHTS[key] = ((weakref.ref(other),), version, dw)  # an address reused
-    assert qt._q2_device_weight(raw, 4, 128, 128) is not a and len(built) == 2
+    assert q2op._q2_device_weight(raw, 4, 128, 128) is not a and len(built) == 2
 
 
 def test_a_freed_buffer_drops_its_layout(built):
     raw = torch.zeros(4, 34, dtype=torch.uint8)
-    qt._q2_device_weight(raw, 4, 128, 128)
+    q2op._q2_device_weight(raw, 4, 128, 128)
     assert len(qt._DEVICE_WEIGHTS) == 1
     del raw
     gc.collect()
@@ -84,15 +89,15 @@ def test_nvfp4_layout_follows_both_of_its_buffers(built):
     rebuilds it; unchanged buffers reuse it; freeing ``packed`` drops it."""
     packed = torch.zeros(4, 16, dtype=torch.uint8)
     scales = torch.zeros(4, 2, dtype=torch.uint8)
-    a = qt._nvfp4_device_weight(packed, scales, 1.0)
-    assert qt._nvfp4_device_weight(packed, scales, 1.0) is a and len(built) == 1
+    a = w4op._nvfp4_device_weight(packed, scales, 1.0)
+    assert w4op._nvfp4_device_weight(packed, scales, 1.0) is a and len(built) == 1
     scales.fill_(0x38)  # a new scale, same address
-    b = qt._nvfp4_device_weight(packed, scales, 1.0)
+    b = w4op._nvfp4_device_weight(packed, scales, 1.0)
     assert b is not a and len(built) == 2
     packed.fill_(0x11)
-    c = qt._nvfp4_device_weight(packed, scales, 1.0)
+    c = w4op._nvfp4_device_weight(packed, scales, 1.0)
     assert c is not b and len(built) == 3
-    assert qt._nvfp4_device_weight(packed, scales, 1.0) is c
+    assert w4op._nvfp4_device_weight(packed, scales, 1.0) is c
     del packed
     gc.collect()
     assert len(qt._DEVICE_WEIGHTS) == 0
@@ -115,16 +120,16 @@ def test_a_data_write_through_the_layer_attribute_rebuilds_the_layout(built):
     CUDA forward kept the old layout while the CPU computed with the new bytes."""
     layer = _q2_layer()
     raw = layer._buffers["raw"]
-    a = qt._q2_device_weight(raw, 4, 128, 128)
+    a = q2op._q2_device_weight(raw, 4, 128, 128)
     version = raw._version
     layer.raw.data.copy_(torch.ones_like(raw))  # what the issue did
     assert raw._version == version  # torch did not count it
-    b = qt._q2_device_weight(raw, 4, 128, 128)
+    b = q2op._q2_device_weight(raw, 4, 128, 128)
     assert b is not a and len(built) == 2
     # the layer's own reads keep the layout: forward, quantized_weight
     layer.quantized_weight()
     layer(torch.zeros(1, 128, dtype=torch.bfloat16))
-    assert qt._q2_device_weight(raw, 4, 128, 128) is b and len(built) == 2
+    assert q2op._q2_device_weight(raw, 4, 128, 128) is b and len(built) == 2
 
 
 def test_nvfp4_buffers_read_through_the_layer_drop_the_layout(built):
@@ -135,12 +140,12 @@ def test_nvfp4_buffers_read_through_the_layer_drop_the_layout(built):
     w = Nvfp4Weight.from_float(np.ones((4, 32), np.float32))
     layer = layers.Nvfp4Linear(w)
     packed, scales = layer._buffers["packed"], layer._buffers["scales"]
-    a = qt._nvfp4_device_weight(packed, scales, layer.global_scale)
+    a = w4op._nvfp4_device_weight(packed, scales, layer.global_scale)
     layer.get_buffer("scales").data.fill_(0x38)
-    b = qt._nvfp4_device_weight(packed, scales, layer.global_scale)
+    b = w4op._nvfp4_device_weight(packed, scales, layer.global_scale)
     assert b is not a and len(built) == 2
     layer.packed.data.fill_(0x11)
-    assert qt._nvfp4_device_weight(packed, scales, layer.global_scale) is not b
+    assert w4op._nvfp4_device_weight(packed, scales, layer.global_scale) is not b
     assert len(built) == 3
 
 
@@ -149,17 +154,17 @@ def test_buffers_handed_out_in_bulk_drop_the_layout(built):
     ``state_dict(keep_vars=True)``) is a write torch does not count either."""
     model = torch.nn.Sequential(_q2_layer())
     raw = model[0]._buffers["raw"]
-    a = qt._q2_device_weight(raw, 4, 128, 128)
+    a = q2op._q2_device_weight(raw, 4, 128, 128)
     for name, b in model.named_buffers():
         if name.endswith("raw"):
             b.data.copy_(torch.ones_like(b))
-    b = qt._q2_device_weight(raw, 4, 128, 128)
+    b = q2op._q2_device_weight(raw, 4, 128, 128)
     assert b is not a
     model.state_dict(keep_vars=True)["0.raw"].data.fill_(7)
-    c = qt._q2_device_weight(raw, 4, 128, 128)
+    c = q2op._q2_device_weight(raw, 4, 128, 128)
     assert c is not b and len(built) == 3
     model(torch.zeros(1, 128, dtype=torch.bfloat16))  # the layer's own reads keep it
-    assert qt._q2_device_weight(raw, 4, 128, 128) is c
+    assert q2op._q2_device_weight(raw, 4, 128, 128) is c
 
 
 def test_a_handed_out_buffer_left_unchanged_keeps_the_layout(built):
@@ -167,10 +172,10 @@ def test_a_handed_out_buffer_left_unchanged_keeps_the_layout(built):
     device weight: a CUDA graph captured over its layout stays valid. The check is made once."""
     layer = _q2_layer()
     raw = layer._buffers["raw"]
-    a = qt._q2_device_weight(raw, 4, 128, 128)
+    a = q2op._q2_device_weight(raw, 4, 128, 128)
     assert tuple(layer.raw.shape) == (4, 34)
     layer.state_dict()
-    assert qt._q2_device_weight(raw, 4, 128, 128) is a and len(built) == 1
+    assert q2op._q2_device_weight(raw, 4, 128, 128) is a and len(built) == 1
     assert not qt._HANDED_OUT  # checked, not checked again at the next call
 
 
@@ -204,15 +209,15 @@ def test_the_unchanged_checks_compare_every_byte_through_the_layout_inverse():
     w = q2gemv.quantize_q2_0(rng.standard_normal((4, 128)).astype(np.float32), 64)
     dw = w.to_device()
     raw = torch.from_numpy(np.array(w.raw)).view(4, -1)
-    assert qt._q2_unchanged(dw, raw)
+    assert q2op._q2_unchanged(dw, raw)
     raw[3, 17] ^= 4  # one code of the last row
-    assert not qt._q2_unchanged(dw, raw)
+    assert not q2op._q2_unchanged(dw, raw)
     f = q2gemv.Nvfp4Weight.from_float(rng.standard_normal((4, 32)).astype(np.float32))
     dn = f.to_device()
     packed, scales = torch.from_numpy(np.array(f.packed)), torch.from_numpy(np.array(f.scales))
-    assert qt._nvfp4_unchanged(dn, packed, scales)
+    assert w4op._nvfp4_unchanged(dn, packed, scales)
     scales[1, 1] ^= 1
-    assert not qt._nvfp4_unchanged(dn, packed, scales)
+    assert not w4op._nvfp4_unchanged(dn, packed, scales)
     scales[1, 1] ^= 1
     packed[0, 0] ^= 0x10
-    assert not qt._nvfp4_unchanged(dn, packed, scales)
+    assert not w4op._nvfp4_unchanged(dn, packed, scales)

@@ -792,21 +792,22 @@ def test_autograd_gives_x_the_transposed_gemv_on_the_dequantized_weight():
 
 
 def test_torch_dequantizers_equal_the_host_weights_bit_for_bit():
-    import q2gemv.nn.ops as qt
+    import q2gemv.nn.nvfp4 as w4op
+    import q2gemv.nn.q2_0 as q2op
 
     rng = np.random.default_rng(34)
     codes = rng.integers(0, 4, (3, 256), dtype=np.uint8)
     scales = rng.standard_normal((3, 4)).astype(np.float16)
     scales[0, 1], scales[1, 2], scales[2, 3] = np.inf, np.nan, -0.0
     w = q2gemv.Q2Weight.from_codes(codes, scales, group=64)
-    got = qt._q2_dequantize(torch.from_numpy(np.array(w.raw)), 3, 256, 64).numpy()
+    got = q2op._q2_dequantize(torch.from_numpy(np.array(w.raw)), 3, 256, 64).numpy()
     np.testing.assert_array_equal(got, w.dequantize())  # NaN where the host has NaN
     f = nvfp4_weight(rng, 4, 64)
     sc = np.array(f.scales)
     sc[0, 0], sc[1, 1] = 0x7F, 0x00  # a NaN scale and a zero one
     for g in (f.global_scale, 3.0e-3, float("inf")):
         nv = q2gemv.Nvfp4Weight.from_parts(np.array(f.packed), sc, np.float32(g))
-        t = qt._nvfp4_dequantize(torch.from_numpy(np.array(nv.packed)), torch.from_numpy(sc), g)
+        t = w4op._nvfp4_dequantize(torch.from_numpy(np.array(nv.packed)), torch.from_numpy(sc), g)
         np.testing.assert_array_equal(t.numpy(), nv.dequantize(), err_msg=f"g={g}")
 
 

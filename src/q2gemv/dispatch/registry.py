@@ -288,6 +288,8 @@ class FamilySpec:
             and ``quantize_model(fmt=)`` (``"q2_0"``, ``"nvfp4"``).
         upload_options: the keyword options of :func:`q2gemv.to_device` that the
             family's device class ``upload`` takes (``keep_gguf``, ``keep_packed``).
+        prepared_k_unit: the K multiple the prepared kernel needs (0 where the
+            family takes no prepared activations): :func:`q2gemv.prepare` checks it.
     """
 
     name: str
@@ -307,6 +309,7 @@ class FamilySpec:
     layer: str = ""
     layer_format: str = ""
     upload_options: tuple[str, ...] = ()
+    prepared_k_unit: int = 0
 
     def __post_init__(self) -> None:
         if self.name not in FAMILIES:
@@ -511,6 +514,7 @@ register_family(FamilySpec(
     seed_plan="q2gemv.dispatch.seed_rules.q2_0_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.q2_0_seed_reason",
     device_modules=("q2gemv.cuda.q2_0.layout", "q2gemv.cuda.q2_0.exact_batched"),
     layer="q2gemv.nn.q2_0.Q2Linear", layer_format="q2_0", upload_options=("keep_gguf",),
+    prepared_k_unit=Q2_EXACT_UNIT,
 ))  # fmt: skip
 register_family(FamilySpec(
     "w4a16", "NVFP4", "q2gemv.formats.nvfp4.Nvfp4Weight", "q2gemv.cuda.nvfp4.seed",

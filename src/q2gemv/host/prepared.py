@@ -29,14 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dispatch import registry
-from ..dispatch.registry import Q2_EXACT_UNIT
 from ..formats._frozen import frozen
 from ..formats.act import BF16, FP16, ActFormat
 from ..formats.bf16 import as_bf16_bits
 from .arrays import check_stream, is_device_array, numba_stream
 from .backends import BACKENDS, default_backend, require_cuda, simulator_lock
-
-EXACT_K_MULTIPLE = Q2_EXACT_UNIT  # q2_0_gemv_exact's unit of codes
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,10 +124,11 @@ def prepare(a: np.ndarray, *, backend: str | None = None, stream=None) -> Prepar
     # A private copy in immutable memory (formats._frozen): not even
     # bits.flags.writeable = True can make it change behind the device operands.
     bits = frozen(np.ascontiguousarray(bits.reshape(1, -1) if was_1d else bits, dtype=np.uint16))
-    if bits.shape[1] % EXACT_K_MULTIPLE:
+    spec = registry.prepared_family()
+    if bits.shape[1] % spec.prepared_k_unit:
         raise ValueError(
-            f"a: the exact contract's kernels need K a multiple of {EXACT_K_MULTIPLE} (as every "
-            f"Q2_0 weight has), got K={bits.shape[1]}"
+            f"a: the exact contract's kernels need K a multiple of {spec.prepared_k_unit} (as "
+            f"every {spec.title} weight has), got K={bits.shape[1]}"
         )
     if backend is None:
         backend = default_backend()

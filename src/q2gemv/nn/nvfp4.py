@@ -1,5 +1,6 @@
-"""``Nvfp4Linear`` (needs torch): a ``torch.nn.Linear`` over an NVFP4 W4A16 weight, and what
-the model level knows of the NVFP4 format (its block, its global scale when fusing).
+"""``Nvfp4Linear`` (needs torch): a ``torch.nn.Linear`` over an NVFP4 W4A16 weight, its op
+``q2gemv::nvfp4_linear`` (fake impl, autograd, the device weight over its buffers), and
+what the model level knows of the NVFP4 format (its block, its global scale when fusing).
 The shared layer machinery is :mod:`q2gemv.nn.layers`; the contract is stated in
 :mod:`q2gemv.torch`.
 """
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 
 from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
-from ..formats.nvfp4 import Nvfp4Weight, check_global_scale
+from ..formats.nvfp4 import E2M1_VALUES, E4M3_VALUES, Nvfp4Weight, check_global_scale
 from .layers import (
     _bias_buffer,
     _check_numerics,
@@ -23,7 +24,138 @@ from .layers import (
     _QuantizedLinear,
     _state_from,
 )
-from .ops import _add_bias, _check_x, _eager_direct, _nvfp4_linear_impl
+from .ops import (
+    _add_bias,
+    _check_buffer,
+    _check_x,
+    _CudaBuffer,
+    _current,
+    _eager_direct,
+    _grad_x,
+    _linear,
+)
+
+# -- the op: q2gemv::nvfp4_linear ------------------------------------------------------
+
+
+def _nvfp4_unchanged(dw, packed: torch.Tensor, scales: torch.Tensor) -> bool:
+    """Are ``packed`` and ``scales`` what ``dw``'s layout was made from? (on the device)"""
+    from ..cuda.nvfp4 import layout
+
+    wp, sc = layout.unpack(dw.codes, dw.xscales, dw.n, dw.k)
+    wp = torch.as_tensor(wp, device=packed.device).view(torch.uint8)
+    return torch.equal(wp, packed) and torch.equal(
+        torch.as_tensor(sc, device=scales.device), scales
+    )
+
+
+def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scale: float):
+    key = (
+        "w4a16",
+        packed.device.index,
+        packed.data_ptr(),
+        tuple(packed.shape),
+        scales.data_ptr(),
+        float(global_scale),
+    )
+
+    def build():
+        from ..cuda.nvfp4 import DeviceNvfp4Weight
+
+        return DeviceNvfp4Weight.from_buffers(
+            _CudaBuffer(packed), _CudaBuffer(scales), global_scale
+        )
+
+    return _current(key, (packed, scales), build, lambda dw: _nvfp4_unchanged(dw, packed, scales))
+
+
+def _nvfp4_linear_impl(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scales: torch.Tensor,
+    global_scale: float,
+    numerics: str | None = None,
+) -> torch.Tensor:
+    """``x @ dequantize(NVFP4 weight).T`` in x's dtype: the op behind :class:`Nvfp4Linear`.
+
+    Args:
+        x: ``torch.bfloat16`` or ``torch.float16`` activations [..., k] (fp16: the exact
+            contract only), on the CPU or a CUDA device.
+        packed: E2M1 codes, ``torch.uint8`` [n, k // 2] (even k in the low nibble).
+        scales: E4M3 block-scale bits, ``torch.uint8`` [n, k // 16].
+        global_scale: the per-tensor multiplier (an fp32 value); a finite value fp32
+            cannot hold (``1e39``, ``1e-46``) is refused as :class:`~q2gemv.Nvfp4Weight`
+            refuses it (:func:`q2gemv.formats.nvfp4.check_global_scale`).
+        numerics: ``"seed"``, ``"exact"`` or None (the
+            library default), as for :func:`q2gemv.gemv`.
+
+    Returns a new tensor [..., n] of x's dtype (CPU: reference backend;
+    CUDA: the W4A16 kernels on torch's current stream; the same bits).
+    """
+    if packed.dim() != 2:
+        raise ValueError(f"packed: expected shape [n, k/2], got {tuple(packed.shape)}")
+    n, k = int(packed.shape[0]), 2 * int(packed.shape[1])
+    _check_x(x, k)
+    _check_buffer(packed, "packed", x, (n, k // 2))
+    _check_buffer(scales, "scales", x, (n, k // 16))
+    global_scale = check_global_scale(global_scale)  # Nvfp4Weight's rules, before any work
+    return _linear(
+        x,
+        n,
+        k,
+        lambda: _nvfp4_device_weight(packed, scales, global_scale),
+        lambda: Nvfp4Weight.from_parts(
+            packed.detach().numpy(), scales.detach().numpy(), np.float32(global_scale)
+        ),
+        numerics,
+    )
+
+
+nvfp4_linear = torch.library.custom_op(
+    "q2gemv::nvfp4_linear",
+    mutates_args=(),
+    schema="(Tensor x, Tensor packed, Tensor scales, float global_scale, str? numerics=None)"
+    " -> Tensor",
+)(_nvfp4_linear_impl)
+
+
+@nvfp4_linear.register_fake
+def _nvfp4_linear_fake(x, packed, scales, global_scale, numerics=None):
+    _check_x(x, 2 * packed.shape[1])
+    return x.new_empty((*x.shape[:-1], packed.shape[0]))
+
+
+def _nvfp4_dequantize(
+    packed: torch.Tensor, scales: torch.Tensor, global_scale: float
+) -> torch.Tensor:
+    """float32 [n, k] of an NVFP4 weight, on its device: :meth:`Nvfp4Weight.dequantize`.
+
+    ``fp32(fp32(e2m1 * e4m3) * g)``, the tables of :mod:`q2gemv.formats.nvfp4` (even k in
+    a byte's low nibble).
+    """
+    n, k = packed.shape[0], 2 * packed.shape[1]
+    e2m1 = torch.tensor(E2M1_VALUES.tolist(), dtype=torch.float32, device=packed.device)
+    e4m3 = torch.tensor(E4M3_VALUES.tolist(), dtype=torch.float32, device=packed.device)
+    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(
+        n, k // NVFP4_BLOCK, NVFP4_BLOCK
+    )
+    ws = e2m1[codes.long()] * e4m3[scales.long()].unsqueeze(-1)
+    return (ws * global_scale).reshape(n, k)
+
+
+def _nvfp4_linear_setup(ctx, inputs, output) -> None:
+    x, packed, scales, global_scale, _ = inputs
+    ctx.save_for_backward(packed, scales)
+    ctx.global_scale, ctx.x_dtype = global_scale, x.dtype
+
+
+def _nvfp4_linear_backward(ctx, grad):
+    packed, scales = ctx.saved_tensors
+    w = _nvfp4_dequantize(packed, scales, ctx.global_scale)
+    return _grad_x(grad, w, ctx.x_dtype), None, None, None, None
+
+
+nvfp4_linear.register_autograd(_nvfp4_linear_backward, setup_context=_nvfp4_linear_setup)
 
 
 class Nvfp4Linear(_QuantizedLinear):

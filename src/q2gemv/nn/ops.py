@@ -1,6 +1,9 @@
-"""The torch.library ops under q2gemv's layers (needs torch): ``q2gemv::q2_linear``,
-``q2gemv::nvfp4_linear``, ``q2gemv::add_bias``, their fake impls and autograd, and the
-device-weight cache over torch buffers. The contract is stated in :mod:`q2gemv.torch`.
+"""What the torch.library ops under q2gemv's layers share (needs torch): the argument
+checks, the device-weight cache over torch buffers, the run of one op on CPU or CUDA
+(:func:`_linear`), the gradient formula (:func:`_grad_x`) and ``q2gemv::add_bias``. Each
+format's op (``q2gemv::q2_linear``, ``q2gemv::nvfp4_linear``), its fake impl and autograd
+live in its layer module (:mod:`q2gemv.nn.q2_0`, :mod:`q2gemv.nn.nvfp4`). The contract is
+stated in :mod:`q2gemv.torch`.
 """
 
 from __future__ import annotations
@@ -16,9 +19,6 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..formats.act import BF16 as BF16_ACT
 from ..formats.act import FP16
-from ..formats.nvfp4 import BLOCK as NVFP4_BLOCK
-from ..formats.nvfp4 import E2M1_VALUES, E4M3_VALUES, Nvfp4Weight, check_global_scale
-from ..formats.q2_0 import SCALE_BYTES, Q2Weight, row_bytes
 
 # -- argument checks (shared by the modules, the real and the fake op) ---------------------
 
@@ -148,37 +148,6 @@ def _current(
     return dw
 
 
-def _q2_device_weight(raw: torch.Tensor, n: int, k: int, group: int):
-    """The device weight over ``raw`` (GGUF bytes), current (:func:`_current`)."""
-    key = ("q2_0", raw.device.index, raw.data_ptr(), raw.numel(), n, k, group)
-
-    def build():
-        from ..cuda.q2_0 import DeviceQ2Weight
-
-        return DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
-
-    return _current(key, (raw,), build, lambda dw: _q2_unchanged(dw, raw))
-
-
-def _q2_unchanged(dw, raw: torch.Tensor) -> bool:
-    """Are ``raw``'s bytes those ``dw``'s layout was made from? (its inverse, on the device)"""
-    from ..cuda.q2_0 import layout
-
-    b16 = layout.unpack(dw.codes, dw.scales, dw.n, dw.k, dw.group)
-    return torch.equal(torch.as_tensor(b16, device=raw.device).view(torch.uint8), raw.reshape(-1))
-
-
-def _nvfp4_unchanged(dw, packed: torch.Tensor, scales: torch.Tensor) -> bool:
-    """Are ``packed`` and ``scales`` what ``dw``'s layout was made from? (on the device)"""
-    from ..cuda.nvfp4 import layout
-
-    wp, sc = layout.unpack(dw.codes, dw.xscales, dw.n, dw.k)
-    wp = torch.as_tensor(wp, device=packed.device).view(torch.uint8)
-    return torch.equal(wp, packed) and torch.equal(
-        torch.as_tensor(sc, device=scales.device), scales
-    )
-
-
 def _handed_out(t: torch.Tensor) -> None:
     """Mark the cached device weights made from ``t``'s storage for a check at their next use."""
     st = t.untyped_storage()
@@ -193,26 +162,6 @@ def _forget(key: tuple, ref: weakref.ref) -> None:
         if entry is not None and entry[0][0] is ref:
             del _DEVICE_WEIGHTS[key]
             _HANDED_OUT.discard(key)
-
-
-def _nvfp4_device_weight(packed: torch.Tensor, scales: torch.Tensor, global_scale: float):
-    key = (
-        "w4a16",
-        packed.device.index,
-        packed.data_ptr(),
-        tuple(packed.shape),
-        scales.data_ptr(),
-        float(global_scale),
-    )
-
-    def build():
-        from ..cuda.nvfp4 import DeviceNvfp4Weight
-
-        return DeviceNvfp4Weight.from_buffers(
-            _CudaBuffer(packed), _CudaBuffer(scales), global_scale
-        )
-
-    return _current(key, (packed, scales), build, lambda dw: _nvfp4_unchanged(dw, packed, scales))
 
 
 def _run_cuda(x2: torch.Tensor, device_weight: Callable[[], object], numerics: str | None):
@@ -264,107 +213,6 @@ def _linear(x, n: int, k: int, device_weight, host_weight, numerics) -> torch.Te
     return y.reshape(*lead, n)
 
 
-def _q2_linear_impl(
-    x: torch.Tensor, raw: torch.Tensor, n: int, k: int, group: int, numerics: str | None = None
-) -> torch.Tensor:
-    """``x @ dequantize(Q2_0 weight).T`` in x's dtype: the op behind :class:`Q2Linear` (no bias).
-
-    Args:
-        x: ``torch.bfloat16`` or ``torch.float16`` activations [..., k] (fp16: the exact
-            contract only), on the CPU or a CUDA device.
-        raw: the weight's GGUF ``block_q2_0`` bytes, ``torch.uint8`` [n, row_bytes(k, group)],
-            on x's device.
-        n: output features. k: input features (a multiple of group).
-        group: codes per block, 64 or 128.
-        numerics: ``"exact"``, ``"seed"`` or None (the library default), as for
-            :func:`q2gemv.gemv`.
-
-    Returns a new tensor [..., n] of x's dtype: CPU through the reference
-    backend, CUDA through the kernels on torch's current stream; the same bits.
-    """
-    _check_x(x, k)
-    _check_buffer(raw, "raw", x, (n, row_bytes(k, group)))
-    return _linear(
-        x,
-        n,
-        k,
-        lambda: _q2_device_weight(raw, n, k, group),
-        lambda: Q2Weight.from_bytes(raw.detach().reshape(-1).numpy(), n, k, group),
-        numerics,
-    )
-
-
-# Schemas spelled out (no inference from annotations, which torch 2.4 cannot read under
-# ``from __future__ import annotations``).
-q2_linear = torch.library.custom_op(
-    "q2gemv::q2_linear",
-    mutates_args=(),
-    schema="(Tensor x, Tensor raw, int n, int k, int group, str? numerics=None) -> Tensor",
-)(_q2_linear_impl)
-
-
-@q2_linear.register_fake
-def _q2_linear_fake(x, raw, n, k, group, numerics=None):
-    _check_x(x, k)
-    return x.new_empty((*x.shape[:-1], n))
-
-
-def _nvfp4_linear_impl(
-    x: torch.Tensor,
-    packed: torch.Tensor,
-    scales: torch.Tensor,
-    global_scale: float,
-    numerics: str | None = None,
-) -> torch.Tensor:
-    """``x @ dequantize(NVFP4 weight).T`` in x's dtype: the op behind :class:`Nvfp4Linear`.
-
-    Args:
-        x: ``torch.bfloat16`` or ``torch.float16`` activations [..., k] (fp16: the exact
-            contract only), on the CPU or a CUDA device.
-        packed: E2M1 codes, ``torch.uint8`` [n, k // 2] (even k in the low nibble).
-        scales: E4M3 block-scale bits, ``torch.uint8`` [n, k // 16].
-        global_scale: the per-tensor multiplier (an fp32 value); a finite value fp32
-            cannot hold (``1e39``, ``1e-46``) is refused as :class:`~q2gemv.Nvfp4Weight`
-            refuses it (:func:`q2gemv.formats.nvfp4.check_global_scale`).
-        numerics: ``"seed"``, ``"exact"`` or None (the
-            library default), as for :func:`q2gemv.gemv`.
-
-    Returns a new tensor [..., n] of x's dtype (CPU: reference backend;
-    CUDA: the W4A16 kernels on torch's current stream; the same bits).
-    """
-    if packed.dim() != 2:
-        raise ValueError(f"packed: expected shape [n, k/2], got {tuple(packed.shape)}")
-    n, k = int(packed.shape[0]), 2 * int(packed.shape[1])
-    _check_x(x, k)
-    _check_buffer(packed, "packed", x, (n, k // 2))
-    _check_buffer(scales, "scales", x, (n, k // 16))
-    global_scale = check_global_scale(global_scale)  # Nvfp4Weight's rules, before any work
-    return _linear(
-        x,
-        n,
-        k,
-        lambda: _nvfp4_device_weight(packed, scales, global_scale),
-        lambda: Nvfp4Weight.from_parts(
-            packed.detach().numpy(), scales.detach().numpy(), np.float32(global_scale)
-        ),
-        numerics,
-    )
-
-
-nvfp4_linear = torch.library.custom_op(
-    "q2gemv::nvfp4_linear",
-    mutates_args=(),
-    schema="(Tensor x, Tensor packed, Tensor scales, float global_scale, str? numerics=None)"
-    " -> Tensor",
-)(_nvfp4_linear_impl)
-
-
-@nvfp4_linear.register_fake
-def _nvfp4_linear_fake(x, packed, scales, global_scale, numerics=None):
-    _check_x(x, 2 * packed.shape[1])
-    return x.new_empty((*x.shape[:-1], packed.shape[0]))
-
-
 # -- autograd: the gradient with respect to x ----------------------------------------------
 # The ops are opaque to autograd; their formula, registered with torch.library (so
 # torch.compile traces it), is the transposed GEMV on the dequantized weight:
@@ -372,70 +220,8 @@ def _nvfp4_linear_fake(x, packed, scales, global_scale, numerics=None):
 # bit-exact contract), rounded to x's dtype. The weight buffers are uint8: no gradient.
 
 
-def _q2_dequantize(raw: torch.Tensor, n: int, k: int, group: int) -> torch.Tensor:
-    """float32 [n, k] of GGUF ``block_q2_0`` bytes, on raw's device: :meth:`Q2Weight.dequantize`.
-
-    ``(code - 1) * fp32(d)`` per the layout of :mod:`q2gemv.formats.q2_0` (d: the block's
-    first two bytes, little-endian fp16; code j: bits ``2 * (j % 4)`` of ``qs[j // 4]``).
-    """
-    blocks = raw.reshape(n, k // group, -1)
-    d = blocks[..., :SCALE_BYTES].contiguous().view(torch.float16).to(torch.float32)
-    shifts = torch.arange(0, 8, 2, dtype=torch.uint8, device=raw.device)
-    codes = (blocks[..., SCALE_BYTES:].unsqueeze(-1) >> shifts) & 3  # [n, nb, group/4, 4]
-    values = codes.reshape(n, k // group, group).to(torch.float32) - 1
-    return (values * d).reshape(n, k)
-
-
-def _nvfp4_dequantize(
-    packed: torch.Tensor, scales: torch.Tensor, global_scale: float
-) -> torch.Tensor:
-    """float32 [n, k] of an NVFP4 weight, on its device: :meth:`Nvfp4Weight.dequantize`.
-
-    ``fp32(fp32(e2m1 * e4m3) * g)``, the tables of :mod:`q2gemv.formats.nvfp4` (even k in
-    a byte's low nibble).
-    """
-    n, k = packed.shape[0], 2 * packed.shape[1]
-    e2m1 = torch.tensor(E2M1_VALUES.tolist(), dtype=torch.float32, device=packed.device)
-    e4m3 = torch.tensor(E4M3_VALUES.tolist(), dtype=torch.float32, device=packed.device)
-    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(
-        n, k // NVFP4_BLOCK, NVFP4_BLOCK
-    )
-    ws = e2m1[codes.long()] * e4m3[scales.long()].unsqueeze(-1)
-    return (ws * global_scale).reshape(n, k)
-
-
 def _grad_x(grad: torch.Tensor, w: torch.Tensor, x_dtype: torch.dtype) -> torch.Tensor:
     return (grad.to(torch.float32) @ w).to(x_dtype)
-
-
-def _q2_linear_setup(ctx, inputs, output) -> None:
-    x, raw, n, k, group, _ = inputs
-    ctx.save_for_backward(raw)
-    ctx.shape, ctx.x_dtype = (n, k, group), x.dtype
-
-
-def _q2_linear_backward(ctx, grad):
-    (raw,) = ctx.saved_tensors
-    dx = _grad_x(grad, _q2_dequantize(raw, *ctx.shape), ctx.x_dtype)
-    return dx, None, None, None, None, None
-
-
-q2_linear.register_autograd(_q2_linear_backward, setup_context=_q2_linear_setup)
-
-
-def _nvfp4_linear_setup(ctx, inputs, output) -> None:
-    x, packed, scales, global_scale, _ = inputs
-    ctx.save_for_backward(packed, scales)
-    ctx.global_scale, ctx.x_dtype = global_scale, x.dtype
-
-
-def _nvfp4_linear_backward(ctx, grad):
-    packed, scales = ctx.saved_tensors
-    w = _nvfp4_dequantize(packed, scales, ctx.global_scale)
-    return _grad_x(grad, w, ctx.x_dtype), None, None, None, None
-
-
-nvfp4_linear.register_autograd(_nvfp4_linear_backward, setup_context=_nvfp4_linear_setup)
 
 
 def _eager_direct(x: torch.Tensor) -> bool:

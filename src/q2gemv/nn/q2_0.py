@@ -1,4 +1,5 @@
-"""``Q2Linear`` (needs torch): a ``torch.nn.Linear`` over a GGUF ``block_q2_0`` weight, and
+"""``Q2Linear`` (needs torch): a ``torch.nn.Linear`` over a GGUF ``block_q2_0`` weight, its
+op ``q2gemv::q2_linear`` (fake impl, autograd, the device weight over its buffer), and
 what the model level knows of the Q2_0 format (its group, its empty and fused forms).
 The shared layer machinery is :mod:`q2gemv.nn.layers`; the contract is stated in
 :mod:`q2gemv.torch`.
@@ -11,7 +12,7 @@ import os
 import numpy as np
 import torch
 
-from ..formats.q2_0 import GROUPS, Q2Weight, check_group, quantize_q2_0, row_bytes
+from ..formats.q2_0 import GROUPS, SCALE_BYTES, Q2Weight, check_group, quantize_q2_0, row_bytes
 from .layers import (
     _bias_buffer,
     _check_numerics,
@@ -21,7 +22,112 @@ from .layers import (
     _QuantizedLinear,
     _state_from,
 )
-from .ops import _add_bias, _check_x, _eager_direct, _q2_linear_impl
+from .ops import (
+    _add_bias,
+    _check_buffer,
+    _check_x,
+    _CudaBuffer,
+    _current,
+    _eager_direct,
+    _grad_x,
+    _linear,
+)
+
+# -- the op: q2gemv::q2_linear ---------------------------------------------------------
+
+
+def _q2_device_weight(raw: torch.Tensor, n: int, k: int, group: int):
+    """The device weight over ``raw`` (GGUF bytes), current (:func:`_current`)."""
+    key = ("q2_0", raw.device.index, raw.data_ptr(), raw.numel(), n, k, group)
+
+    def build():
+        from ..cuda.q2_0 import DeviceQ2Weight
+
+        return DeviceQ2Weight.from_buffers(_CudaBuffer(raw), n, k, group)
+
+    return _current(key, (raw,), build, lambda dw: _q2_unchanged(dw, raw))
+
+
+def _q2_unchanged(dw, raw: torch.Tensor) -> bool:
+    """Are ``raw``'s bytes those ``dw``'s layout was made from? (its inverse, on the device)"""
+    from ..cuda.q2_0 import layout
+
+    b16 = layout.unpack(dw.codes, dw.scales, dw.n, dw.k, dw.group)
+    return torch.equal(torch.as_tensor(b16, device=raw.device).view(torch.uint8), raw.reshape(-1))
+
+
+def _q2_linear_impl(
+    x: torch.Tensor, raw: torch.Tensor, n: int, k: int, group: int, numerics: str | None = None
+) -> torch.Tensor:
+    """``x @ dequantize(Q2_0 weight).T`` in x's dtype: the op behind :class:`Q2Linear` (no bias).
+
+    Args:
+        x: ``torch.bfloat16`` or ``torch.float16`` activations [..., k] (fp16: the exact
+            contract only), on the CPU or a CUDA device.
+        raw: the weight's GGUF ``block_q2_0`` bytes, ``torch.uint8`` [n, row_bytes(k, group)],
+            on x's device.
+        n: output features. k: input features (a multiple of group).
+        group: codes per block, 64 or 128.
+        numerics: ``"exact"``, ``"seed"`` or None (the library default), as for
+            :func:`q2gemv.gemv`.
+
+    Returns a new tensor [..., n] of x's dtype: CPU through the reference
+    backend, CUDA through the kernels on torch's current stream; the same bits.
+    """
+    _check_x(x, k)
+    _check_buffer(raw, "raw", x, (n, row_bytes(k, group)))
+    return _linear(
+        x,
+        n,
+        k,
+        lambda: _q2_device_weight(raw, n, k, group),
+        lambda: Q2Weight.from_bytes(raw.detach().reshape(-1).numpy(), n, k, group),
+        numerics,
+    )
+
+
+# Schemas spelled out (no inference from annotations, which torch 2.4 cannot read under
+# ``from __future__ import annotations``).
+q2_linear = torch.library.custom_op(
+    "q2gemv::q2_linear",
+    mutates_args=(),
+    schema="(Tensor x, Tensor raw, int n, int k, int group, str? numerics=None) -> Tensor",
+)(_q2_linear_impl)
+
+
+@q2_linear.register_fake
+def _q2_linear_fake(x, raw, n, k, group, numerics=None):
+    _check_x(x, k)
+    return x.new_empty((*x.shape[:-1], n))
+
+
+def _q2_dequantize(raw: torch.Tensor, n: int, k: int, group: int) -> torch.Tensor:
+    """float32 [n, k] of GGUF ``block_q2_0`` bytes, on raw's device: :meth:`Q2Weight.dequantize`.
+
+    ``(code - 1) * fp32(d)`` per the layout of :mod:`q2gemv.formats.q2_0` (d: the block's
+    first two bytes, little-endian fp16; code j: bits ``2 * (j % 4)`` of ``qs[j // 4]``).
+    """
+    blocks = raw.reshape(n, k // group, -1)
+    d = blocks[..., :SCALE_BYTES].contiguous().view(torch.float16).to(torch.float32)
+    shifts = torch.arange(0, 8, 2, dtype=torch.uint8, device=raw.device)
+    codes = (blocks[..., SCALE_BYTES:].unsqueeze(-1) >> shifts) & 3  # [n, nb, group/4, 4]
+    values = codes.reshape(n, k // group, group).to(torch.float32) - 1
+    return (values * d).reshape(n, k)
+
+
+def _q2_linear_setup(ctx, inputs, output) -> None:
+    x, raw, n, k, group, _ = inputs
+    ctx.save_for_backward(raw)
+    ctx.shape, ctx.x_dtype = (n, k, group), x.dtype
+
+
+def _q2_linear_backward(ctx, grad):
+    (raw,) = ctx.saved_tensors
+    dx = _grad_x(grad, _q2_dequantize(raw, *ctx.shape), ctx.x_dtype)
+    return dx, None, None, None, None, None
+
+
+q2_linear.register_autograd(_q2_linear_backward, setup_context=_q2_linear_setup)
 
 
 class Q2Linear(_QuantizedLinear):
