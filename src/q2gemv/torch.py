@@ -30,9 +30,9 @@ Model level (:mod:`q2gemv.models`, re-exported here): :func:`quantize_model`,
 :func:`load_gguf`, :func:`config_from_gguf`, :func:`load_safetensors`, :func:`save_gguf`,
 :func:`save_safetensors` and :class:`CapturedDecoder`.
 
-This module only re-exports: the ops and the device-weight cache live in
-:mod:`q2gemv.nn.ops`, the modules in :mod:`q2gemv.nn.layers`, the model level in
-:mod:`q2gemv.models`.
+This module only re-exports: each format's op and layer live in :mod:`q2gemv.nn.q2_0` and
+:mod:`q2gemv.nn.nvfp4`, the device-weight cache in :mod:`q2gemv.nn.ops`, the shared layer
+machinery in :mod:`q2gemv.nn.layers`, the model level in :mod:`q2gemv.models`.
 """
 
 from __future__ import annotations
