@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 from ..dispatch import registry
+from ..formats.act import BF16, FP16, ActFormat
 from .backends import simulator_active
 
 
@@ -34,14 +35,16 @@ def is_device_array(x) -> bool:
     return is_torch(x) and x.is_cuda
 
 
-def device_activations(a, stream) -> tuple[str, object] | None:
-    """``(kind, numba stream)`` of activations ``a`` on the GPU, None for anything else.
+def device_activations(a, stream) -> tuple[str, object, ActFormat] | None:
+    """``(kind, numba stream, format)`` of activations ``a`` on the GPU, None for anything else.
 
     The one look at a call's activations: ``kind`` is ``"torch"`` (a CUDA
     tensor), ``"numba"`` (a numba device array) or ``"cai"`` (another
     ``__cuda_array_interface__`` object: CuPy), as
     :func:`q2gemv.cuda.runtime.interop.device_bits` takes it; the stream is
-    :func:`numba_stream` of the (checked) ``stream`` argument for ``a``.
+    :func:`numba_stream` of the (checked) ``stream`` argument for ``a``; the format is
+    fp16 for a ``torch.float16`` tensor, else bf16 (uint16 bits are bf16; the dtype itself
+    is checked with the bits, by :func:`~q2gemv.cuda.runtime.interop.device_bits`).
     """
     cuda_ndarray = getattr(a, "__cuda_ndarray__", False)
     if cuda_ndarray or hasattr(a, "__cuda_array_interface__"):
@@ -50,7 +53,8 @@ def device_activations(a, stream) -> tuple[str, object] | None:
         kind = "torch"
     else:
         return None
-    return kind, numba_stream(stream, a)
+    fp16 = kind == "torch" and a.dtype == sys.modules["torch"].float16
+    return kind, numba_stream(stream, a), FP16 if fp16 else BF16
 
 
 def check_stream(stream) -> None:

@@ -222,8 +222,6 @@ def build(a, weight, *, kernel=None, backend=None, out=None, stream=None, numeri
     from ..cuda.runtime import interop  # activations on the GPU
 
     d_a = interop.device_bits(a, "a", x.kind)
-    act = interop.act_of(a, x.kind)
-    check_act(mode, act)
     dw = spec.as_device_weight(weight, x.stream, mode)
     route = registry.route(spec, mode, launches)
     if mode == "exact":
@@ -231,7 +229,7 @@ def build(a, weight, *, kernel=None, backend=None, out=None, stream=None, numeri
     result, d_out = interop.output(x.kind, a, d_a, dw, spec.device_arrays, x.shape, out, x.stream)
     return Call(spec, mode, weight, on_device, "device", d_a.reshape(x.m, dw.k), x.m, dw.n, dw.k,
                 x.shape, launches, "cuda", out, x.stream, dw, a, result, d_out.reshape(x.m, dw.n),
-                key, route, act)  # fmt: skip
+                key, route, x.act)  # fmt: skip
 
 
 # -- running it --------------------------------------------------------------------------------

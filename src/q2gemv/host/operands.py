@@ -136,7 +136,7 @@ def take(a, weight, spec: registry.FamilySpec, mode: str, on_device: bool, backe
                 "operands); call q2gemv.prepare(a, backend='cuda') for the cuda backend"
             )
         return Operands("prepared", a, a.m, shape, backend, act=a.act)
-    on_gpu = device_activations(a, stream)  # (kind, stream) for activations on the GPU
+    on_gpu = device_activations(a, stream)  # (kind, stream, format) for activations on the GPU
     if on_gpu is not None:
         if backend not in (None, "cuda"):
             raise ValueError(
@@ -149,8 +149,9 @@ def take(a, weight, spec: registry.FamilySpec, mode: str, on_device: bool, backe
             raise ValueError(f"a: expected K={k} columns (the weight's k), got {dims[-1]}")
         m = 1 if len(dims) == 1 else dims[0]
         shape = (weight.n,) if len(dims) == 1 else (m, weight.n)
-        kind, st = on_gpu
-        return Operands("device", a, m, shape, "cuda", st, kind)
+        kind, st, act = on_gpu
+        check_act(mode, act)
+        return Operands("device", a, m, shape, "cuda", st, kind, act)
     bits, was_1d, act = as_act_rows(a, k)
     check_act(mode, act)
     m = bits.shape[0]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from ...formats.act import BF16, FP16, ActFormat
 from ...host.arrays import is_torch
 
 
@@ -45,16 +44,6 @@ def device_bits(x, name: str, kind: str):
     """:func:`as_bits`'s array for ``x`` of a known ``kind`` (``"torch"``, ``"numba"`` or
     ``"cai"``: :func:`q2gemv.host.arrays.device_activations`), which is not asked again."""
     return _torch_bits(x, name) if kind == "torch" else _array_bits(x, name)[0]
-
-
-def act_of(x, kind: str) -> ActFormat:
-    """The activation format of device activations ``x`` of ``kind`` (checked by
-    :func:`device_bits`): fp16 for a ``torch.float16`` tensor, else bf16 (uint16 bits are bf16)."""
-    if kind == "torch":
-        import torch
-
-        return FP16 if x.dtype == torch.float16 else BF16
-    return BF16
 
 
 def _torch_bits(x, name: str):
