@@ -451,6 +451,9 @@ def test_mma_u8s8_is_the_ptx_m16n8k32_product_with_a_signed_b():
     assert_bits_equal(d, want, "mma_u8s8 D = A @ B + C")
 
 
+_cp_async_wait_all = _dev.cp_async_wait[0]  # a kernel calls a global, not a tuple's item
+
+
 @cuda.jit
 def _cp_async_kernel(src32, src16, out32, out16, out4):
     s32 = cuda.shared.array(64, uint32)
@@ -462,7 +465,7 @@ def _cp_async_kernel(src32, src16, out32, out16, out4):
     _dev.cp_async_commit()
     _dev.cp_async4(s4, (t + 1) % 16, src32, 63 - t)  # a second group, 4 bytes
     _dev.cp_async_commit()
-    _dev.cp_async_wait[0]()
+    _cp_async_wait_all()
     cuda.syncthreads()
     w0, w1, w2, w3 = _dev.ld_vec_u32x4(s32, 4 * ((t + 1) % 16))  # a 16-byte shared read
     out32[t, 0], out32[t, 1], out32[t, 2], out32[t, 3] = w0, w1, w2, w3
