@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from .bf16 import bit_rows
+
 
 @dataclass(frozen=True)
 class ActFormat:
@@ -99,13 +101,7 @@ def as_act_rows(a, k: int, name: str = "a") -> tuple[np.ndarray, bool, ActFormat
         raise TypeError(
             f"{name}: expected dtype bfloat16 (ml_dtypes.bfloat16) or float16, got {a.dtype}"
         )
-    bits = a.view(np.uint16)
-    if bits.ndim not in (1, 2):
-        raise ValueError(f"{name}: expected shape [K] or [M, K], got {bits.shape}")
-    was_1d = bits.ndim == 1
-    bits2 = bits.reshape(1, -1) if was_1d else bits
-    if bits2.shape[1] != k:
-        raise ValueError(f"{name}: expected K={k} columns (the weight's k), got {bits2.shape[1]}")
+    bits2, was_1d = bit_rows(a.view(np.uint16), k, name)
     return bits2, was_1d, act
 
 

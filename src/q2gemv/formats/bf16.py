@@ -95,7 +95,12 @@ def as_bf16_rows(a: np.ndarray, k: int, name: str = "a") -> tuple[np.ndarray, bo
     Raises TypeError for any other dtype and ValueError for another rank or K,
     each naming ``name``. No copy.
     """
-    bits = as_bf16_bits(a, name)
+    return bit_rows(as_bf16_bits(a, name), k, name)
+
+
+def bit_rows(bits: np.ndarray, k: int, name: str = "a") -> tuple[np.ndarray, bool]:
+    """Activation bits [K] or [M, K] (uint16, any 16-bit format) as [M, K], plus whether they
+    were 1-D; ValueError naming ``name`` for another rank or K. No copy."""
     if bits.ndim not in (1, 2):
         raise ValueError(f"{name}: expected shape [K] or [M, K], got {bits.shape}")
     was_1d = bits.ndim == 1

@@ -342,7 +342,62 @@ ACT_KINDS = ("normal", "zeros", "negzero", "inf", "nan", "subnormal", "max", "ca
 # (3 elements of a normal row scaled by 2**10 ~ 1000x, or by 2**30, where the small elements
 # lose bits in the contract's fixed point: A_k rounds, ties included).
 EXACT_ACT_KINDS = ACT_KINDS + ("boundary", "outlier", "outlier_huge")
-BF16_POS_INF, BF16_NEG_INF = 0x7F80, 0xFF80
+
+
+@dataclass(frozen=True)
+class _Specials:
+    """A format's bit patterns for the activation kinds bf16 and fp16 share (:func:`_shared_row`)."""
+
+    pos_inf: int
+    neg_inf: int
+    nan: int  # the NaN of even rows (odd rows: 0xFFFF)
+    mant_mask: int  # the mantissa field: a subnormal is sign | (1 .. mant_mask)
+    max: int  # the largest finite value
+    exp_shift: int  # the exponent field's lowest bit
+
+
+_BF16_SPECIALS = _Specials(0x7F80, 0xFF80, 0x7FC1, 0x7F, BF16_MAX, 7)
+_OUTLIER_SHIFT = {"outlier": 10, "outlier_huge": 30}
+
+
+def _shared_row(row, lab: str, r: int, kind: str, sp: _Specials) -> np.ndarray | None:
+    """Row ``r`` of a kind both formats' activations have, made from the normal row ``row``
+    (changed in place or replaced); None for a kind of one format only.
+
+    normal: as it is. zeros: +0. negzero: -0. inf: +Inf at position p and -Inf at q (p, q
+    from the stream, p != q; rows with r odd: +Inf only). nan: one NaN (``sp.nan`` for even
+    r, 0xFFFF for odd r). subnormal: every element a subnormal (exponent 0, mantissa != 0).
+    max: +max at k % 4 == 0 positions of the first half, -max at k % 4 == 2 of the second
+    half (sums overflow and cancel). outlier / outlier_huge: up to 3 elements (positions
+    from the stream) scaled by 2^10 / 2^30 (exponent field raised).
+    """
+    k = row.shape[0]
+    if kind == "normal":
+        return row
+    if kind in ("zeros", "negzero"):
+        row[:] = 0x0000 if kind == "zeros" else 0x8000
+    elif kind == "inf":
+        p, q = (int(x) % k for x in fields(lab + "/pos", 2, 32))
+        row[p] = sp.pos_inf
+        if r % 2 == 0 and k > 1:
+            row[q if q != p else (p + 1) % k] = sp.neg_inf
+    elif kind == "nan":
+        p = int(fields(lab + "/pos", 1, 32)[0]) % k
+        row[p] = sp.nan if r % 2 == 0 else 0xFFFF
+    elif kind == "subnormal":
+        f = fields(lab + "/sub", k, 16)
+        mask = np.uint64(sp.mant_mask)
+        return ((f & np.uint64(0x8000)) | (1 + (f & mask) % mask)).astype(np.uint16)
+    elif kind == "max":
+        j = np.arange(k)
+        row[(j % 4 == 0) & (j < k // 2)] = sp.max
+        row[(j % 4 == 2) & (j >= k // 2)] = sp.max | 0x8000
+    elif kind in _OUTLIER_SHIFT:
+        for p in sorted({int(x) % k for x in fields(lab + "/outliers", 3, 32)}):
+            row[p] += np.uint16(_OUTLIER_SHIFT[kind] << sp.exp_shift)  # |a| * 2**shift
+    else:
+        return None
+    return row
 
 
 def activations(label: str, kind: str, m: int, k: int) -> np.ndarray:
@@ -368,27 +423,9 @@ def activations(label: str, kind: str, m: int, k: int) -> np.ndarray:
     for r in range(m):
         lab = f"{label}/r{r}"
         row = bf16_bits(lab + "/normal", k)
-        if kind == "normal":
-            pass
-        elif kind == "zeros":
-            row[:] = 0x0000
-        elif kind == "negzero":
-            row[:] = 0x8000
-        elif kind == "inf":
-            p, q = (int(x) % k for x in fields(lab + "/pos", 2, 32))
-            row[p] = BF16_POS_INF
-            if r % 2 == 0 and k > 1:
-                row[q if q != p else (p + 1) % k] = BF16_NEG_INF
-        elif kind == "nan":
-            p = int(fields(lab + "/pos", 1, 32)[0]) % k
-            row[p] = 0x7FC1 if r % 2 == 0 else 0xFFFF
-        elif kind == "subnormal":
-            f = fields(lab + "/sub", k, 16)
-            row = ((f & np.uint64(0x8000)) | (1 + (f & np.uint64(0x7F)) % 127)).astype(np.uint16)
-        elif kind == "max":
-            j = np.arange(k)
-            row[(j % 4 == 0) & (j < k // 2)] = BF16_MAX
-            row[(j % 4 == 2) & (j >= k // 2)] = BF16_MAX | 0x8000
+        shared = _shared_row(row, lab, r, kind, _BF16_SPECIALS) if kind in EXACT_ACT_KINDS else None
+        if shared is not None:
+            row = shared
         elif kind == "cancel":
             half = k // 2
             j = np.arange(half)
@@ -405,10 +442,6 @@ def activations(label: str, kind: str, m: int, k: int) -> np.ndarray:
             for j, p in enumerate(BOUNDARY_PIECES):
                 if w0 + j < k:
                     row[w0 + j] = _pow2_bf16(e + int(p), negative=isinstance(p, str))
-        elif kind in ("outlier", "outlier_huge"):
-            shift = 10 if kind == "outlier" else 30
-            for p in sorted({int(x) % k for x in fields(lab + "/outliers", 3, 32)}):
-                row[p] += np.uint16(shift << 7)  # exponent field + shift: |a| * 2**shift
         else:
             raise ValueError(f"kind: expected one of {EXACT_ACT_KINDS}, got {kind!r}")
         out[r] = row
@@ -635,6 +668,7 @@ def _exact_nvfp4_specs(add) -> None:
 # "subnormal" (fp16 subnormals only: results in the subnormals and rounding to +-0).
 FP16_ACT_KINDS = ("normal", "zeros", "negzero", "inf", "nan", "subnormal", "max", "huge", "outlier")
 FP16_MAX = 0x7BFF  # 65504
+_FP16_SPECIALS = _Specials(0x7C00, 0xFC00, 0x7E01, 0x3FF, FP16_MAX, 10)
 
 
 def _fp16_specs(add) -> None:
@@ -686,32 +720,11 @@ def activations_fp16(label: str, kind: str, m: int, k: int) -> np.ndarray:
     for r in range(m):
         lab = f"{label}/r{r}"
         row = fp16_bits(lab + "/normal", k, 13, 18)
-        if kind == "normal":
-            pass
-        elif kind == "zeros":
-            row[:] = 0x0000
-        elif kind == "negzero":
-            row[:] = 0x8000
-        elif kind == "inf":
-            p, q = (int(x) % k for x in fields(lab + "/pos", 2, 32))
-            row[p] = 0x7C00
-            if r % 2 == 0 and k > 1:
-                row[q if q != p else (p + 1) % k] = 0xFC00
-        elif kind == "nan":
-            p = int(fields(lab + "/pos", 1, 32)[0]) % k
-            row[p] = 0x7E01 if r % 2 == 0 else 0xFFFF
-        elif kind == "subnormal":
-            f = fields(lab + "/sub", k, 16)
-            row = ((f & np.uint64(0x8000)) | (1 + (f & np.uint64(0x3FF)) % 1023)).astype(np.uint16)
-        elif kind == "max":
-            j = np.arange(k)
-            row[(j % 4 == 0) & (j < k // 2)] = FP16_MAX
-            row[(j % 4 == 2) & (j >= k // 2)] = FP16_MAX | 0x8000
+        shared = _shared_row(row, lab, r, kind, _FP16_SPECIALS) if kind in FP16_ACT_KINDS else None
+        if shared is not None:
+            row = shared
         elif kind == "huge":
             row = fp16_bits(lab + "/huge", k, 29, 30)
-        elif kind == "outlier":
-            for p in sorted({int(x) % k for x in fields(lab + "/outliers", 3, 32)}):
-                row[p] += np.uint16(10 << 10)  # exponent field + 10: |a| * 2**10
         else:
             raise ValueError(f"kind: expected one of {FP16_ACT_KINDS}, got {kind!r}")
         out[r] = row
