@@ -99,8 +99,9 @@ def as_bf16_rows(a: np.ndarray, k: int, name: str = "a") -> tuple[np.ndarray, bo
 
 
 def bit_rows(bits: np.ndarray, k: int, name: str = "a") -> tuple[np.ndarray, bool]:
-    """Activation bits [K] or [M, K] (uint16, any 16-bit format) as [M, K], plus whether they
-    were 1-D; ValueError naming ``name`` for another rank or K. No copy."""
+    """Activation bits ``bits`` [K] or [M, K] (uint16, any 16-bit format) as [M, K], plus
+    whether they were 1-D; ValueError naming ``name`` for another rank or for a row length
+    other than ``k`` (the weight's K). No copy."""
     if bits.ndim not in (1, 2):
         raise ValueError(f"{name}: expected shape [K] or [M, K], got {bits.shape}")
     was_1d = bits.ndim == 1
