@@ -28,8 +28,10 @@ from ..model_cases import equal_amax_per_group, tiny_llama, tiny_qwen2, u16  # n
 GEMV_OPS = ("q2gemv.q2_linear", "q2gemv.nvfp4_linear")
 
 
-def quantized(arch: str, fmt: str, fuse: bool):
+def quantized(arch: str, fmt: str, fuse: bool, dtype=None):
     model = tiny_llama() if arch == "llama" else tiny_qwen2()
+    if dtype is not None:
+        model = model.to(dtype)
     if fmt == "nvfp4":
         equal_amax_per_group(model)
     report = quantize_model(model, fmt, fuse=fuse)
@@ -66,10 +68,16 @@ def step_kwargs(tokens, pos: int, cache) -> dict:
 
 
 @pytest.mark.parametrize(
-    "arch, fmt, fuse", [("llama", "q2_0", True), ("qwen2", "nvfp4", True), ("llama", "q2_0", False)]
+    "arch, fmt, fuse, dtype",
+    [
+        ("llama", "q2_0", True, None),
+        ("qwen2", "nvfp4", True, None),
+        ("llama", "q2_0", False, None),
+        ("qwen2", "q2_0", True, "float16"),  # an fp16 model: the same single graph
+    ],
 )
-def test_a_decode_step_traces_without_a_graph_break(arch, fmt, fuse):
-    model = quantized(arch, fmt, fuse)
+def test_a_decode_step_traces_without_a_graph_break(arch, fmt, fuse, dtype):
+    model = quantized(arch, fmt, fuse, dtype and getattr(torch, dtype))
     cache, tokens, pos = prefilled(model)
     with torch.no_grad():
         explained = torch._dynamo.explain(model.forward)(**step_kwargs(tokens, pos, cache))
@@ -81,12 +89,12 @@ def test_a_decode_step_traces_without_a_graph_break(arch, fmt, fuse):
         assert attn.q_proj._shared.entry is None
 
 
-@pytest.mark.parametrize("fuse", [True, False])
-def test_compiled_forward_equals_eager_step_after_step(fuse):
+@pytest.mark.parametrize("fuse, dtype", [(True, None), (False, None), (True, "float16")])
+def test_compiled_forward_equals_eager_step_after_step(fuse, dtype):
     from torch._dynamo.backends.registry import lookup_backend
 
     torch._dynamo.reset()
-    model = quantized("qwen2", "q2_0", fuse)
+    model = quantized("qwen2", "q2_0", fuse, dtype and getattr(torch, dtype))
     graphs = []
 
     def backend(gm, example_inputs):

@@ -261,6 +261,37 @@ def test_save_safetensors_then_load_safetensors_gives_the_same_logits(tmp_path, 
     assert_same_logits(loaded, model)
 
 
+@pytest.mark.filterwarnings("ignore:.*kept as separate layers")  # NVFP4 scales per projection
+@pytest.mark.parametrize("file", ["gguf", "safetensors"])
+def test_an_fp16_model_exports_and_loads_back_in_fp16(tmp_path, file):
+    """An fp16 model (Qwen2: biased q/k/v) written by either exporter and loaded into an fp16
+    model gives the same fp16 logits, bit for bit."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+
+    model = tiny("qwen2", tie=False).to(torch.float16)
+    model.model.rotary_emb = Qwen2RotaryEmbedding(config=model.config)  # fp32, as loading has it
+    if file == "gguf":
+        quantize_model(model, "q2_0")
+        save_gguf(model, tmp_path / "model.gguf")
+        loaded = load_gguf(tmp_path / "model.gguf", dtype=torch.float16)
+    else:
+        quantize_model(model, "nvfp4")
+        with_divisible_global_scales(model)
+        save_safetensors(model, tmp_path / "ckpt")
+        import transformers
+
+        config = transformers.AutoConfig.from_pretrained(tmp_path / "ckpt")
+        with torch.device("meta"):
+            empty = transformers.Qwen2ForCausalLM(config).to(torch.float16)
+        loaded = load_safetensors(tmp_path / "ckpt", empty)
+    assert {p.dtype for p in loaded.parameters() if p.is_floating_point()} == {torch.float16}
+    ids = torch.randint(0, 192, (2, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got, want = loaded(ids).logits, model(ids).logits
+    assert got.dtype == want.dtype == torch.float16
+    q2gemv.golden.check.assert_bits_equal(u16(got), u16(want), f"fp16 logits through {file}")
+
+
 @pytest.mark.parametrize("layout", ["compressed-tensors", "modelopt"])
 def test_a_fused_nvfp4_model_is_written_as_its_members_and_fused_again(tmp_path, layout):
     from safetensors import safe_open
