@@ -1,23 +1,24 @@
-"""Accuracy of the two Q2_0 numerics contracts against the exact dot product (CPU, NumPy only).
+"""Accuracy of the Q2_0 numerics contracts against the exact dot product (CPU, NumPy only).
 
     export PYTHONPATH=$PWD/src
-    python3 benchmarks/accuracy_exact.py --out benchmarks/results     # ~1-2 minutes on 2 cores
+    python3 benchmarks/accuracy_exact.py --out benchmarks/results     # ~2-3 minutes on 2 cores
 
 For each group (128, 64) and input kind, ``y = a @ dequantize(w).T`` under
 
-* ``exact``: :func:`q2gemv.reference.exact.q2_0_gemv_exact` (the exact contract),
+* ``exact``: :func:`q2gemv.reference.exact.q2_0_gemv_exact` (the exact contract), on bf16
+  activations and (``--acts``) on fp16 activations of the same values (then fp16 out),
 * ``seed``: :func:`q2gemv.reference.q2_0_gemv_vec` (the seed contract's order,
-  that of every default seed Q2_0 kernel),
+  that of every default seed Q2_0 kernel; bf16 only),
 
-against ``x.w``, the dot product of the original bf16 activations with
+against ``x.w``, the dot product of the activations (in the row's format) with
 ``weight.dequantize()`` computed exactly (integers; a float64 BLAS matmul is
 reported beside it as a sanity check). Errors are relative to the row's
 largest ``|x.w|``: ``|y - x.w| / max_n |x.w[m, n]|``, max and median over all
-outputs; "before bf16" is the same for the value each contract rounds to
-bf16 at the end (the exact contract's fixed-point sum; the seed's fp32
+outputs; "before rounding" is the same for the value each contract rounds to
+the output format at the end (the exact contract's fixed-point sum; the seed's fp32
 accumulator, extracted with the reference's own helpers and checked to
 round to its output bits). ``not_correctly_rounded`` counts outputs whose
-bits differ from bf16(x.w) rounded once, ties to even.
+bits differ from x.w rounded once to the output format, ties to even.
 
 Input kinds (weights: ``quantize_q2_0(N(0,1), method="absmean")``, ternary):
 
@@ -25,8 +26,8 @@ Input kinds (weights: ``quantize_q2_0(N(0,1), method="absmean")``, ternary):
 * ``massive``: N(0, 1) with 4 outliers per row of magnitude ~1000 ("massive
   activations").
 * ``cancelling``: ``a = [x, x']`` against ``w = [v, -v]`` (codes duplicated,
-  scales negated), where ``x'`` equals ``x`` except one bf16 ulp apart in 1/8
-  of the positions: ``x.w = sum v (x - x')`` is tiny beside its terms.
+  scales negated), where ``x'`` equals ``x`` except one ulp (of the activation format)
+  apart in 1/8 of the positions: ``x.w = sum v (x - x')`` is tiny beside its terms.
 
 Writes ``OUT/cpu_accuracy_exact.csv`` and ``OUT/cpu_accuracy_exact.md``.
 """
@@ -46,10 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: _paths.
 from _paths import dated  # noqa: E402
 
 KINDS = ("normal", "massive", "cancelling")
-CONTRACTS = ("exact", "seed")
+CONTRACTS = ("exact", "seed")  # the seed contract is bf16-only
 FIELDS = [
     "group",
     "kind",
+    "act",
     "n",
     "k",
     "m",
@@ -57,8 +59,8 @@ FIELDS = [
     "contract",
     "max_rel_err",
     "median_rel_err",
-    "max_rel_err_before_bf16",
-    "median_rel_err_before_bf16",
+    "max_rel_err_before_rounding",
+    "median_rel_err_before_rounding",
     "not_correctly_rounded",
     "f64_matmul_max_rel_dev",
 ]
@@ -90,12 +92,14 @@ def exact_sums(aint: np.ndarray, weight) -> tuple[np.ndarray, int]:
     return total, emin
 
 
-def activation_integers(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """bf16 bits [M, K] -> ``(aint, s)``: ``a = aint * 2**-s[m]`` exactly, per row."""
+def activation_integers(bits: np.ndarray, act) -> tuple[np.ndarray, np.ndarray]:
+    """Activation bits [M, K] of format ``act`` -> ``(aint, s)``: ``a = aint * 2**-s[m]``
+    exactly, per row."""
     b = bits.astype(np.int64)
-    e = (b >> 7) & 0xFF
-    mant = np.where(e > 0, (b & 0x7F) | 128, b & 0x7F)
-    ulp = np.maximum(e, 1) - 134  # |a| = mant * 2**ulp
+    mb = act.mant_bits
+    e = (b >> mb) & act.exp_max
+    mant = np.where(e > 0, (b & ((1 << mb) - 1)) | (1 << mb), b & ((1 << mb) - 1))
+    ulp = np.maximum(e, 1) + act.min_quantum - 1  # |a| = mant * 2**ulp
     nz = mant != 0
     lo = np.where(nz, ulp, 10**6).min(axis=1)
     s = -lo
@@ -126,9 +130,9 @@ def seed_fp32(a, weight) -> np.ndarray:
     return y
 
 
-def make_inputs(kind: str, rng, m: int, n: int, k: int, group: int):
-    """(bf16 activations [m, k], Q2Weight [n, k]) of one input kind."""
-    from q2gemv import BF16, Q2Weight, quantize_q2_0
+def make_inputs(kind: str, rng, m: int, n: int, k: int, group: int, dtype):
+    """(activations [m, k] of ``dtype`` (bf16 or fp16), Q2Weight [n, k]) of one input kind."""
+    from q2gemv import Q2Weight, quantize_q2_0
 
     if kind != "cancelling":
         w = quantize_q2_0(rng.standard_normal((n, k)).astype(np.float32), group, "absmean")
@@ -137,31 +141,34 @@ def make_inputs(kind: str, rng, m: int, n: int, k: int, group: int):
             for i in range(m):
                 idx = rng.choice(k, 4, replace=False)
                 a[i, idx] = 1000.0 * np.sign(a[i, idx]) * (1.0 + np.abs(rng.standard_normal(4)))
-        return a.astype(BF16), w
+        return a.astype(dtype), w
     half = quantize_q2_0(rng.standard_normal((n, k // 2)).astype(np.float32), group, "absmean")
     codes = np.concatenate([half.codes(), half.codes()], axis=1)
     scales = np.concatenate([half.scales(), -half.scales()], axis=1)
     w = Q2Weight.from_codes(codes, scales, group)
-    x = rng.standard_normal((m, k // 2)).astype(BF16)
+    x = rng.standard_normal((m, k // 2)).astype(dtype)
     xb = x.view(np.uint16)
     flip = rng.random(xb.shape) < 1 / 8
     x2 = np.where(flip, xb + np.uint16(1), xb).astype(np.uint16)  # one ulp further from 0
-    return np.concatenate([xb, x2], axis=1).view(BF16), w
+    return np.concatenate([xb, x2], axis=1).view(dtype), w
 
 
-def measure(kind: str, group: int, n: int, k: int, m: int, seed: int) -> list[dict]:
+def measure(kind: str, group: int, n: int, k: int, m: int, seed: int, act_name: str = "bf16"):
+    """The rows of one (input kind, group, activation format): every contract that serves it."""
     from q2gemv import reference
+    from q2gemv.formats.act import act_named
     from q2gemv.formats.bf16 import f32_to_bf16_bits
     from q2gemv.reference import exact as rex
 
-    rng = np.random.default_rng(seed)
-    a, w = make_inputs(kind, rng, m, n, k, group)
+    act = act_named(act_name)
+    rng = np.random.default_rng(seed)  # the same weights and values for every format
+    a, w = make_inputs(kind, rng, m, n, k, group, act.dtype)
     bits = a.view(np.uint16)
-    aint, s = activation_integers(bits)
+    aint, s = activation_integers(bits, act)
     total, emin = exact_sums(aint, w)
     p_true = emin - s
     xw = to_f64(total, p_true)
-    nearest = np.frompyfunc(rex.bf16_nearest, 2, 1)
+    nearest = np.frompyfunc(lambda v, p: rex.nearest_bits(v, p, act), 2, 1)
     correct = nearest(total, np.broadcast_to(p_true[:, None], total.shape)).astype(np.uint16)
     rowmax = np.abs(xw).max(axis=1, keepdims=True)
     assert (rowmax > 0).all()
@@ -169,7 +176,7 @@ def measure(kind: str, group: int, n: int, k: int, m: int, seed: int) -> list[di
     f64_dev = float((np.abs(f64 - xw) / rowmax).max())
 
     # the exact contract's value before its one rounding: sum w A 2**(E - 22)
-    A, E, special = rex.fixed_point(bits)
+    A, E, special = rex.fixed_point(bits, act)
     assert not special.any()
     ctotal, cemin = exact_sums(A, w)
     before = {"exact": to_f64(ctotal, E - rex.FRAC_BITS + cemin)}
@@ -178,13 +185,14 @@ def measure(kind: str, group: int, n: int, k: int, m: int, seed: int) -> list[di
         out["exact"],
         nearest(ctotal, np.broadcast_to((E - rex.FRAC_BITS + cemin)[:, None], ctotal.shape)),
     )
-    y32 = seed_fp32(a, w)
-    before["seed"] = y32.astype(np.float64)
-    out["seed"] = reference.q2_0_gemv_vec(a, w).view(np.uint16)
-    assert np.array_equal(out["seed"], f32_to_bf16_bits(y32)), "seed_fp32 lost the seed's bits"
+    if act_name == "bf16":  # the seed contract serves bf16 only
+        y32 = seed_fp32(a, w)
+        before["seed"] = y32.astype(np.float64)
+        out["seed"] = reference.q2_0_gemv_vec(a, w).view(np.uint16)
+        assert np.array_equal(out["seed"], f32_to_bf16_bits(y32)), "seed_fp32 lost the seed's bits"
 
     rows = []
-    for c in CONTRACTS:
+    for c in out:
         y = out[c]
         yv = y.view(a.dtype).astype(np.float64)
         err = np.abs(yv - xw) / rowmax
@@ -193,6 +201,7 @@ def measure(kind: str, group: int, n: int, k: int, m: int, seed: int) -> list[di
             {
                 "group": group,
                 "kind": kind,
+                "act": act_name,
                 "n": n,
                 "k": k,
                 "m": m,
@@ -200,8 +209,8 @@ def measure(kind: str, group: int, n: int, k: int, m: int, seed: int) -> list[di
                 "contract": c,
                 "max_rel_err": f"{err.max():.3e}",
                 "median_rel_err": f"{np.median(err):.3e}",
-                "max_rel_err_before_bf16": f"{err0.max():.3e}",
-                "median_rel_err_before_bf16": f"{np.median(err0):.3e}",
+                "max_rel_err_before_rounding": f"{err0.max():.3e}",
+                "median_rel_err_before_rounding": f"{np.median(err0):.3e}",
                 "not_correctly_rounded": int((y != correct).sum()),
                 "f64_matmul_max_rel_dev": f"{f64_dev:.1e}",
             }
@@ -211,24 +220,26 @@ def measure(kind: str, group: int, n: int, k: int, m: int, seed: int) -> list[di
 
 def markdown(rows: list[dict], command: str) -> str:
     lines = [
-        "# Accuracy of the exact and seed Q2_0 contracts (CPU, NumPy references)",
+        "# Accuracy of the exact and seed Q2_0 contracts, bf16 and fp16 (CPU, NumPy references)",
         "",
         f"Command: `{command}`",
         "",
-        "Errors relative to the row's largest |x.w| (x.w: the exact dot product of the bf16",
-        "activations with `weight.dequantize()`); max / median over all outputs of the case.",
-        '"before bf16": the value each contract rounds to bf16 last. "not correctly rounded":',
-        "outputs whose bits differ from x.w rounded once to bf16 (ties to even).",
+        "Errors relative to the row's largest |x.w| (x.w: the exact dot product of the",
+        "activations, in the row's format, with `weight.dequantize()`); max / median over all",
+        'outputs of the case. "before rounding": the value each contract rounds to the output',
+        'format last. "not correctly rounded": outputs whose bits differ from x.w rounded once',
+        "to the output format (ties to even). The seed contract serves bf16 only.",
         "",
-        "| group | input | N x K, M | contract | max err | median err | max err before bf16 "
-        "| median err before bf16 | not correctly rounded |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| group | input | act | N x K, M | contract | max err | median err "
+        "| max err before rounding | median err before rounding | not correctly rounded |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['group']} | {r['kind']} | {r['n']}x{r['k']}, {r['m']} | {r['contract']} "
-            f"| {r['max_rel_err']} | {r['median_rel_err']} | {r['max_rel_err_before_bf16']} "
-            f"| {r['median_rel_err_before_bf16']} | {r['not_correctly_rounded']} of {r['outputs']} |"
+            f"| {r['group']} | {r['kind']} | {r['act']} | {r['n']}x{r['k']}, {r['m']} "
+            f"| {r['contract']} | {r['max_rel_err']} | {r['median_rel_err']} "
+            f"| {r['max_rel_err_before_rounding']} | {r['median_rel_err_before_rounding']} "
+            f"| {r['not_correctly_rounded']} of {r['outputs']} |"
         )
     dev = max((r["f64_matmul_max_rel_dev"] for r in rows), key=float)
     lines += [
@@ -254,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--m", type=int, default=4, help="activation rows per input kind")
     p.add_argument("--groups", default="128,64")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--acts", default="bf16,fp16", help="activation formats (bf16, fp16)")
     args = p.parse_args(argv)
     args.out = args.out or dated("cpu_accuracy_exact")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -261,13 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     for group in (int(g) for g in args.groups.split(",")):
         for i, kind in enumerate(KINDS):
             t0 = time.perf_counter()
-            new = measure(kind, group, args.n, args.k, args.m, args.seed + 10 * group + i)
+            new = []
+            for act in args.acts.split(","):
+                new += measure(kind, group, args.n, args.k, args.m, args.seed + 10 * group + i, act)
             rows += new
             for r in new:
                 print(
-                    f"g{group} {kind:10s} {r['contract']:5s} max {r['max_rel_err']} "
-                    f"median {r['median_rel_err']} before bf16 {r['max_rel_err_before_bf16']} "
-                    f"/ {r['median_rel_err_before_bf16']} wrong {r['not_correctly_rounded']}"
+                    f"g{group} {kind:10s} {r['act']} {r['contract']:5s} max {r['max_rel_err']} "
+                    f"median {r['median_rel_err']} before rounding "
+                    f"{r['max_rel_err_before_rounding']} / {r['median_rel_err_before_rounding']} "
+                    f"wrong {r['not_correctly_rounded']}"
                 )
             print(f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
     with open(args.out / "cpu_accuracy_exact.csv", "w", newline="") as f:
