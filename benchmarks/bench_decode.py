@@ -558,6 +558,14 @@ def layer_gemv_us(layers, variant: str, hidden: int, inter: int, device) -> tupl
         for mod, a in fns:
             mod(a)
 
+    return graph_us(capture_graph(body), len(layers)), len(calls)
+
+
+def capture_graph(body):
+    """``body()`` run once on a side stream (kernels compiled, workspaces made), then captured
+    in a ``torch.cuda.CUDAGraph`` there (no gradients); the graph, not replayed."""
+    import torch
+
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s), torch.no_grad():
@@ -567,15 +575,24 @@ def layer_gemv_us(layers, variant: str, hidden: int, inter: int, device) -> tupl
         with torch.cuda.graph(g, stream=s):
             body()
     torch.cuda.current_stream().wait_stream(s)
+    return g
+
+
+def graph_us(g, per: int, replays: int = 7, warmup: int = 0) -> float:
+    """Median microseconds of one replay of graph ``g`` (CUDA events) divided by ``per``."""
+    import torch
+
+    for _ in range(warmup):
+        g.replay()
     times = []
-    for _ in range(7):
+    for _ in range(replays):
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
         start.record()
         g.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(layers))
-    return statistics.median(times), len(calls)
+        times.append(start.elapsed_time(end) * 1e3 / per)
+    return statistics.median(times)
 
 
 # -- output ------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@
 The four calls of a fused layer (q/k/v 6144x4096, o 4096x4096, gate/up 28672x4096, down
 4096x14336) as q2gemv layers (``Q2Linear`` / ``Nvfp4Linear`` from one random ``nn.Linear``,
 default numerics) or bf16 ``nn.Linear``, :data:`COPIES` copies of the layer in one CUDA graph
-(cold weights: more than L2). Prints per format and M the graph's time per layer and, from
-``torch.profiler``, each kernel's device time per layer: GEMV against prepare, the split
-that ``bench_decode.py``'s ``layer_gemv_us`` does not show. GPU only.
+(cold weights: more than L2; captured and timed by ``bench_decode.py``'s helpers). Prints
+per format and M the graph's time per layer and, from ``torch.profiler``, each kernel's
+device time per layer: GEMV against prepare, the split that ``bench_decode.py``'s
+``layer_gemv_us`` does not show. GPU only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ import collections
 import copy
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: bench_decode.py
+from bench_decode import capture_graph, graph_us  # noqa: E402
 
 SHAPES = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
 COPIES = 8
@@ -37,21 +42,6 @@ def layer(fmt: str, device):
     return mods
 
 
-def graph_of(body):
-    import torch
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s), torch.no_grad():
-        body()
-        s.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):
-            body()
-    torch.cuda.current_stream().wait_stream(s)
-    return g
-
-
 def profile(fmt: str, m: int, layers, device) -> None:
     import torch
     from torch.profiler import ProfilerActivity
@@ -64,17 +54,8 @@ def profile(fmt: str, m: int, layers, device) -> None:
             for mod, (_, _, k) in zip(mods, SHAPES, strict=True):
                 mod(xs[k])
 
-    g = graph_of(body)
-    for _ in range(5):
-        g.replay()
-    times = []
-    for _ in range(15):
-        a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(layers))
+    g = capture_graph(body)
+    layer_us = graph_us(g, len(layers), replays=15, warmup=5)
     replays = 3
     with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
@@ -84,9 +65,7 @@ def profile(fmt: str, m: int, layers, device) -> None:
     for e in prof.events():
         if e.device_type.name == "CUDA":
             kernels[e.name[:60]].append(e.device_time)
-    print(
-        f"== {fmt} M={m}: {statistics.median(times):.1f} us per layer (graph, {len(layers)} layers)"
-    )
+    print(f"== {fmt} M={m}: {layer_us:.1f} us per layer (graph, {len(layers)} layers)")
     total = 0.0
     for name, v in sorted(kernels.items(), key=lambda kv: -sum(kv[1])):
         per_layer = sum(v) / replays / len(layers)
