@@ -121,3 +121,11 @@ def _w4_expected() -> np.ndarray:
         np.uint16,
     )
     return t.T.copy()
+
+
+def finite_sample(rng, exp_mask: int, size: int, edges) -> np.ndarray:
+    """``edges`` then ``size`` random finite 16-bit float patterns (exponent field, ``exp_mask``,
+    not all ones): inputs for the device helpers' tests against their references."""
+    h = rng.integers(0, 2**16, 2 * size).astype(np.uint16)
+    h = h[(h & exp_mask) != exp_mask][:size]
+    return np.concatenate([np.array(edges, np.uint16), h])

@@ -1,6 +1,6 @@
 """The exact contract's device functions per activation format (q2gemv.cuda.exact_contract)
-against q2gemv.reference.exact, bit for bit: fp16 here (bf16 has its own in
-tests/cuda/q2_0/test_exact.py), through one-CTA test kernels on the simulator or a GPU."""
+against q2gemv.reference.exact, bit for bit, bf16 and fp16, through one-CTA test kernels on
+the simulator or a GPU. (acc_add with the bf16 rounding: tests/cuda/q2_0/test_exact.py.)"""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from q2gemv.cuda import exact_contract as xc
 from q2gemv.formats.act import BF16, FP16
 from q2gemv.golden.check import assert_bits_equal
 from q2gemv.reference import exact as rex
+
+from ..edge_values import finite_sample
 
 
 def test_bf16_names_are_the_bf16_build():
@@ -41,40 +43,69 @@ def _round_kernel(act):
 
 
 def _split(v: int, rng) -> tuple[int, int]:
+    """``v = hi * 2**32 + lo`` with ``lo`` a random uint64 below 2**62 (the kernel's sums are such)."""
     lo = (v & 0xFFFFFFFF) + (int(rng.integers(0, 2**30)) << 32)
     hi = (v - lo) >> 32
-    assert hi * 2**32 + lo == v
+    assert hi * 2**32 + lo == v and abs(hi) < 2**62
     return hi, lo
 
 
-def _fp16_round_cases(rng) -> list[tuple[int, int]]:
-    """Zero, the subnormal step 2**-24 and its half (a tie to 0), the largest value (65504) and
-    the overflow boundary (65520 = a tie to Inf), ties in the normal range, wide values."""
-    cases = [(0, 0), (1, -24), (1, -25), (3, -26), (-1, -25), (-3, -26), (1, -26)]
-    cases += [(2047, 5), (4095, 4), (-4095, 4), (4093, 4), (1, 16), (-1, 16), (2**40, -24)]
-    cases += [(2**93 - 1, -120), (-(2**93) + 1, -80), (2**63, -88), (2**63 + 1, -88)]
-    for _ in range(120):  # random widths and signs, p over the kernel's range
+def _random_round_cases(rng, act, randoms: int, p_range, ties: int, target_range) -> list:
+    """``randoms`` values of random widths and signs at ``p`` in ``p_range``, then ``ties``
+    ties of ``act``'s significand (and their neighbours) with the result's exponent in
+    ``target_range`` (subnormal .. overflow), both above and below 64 bits."""
+    b = act.mant_bits + 2  # bits of an odd mantissa that is a tie when cut to the significand
+    cases = []
+    for _ in range(randoms):
         nb = int(rng.integers(0, 94))
         v = int.from_bytes(rng.bytes(12), "little") % (1 << nb) if nb else 0
-        cases.append((-v if rng.random() < 0.5 else v, int(rng.integers(-130, 20))))
-    for _ in range(80):  # ties and their neighbours at 11 significant bits
-        nb = int(rng.integers(13, 94))
-        mant = int(rng.integers(2048, 4096)) | 1  # 12 bits, odd: a tie when cut to 11
-        v = (mant << (nb - 12)) + int(rng.integers(-1, 2))
-        target = int(rng.integers(-28, 18))  # the result's exponent: subnormal .. overflow
+        cases.append((-v if rng.random() < 0.5 else v, int(rng.integers(*p_range))))
+    for _ in range(ties):
+        nb = int(rng.integers(b + 1, 94))
+        mant = int(rng.integers(1 << (b - 1), 1 << b)) | 1
+        v = (mant << (nb - b)) + int(rng.integers(-1, 2))
+        target = int(rng.integers(*target_range))
         cases.append((-v if rng.random() < 0.5 else v, target - nb + 1))
     return cases
 
 
-def test_round_fixed_fp16_matches_nearest_bits():
-    rng = np.random.default_rng(41)
-    cases = _fp16_round_cases(rng)
-    hl = [_split(v, rng) for v, _ in cases]
+def _round_fixed(act, cases, hl) -> np.ndarray:
+    """The format's ``round_fixed`` of each case ``(v, p)`` given as ``hl[i] = (hi, lo)``."""
     hi = np.array([h for h, _ in hl], np.int64)
     lo = np.array([x for _, x in hl], np.uint64)
     p = np.array([p for _, p in cases], np.int64)
     out = np.zeros(len(cases), np.uint32)
-    _round_kernel(FP16)[1, len(cases)](hi, lo, p, out)
+    _round_kernel(act)[1, len(cases)](hi, lo, p, out)
+    return out
+
+
+def test_round_fixed_bf16_matches_bf16_nearest():
+    rng = np.random.default_rng(31)
+    cases = [(0, 0), (0, -200), (1, -133), (1, -134), (-1, -134), (3, -134), (255, -134)]
+    cases += [(255, 120), (511, 119), (-511, 119), ((511 << 40) - 1, 79), (1, 128), (-1, 0)]
+    cases += [(2**93 - 1, -213), (-(2**93) + 1, 40), (2**64, -64), (2**64 - 1, -64)]
+    cases += [(-(2**32), 0), (-(2**40), 3), (2**63, -300)]
+    # 64 bits dropped at once (r == 64): 2**-134 is a tie (to 0), a unit more rounds up
+    cases += [(2**63, -197), (2**63 + 1, -197), (2**63 - 1, -197), (-(2**63) - 1, -197)]
+    cases += [(2**64, -198), (2**64 + 1, -198)]  # the same through the high word's sticky bit
+    # p over the kernel's range (E - 46)
+    cases += _random_round_cases(rng, BF16, 150, (-179, 82), 100, (-141, 130))
+    hl = [_split(v, rng) for v, _ in cases]
+    hl[0] = (-1, 2**32)  # zero as -1 * 2**32 + 2**32
+    out = _round_fixed(BF16, cases, hl)
+    want = np.array([rex.bf16_nearest(v, p) for v, p in cases], np.uint32)
+    assert_bits_equal(out, want, "round_fixed_bf16", context=lambda i: f"case {cases[i[0]]}")
+
+
+def test_round_fixed_fp16_matches_nearest_bits():
+    """Zero, the subnormal step 2**-24 and its half (a tie to 0), the largest value (65504) and
+    the overflow boundary (65520 = a tie to Inf), ties in the normal range, wide values."""
+    rng = np.random.default_rng(41)
+    cases = [(0, 0), (1, -24), (1, -25), (3, -26), (-1, -25), (-3, -26), (1, -26)]
+    cases += [(2047, 5), (4095, 4), (-4095, 4), (4093, 4), (1, 16), (-1, 16), (2**40, -24)]
+    cases += [(2**93 - 1, -120), (-(2**93) + 1, -80), (2**63, -88), (2**63 + 1, -88)]
+    cases += _random_round_cases(rng, FP16, 120, (-130, 20), 80, (-28, 18))
+    out = _round_fixed(FP16, cases, [_split(v, rng) for v, _ in cases])
     want = np.array([rex.nearest_bits(v, p, FP16) for v, p in cases], np.uint32)
     assert_bits_equal(out, want, "round_fixed fp16", context=lambda i: f"case {cases[i[0]]}")
     # hand-derived: 2**-24 is the smallest subnormal, 2**-25 a tie to +0 / -0, 3 * 2**-26 up
@@ -97,6 +128,35 @@ def _fixed_point_kernel(act):
     return kernel
 
 
+def _check_fixed_point_one(act, h, rng, offsets, label: str) -> np.ndarray:
+    """``fixed_point_one`` of the finite patterns ``h``, each at ``E`` = its own exponent plus
+    one of ``offsets`` (at most the format's largest), against the reference's row
+    ``[h, 2**E]`` (whose E is E: 2**E a normal or a subnormal of the format); returns it."""
+    mb, bias, qmin = act.mant_bits, act.bias, act.min_quantum
+    field = ((h >> mb) & act.exp_max).astype(np.int64)
+    sub_lg = np.floor(np.log2(np.maximum(h & ((1 << mb) - 1), 1))).astype(np.int64) + qmin
+    lg = np.where(field != 0, field - bias, sub_lg)
+    e = np.minimum(lg + rng.choice(offsets, h.size), bias)
+    out = np.zeros(h.size, np.int64)
+    _fixed_point_kernel(act)[1, 64](h, e.astype(np.int32), out)
+    top = np.where(
+        e >= 1 - bias, (e + bias).clip(1, 2 * bias) << mb, 1 << (e - qmin).clip(0, mb - 1)
+    )
+    A, E, _ = rex.fixed_point(np.stack([h, top.astype(np.uint16)], axis=1), act)
+    assert np.array_equal(E, e)
+    assert_bits_equal(out, A[:, 0], label, context=lambda i: f"h={h[i]:04X} E={e[i]}")
+    return out
+
+
+def test_fixed_point_one_matches_the_reference():
+    """Random finite bf16 and every subnormal, each at E = its own exponent and at E + 1..23."""
+    rng = np.random.default_rng(33)
+    subs = [x | s for x in range(128) for s in (0, 0x8000)]
+    h = finite_sample(rng, 0x7F80, 2500, subs + [0x7F7F, 0xFF7F, 0x0080, 0x437F, 0xC37F])
+    out = _check_fixed_point_one(BF16, h, rng, [0, 0, 1, 8, 9, 10, 11, 23], "fixed_point_one")
+    assert (out == 255 * 2**15).any() and (out == -(255 * 2**15)).any()
+
+
 def test_fixed_point_one_fp16_matches_the_reference():
     """Random finite fp16 and every subnormal, each at E = its own exponent and at E + 1..23."""
     rng = np.random.default_rng(42)
@@ -104,19 +164,9 @@ def test_fixed_point_one_fp16_matches_the_reference():
     h = rng.integers(0, 2**16, 3000).astype(np.uint16)
     h = np.concatenate([np.array(subs + [0x7BFF, 0xFBFF, 0x0400], np.uint16), h])
     h = h[(h & 0x7C00) != 0x7C00][:1500]
-    lg = np.where(
-        (h & 0x7C00) != 0,
-        ((h >> 10) & 31).astype(np.int64) - 15,
-        np.floor(np.log2(np.maximum(h & 0x3FF, 1))).astype(np.int64) - 24,
+    out = _check_fixed_point_one(
+        FP16, h, rng, [0, 0, 1, 11, 12, 13, 14, 23], "fixed_point_one fp16"
     )
-    e = np.minimum(lg + rng.choice([0, 0, 1, 11, 12, 13, 14, 23], h.size), 15)
-    out = np.zeros(h.size, np.int64)
-    _fixed_point_kernel(FP16)[1, 64](h, e.astype(np.int32), out)
-    # the reference's row [h, 2**e]: its E is e (2**e a normal or a subnormal fp16)
-    top = np.where(e >= -14, (e + 15).clip(1, 30) << 10, 1 << (e + 24).clip(0, 9))
-    A, E, _ = rex.fixed_point(np.stack([h, top.astype(np.uint16)], axis=1), FP16)
-    assert np.array_equal(E, e)
-    assert_bits_equal(out, A[:, 0], "fixed_point_one fp16", context=lambda i: f"h={h[i]:04X}")
     assert (out == 2**23 - 2**12).any() and (out == -(2**23 - 2**12)).any()  # the widest A
 
 

@@ -22,6 +22,8 @@ from q2gemv.golden.check import assert_bits_equal
 from q2gemv.host import call as road
 from q2gemv.reference import exact as rex
 
+from ...edge_values import finite_sample
+
 NAN, INF, NEG_INF = 0x7FC0, 0x7F80, 0xFF80
 
 
@@ -284,56 +286,6 @@ def test_prepare_device_matches_fixed_point(k):
 
 
 @cuda.jit
-def _round_kernel(hi, lo, p, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = xc.round_fixed_bf16(hi[i], lo[i], p[i])
-
-
-def _split(v: int, rng) -> tuple[int, int]:
-    """``v = hi * 2**32 + lo`` with ``lo`` a random uint64 below 2**62 (the kernel's sums are such)."""
-    lo = (v & 0xFFFFFFFF) + (int(rng.integers(0, 2**30)) << 32)
-    hi = (v - lo) >> 32
-    assert hi * 2**32 + lo == v and abs(hi) < 2**62
-    return hi, lo
-
-
-def _round_cases(rng) -> list[tuple[int, int]]:
-    cases = [(0, 0), (0, -200), (1, -133), (1, -134), (-1, -134), (3, -134), (255, -134)]
-    cases += [(255, 120), (511, 119), (-511, 119), ((511 << 40) - 1, 79), (1, 128), (-1, 0)]
-    cases += [(2**93 - 1, -213), (-(2**93) + 1, 40), (2**64, -64), (2**64 - 1, -64)]
-    cases += [(-(2**32), 0), (-(2**40), 3), (2**63, -300)]
-    # 64 bits dropped at once (r == 64): 2**-134 is a tie (to 0), a unit more rounds up
-    cases += [(2**63, -197), (2**63 + 1, -197), (2**63 - 1, -197), (-(2**63) - 1, -197)]
-    cases += [(2**64, -198), (2**64 + 1, -198)]  # the same through the high word's sticky bit
-    for _ in range(150):  # random widths and signs, p over the kernel's range (E - 46)
-        nb = int(rng.integers(0, 94))
-        v = int.from_bytes(rng.bytes(12), "little") % (1 << nb) if nb else 0
-        cases.append((-v if rng.random() < 0.5 else v, int(rng.integers(-179, 82))))
-    for _ in range(100):  # ties and their neighbours, both above and below 64 bits
-        nb = int(rng.integers(10, 94))
-        mant = int(rng.integers(256, 512)) | 1  # 9 bits, odd: a tie when cut to 8
-        v = (mant << (nb - 9)) + int(rng.integers(-1, 2))
-        target = int(rng.integers(-141, 130))  # the result's exponent: subnormal .. overflow
-        cases.append((-v if rng.random() < 0.5 else v, target - nb + 1))
-    return cases
-
-
-def test_round_fixed_bf16_matches_bf16_nearest():
-    rng = np.random.default_rng(31)
-    cases = _round_cases(rng)
-    hl = [_split(v, rng) for v, _ in cases]
-    hl[0] = (-1, 2**32)  # zero as -1 * 2**32 + 2**32
-    hi = np.array([h for h, _ in hl], np.int64)
-    lo = np.array([x for _, x in hl], np.uint64)
-    p = np.array([p for _, p in cases], np.int64)
-    out = np.zeros(len(cases), np.uint32)
-    _round_kernel[1, len(cases)](hi, lo, p, out)
-    want = np.array([rex.bf16_nearest(v, p) for v, p in cases], np.uint32)
-    assert_bits_equal(out, want, "round_fixed_bf16", context=lambda i: f"case {cases[i[0]]}")
-
-
-@cuda.jit
 def _acc_kernel(ps, shs, pexp, acc_hi, acc_lo, out):
     i = cuda.grid(1)
     if i < acc_hi.size:
@@ -367,42 +319,6 @@ def test_acc_add_is_exact():
 
 
 @cuda.jit
-def _fixed_point_kernel(h, e, out):
-    i = cuda.grid(1)
-    n = h.size
-    for j in range(i, n, cuda.gridsize(1)):
-        out[j] = xc.fixed_point_one(h[j], e[j])
-
-
-def _finite_sample(rng, exp_mask: int, size: int, edges) -> np.ndarray:
-    """``size`` random finite patterns (exponent field != all ones) plus ``edges``."""
-    h = rng.integers(0, 2**16, 2 * size).astype(np.uint16)
-    h = h[(h & exp_mask) != exp_mask][:size]
-    return np.concatenate([np.array(edges, np.uint16), h])
-
-
-def test_fixed_point_one_matches_the_reference():
-    """Random finite bf16 and every subnormal, each at E = its own exponent and at E + 1..23."""
-    rng = np.random.default_rng(33)
-    subs = [x | s for x in range(128) for s in (0, 0x8000)]
-    h = _finite_sample(rng, 0x7F80, 2500, subs + [0x7F7F, 0xFF7F, 0x0080, 0x437F, 0xC37F])
-    lg = np.where(
-        (h & 0x7F80) != 0,
-        ((h >> 7) & 0xFF).astype(np.int64) - 127,
-        np.floor(np.log2(np.maximum(h & 0x7F, 1))).astype(np.int64) - 133,
-    )
-    e = np.minimum(lg + rng.choice([0, 0, 1, 8, 9, 10, 11, 23], h.size), 127)
-    out = np.zeros(h.size, np.int64)
-    _fixed_point_kernel[1, 64](h, e.astype(np.int32), out)
-    # the reference's row [h, 2**e]: its E is e (2**e a normal or a subnormal bf16)
-    top = np.where(e >= -126, (e + 127).clip(1, 254) << 7, 1 << (e + 133).clip(0, 6))
-    A, E, _ = rex.fixed_point(np.stack([h, top.astype(np.uint16)], axis=1))
-    assert np.array_equal(E, e)
-    assert_bits_equal(out, A[:, 0], "fixed_point_one", context=lambda i: f"h={h[i]:04X} E={e[i]}")
-    assert (out == 255 * 2**15).any() and (out == -(255 * 2**15)).any()
-
-
-@cuda.jit
 def _scale_kernel(h, mant, sh, neg):
     i = cuda.grid(1)
     for j in range(i, h.size, cuda.gridsize(1)):
@@ -411,7 +327,7 @@ def _scale_kernel(h, mant, sh, neg):
 
 def test_scale_parts_matches_fp16_scale_parts():
     edges = [0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x3C00, 0x7BFF, 0xFBFF]
-    h = _finite_sample(np.random.default_rng(34), 0x7C00, 2000, edges)
+    h = finite_sample(np.random.default_rng(34), 0x7C00, 2000, edges)
     mant, sh, neg = (np.zeros(h.size, t) for t in (np.int32, np.int32, np.bool_))
     _scale_kernel[1, 64](h, mant, sh, neg)
     rmant, rexp, _ = rex.fp16_scale_parts(h)
