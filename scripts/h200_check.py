@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from q2gemv import Q2Weight, reference
+from q2gemv.cuda.exact_contract import act_suffix
 from q2gemv.cuda.q2_0 import seed as q2cuda
 from q2gemv.formats.act import BF16 as BF16_ACT
 from q2gemv.formats.act import FP16
@@ -99,25 +100,35 @@ def exact_acts(rng, m: int, k: int, act: str) -> np.ndarray:
     return a32.astype(FP16.dtype)
 
 
+EXACT_MS = (*MS, 33)
+
+
+def exact_checks(rng, kernel: str, reference_fn, w, dw, g: int, label: str) -> list[dict]:
+    """``kernel`` on bf16, then fp16, activations (:func:`exact_acts`) at every M of
+    :data:`EXACT_MS`, against ``reference_fn(a, w)``; one line ``label act: done`` a format."""
+    rows = []
+    for act in (BF16_ACT, FP16):
+        a = exact_acts(rng, max(EXACT_MS), w.k, act.name)
+        name = kernel + act_suffix(act)
+        t0 = time.perf_counter()
+        want = reference_fn(a, w).view(np.uint16)
+        t_ref = time.perf_counter() - t0
+        for m in EXACT_MS:
+            got = run_kernel(kernel, a[:m].view(np.uint16), dw, act=act)
+            rows.append(check_row(name, w.n, w.k, g, m, got, want[:m], t_ref))
+        print(f"{label.format(act=act.name)}: done", file=sys.stderr, flush=True)
+    return rows
+
+
 def exact_rows(rng, quick: bool) -> list[dict]:
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     rows = []
-    ms = (*MS, 33)
     for n, k in SHAPES[:1] if quick else SHAPES:
         for g in (64, 128):
             w, dw = random_q2_weight(rng, n, k, g)
-            for act in ("bf16", "fp16"):
-                a = exact_acts(rng, max(ms), k, act)
-                name = "q2_0_gemv_exact" + ("" if act == "bf16" else "+fp16")
-                t0 = time.perf_counter()
-                want = q2_0_gemv_exact(a, w).view(np.uint16)
-                t_ref = time.perf_counter() - t0
-                fmt = BF16_ACT if act == "bf16" else FP16
-                for m in ms:
-                    got = run_kernel("q2_0_gemv_exact", a[:m].view(np.uint16), dw, act=fmt)
-                    rows.append(check_row(name, n, k, g, m, got, want[:m], t_ref))
-                print(f"q2_0 exact {act} {n}x{k} g{g}: done", file=sys.stderr, flush=True)
+            label = f"q2_0 exact {{act}} {n}x{k} g{g}"
+            rows += exact_checks(rng, "q2_0_gemv_exact", q2_0_gemv_exact, w, dw, g, label)
     return rows
 
 
@@ -127,24 +138,14 @@ def w4_exact_rows(rng, quick: bool) -> list[dict]:
     from q2gemv.reference.exact import w4a16_gemv_exact
 
     rows = []
-    ms = (*MS, 33)
     for n, k in SHAPES[:1] if quick else SHAPES:
         codes = rng.integers(0, 16, size=(n, k), dtype=np.uint8)
         scales = rng.integers(0x00, 0x7F, size=(n, k // 16), dtype=np.uint8) | np.uint8(0x20)
         w = Nvfp4Weight.from_codes(codes, scales, np.float32(-0.00123))
         dw = wcuda.DeviceNvfp4Weight.upload(w)
-        for act in ("bf16", "fp16"):
-            a = exact_acts(rng, max(ms), k, act)
-            name = "w4a16_gemv_exact" + ("" if act == "bf16" else "+fp16")
-            t0 = time.perf_counter()
-            want = w4a16_gemv_exact(a, w).view(np.uint16)
-            t_ref = time.perf_counter() - t0
-            fmt = BF16_ACT if act == "bf16" else FP16
-            for m in ms:
-                got = run_kernel("w4a16_gemv_exact", a[:m].view(np.uint16), dw, act=fmt)
-                row = check_row(name, n, k, 16, m, got, want[:m], t_ref)
-                rows.append(row | {"family": "w4a16"})
-            print(f"w4a16 exact {act} {n}x{k}: done", file=sys.stderr, flush=True)
+        label = f"w4a16 exact {{act}} {n}x{k}"
+        checked = exact_checks(rng, "w4a16_gemv_exact", w4a16_gemv_exact, w, dw, 16, label)
+        rows += [row | {"family": "w4a16"} for row in checked]
     return rows
 
 
