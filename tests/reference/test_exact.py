@@ -17,6 +17,8 @@ from q2gemv import Q2Weight, quantize_q2_0
 from q2gemv.formats.bf16 import BF16
 from q2gemv.reference import exact as rex
 
+from ..exact_oracles import fixed_point, floor_log2
+
 BF16_MAX = Fraction(255 * 2**120)  # 0x7F7F
 NAN, INF, NEG_INF = 0x7FC0, 0x7F80, 0xFF80
 
@@ -29,27 +31,9 @@ def _bf16_fraction(h: int) -> Fraction:
     return Fraction(float(np.array([h], np.uint16).view(BF16)[0]))
 
 
-def _floor_log2(x: Fraction) -> int:
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    while Fraction(2) ** e > x:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= x:
-        e += 1
-    return e
-
-
 def oracle_fixed_point(row) -> tuple[list[int], int | None, bool]:
-    """Step 2 by the definition: ``(A, E, special)``; ``E`` None for a zero or special row."""
-    row = [int(h) for h in row]
-    if any((h & 0x7F80) == 0x7F80 for h in row):
-        return [0] * len(row), None, True
-    vals = [_bf16_fraction(h) for h in row]
-    nz = [abs(v) for v in vals if v != 0]
-    if not nz:
-        return [0] * len(row), None, False
-    e = max(_floor_log2(v) for v in nz)
-    scale = Fraction(2) ** (22 - e)
-    return [round(v * scale) for v in vals], e, False
+    """Step 2 by the definition (:func:`tests.exact_oracles.fixed_point`) for this format."""
+    return fixed_point(row, INF, _bf16_fraction)
 
 
 def oracle_nearest(x: Fraction) -> int:
@@ -58,7 +42,7 @@ def oracle_nearest(x: Fraction) -> int:
         return 0
     sign = 0x8000 if x < 0 else 0
     u = abs(x)
-    q = max(_floor_log2(u) - 7, -133)  # exponent of the ulp, unbounded above
+    q = max(floor_log2(u) - 7, -133)  # exponent of the ulp, unbounded above
     r = round(u / Fraction(2) ** q)
     val = r * Fraction(2) ** q
     if val > BF16_MAX:
@@ -428,7 +412,7 @@ def test_q2_exact_error_bound_holds():
             for n in range(4):
                 exact = sum(xi * wi for xi, wi in zip(x, wd[n], strict=True))
                 yv = Fraction(float(y[i, n]))
-                ulp = Fraction(2) ** max(_floor_log2(abs(yv)) - 7, -133) if yv else Fraction(0)
+                ulp = Fraction(2) ** max(floor_log2(abs(yv)) - 7, -133) if yv else Fraction(0)
                 bound = Fraction(2) ** (E - 23) * sum(abs(v) for v in wd[n]) + ulp / 2
                 assert abs(yv - exact) <= bound, (group, i, n)
 

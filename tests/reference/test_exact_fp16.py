@@ -22,6 +22,8 @@ from q2gemv.formats.act import BF16, FP16
 from q2gemv.formats.nvfp4 import E2M1_VALUES
 from q2gemv.reference import exact as rex
 
+from ..exact_oracles import fixed_point, floor_log2
+
 NAN, INF, NEG_INF = 0x7E00, 0x7C00, 0xFC00
 F16 = np.float16
 
@@ -38,15 +40,6 @@ def _fp16_table() -> tuple[list[Fraction], list[int]]:
 
 def _value(h: int) -> Fraction:
     return Fraction(float(np.array([h], np.uint16).view(F16)[0]))
-
-
-def _floor_log2(x: Fraction) -> int:
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    while Fraction(2) ** e > x:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= x:
-        e += 1
-    return e
 
 
 def oracle_nearest(x: Fraction) -> int:
@@ -69,16 +62,8 @@ def oracle_nearest(x: Fraction) -> int:
 
 
 def oracle_fixed_point(row) -> tuple[list[int], int | None, bool]:
-    """Step 2 by the definition: ``(A, E, special)``; ``E`` None for a zero or special row."""
-    row = [int(h) for h in row]
-    if any((h & 0x7C00) == 0x7C00 for h in row):
-        return [0] * len(row), None, True
-    vals = [_value(h) for h in row]
-    nz = [abs(v) for v in vals if v != 0]
-    if not nz:
-        return [0] * len(row), None, False
-    e = max(_floor_log2(v) for v in nz)
-    return [round(v * Fraction(2) ** (22 - e)) for v in vals], e, False
+    """Step 2 by the definition (:func:`tests.exact_oracles.fixed_point`) for this format."""
+    return fixed_point(row, INF, _value)
 
 
 def oracle_gemv(a_bits: np.ndarray, w_vals: list[list[Fraction | None]]) -> np.ndarray:
@@ -234,14 +219,14 @@ def test_fp16_error_bound_holds():
     y = rex.q2_0_gemv_exact(a, w).view(np.uint16)
     wv = q2_values(w)
     for i in range(6):
-        e = max(_floor_log2(abs(_value(int(h)))) for h in a[i].view(np.uint16) if h & 0x7FFF)
+        e = max(floor_log2(abs(_value(int(h)))) for h in a[i].view(np.uint16) if h & 0x7FFF)
         for n in range(3):
             exact = sum(
                 v * _value(int(h)) for v, h in zip(wv[n], a[i].view(np.uint16), strict=True)
             )
             got = _value(int(y[i, n]))
             mag = abs(got) if got != 0 else Fraction(2) ** -24
-            ulp = max(Fraction(2) ** (_floor_log2(mag) - 10), Fraction(2) ** -24)
+            ulp = max(Fraction(2) ** (floor_log2(mag) - 10), Fraction(2) ** -24)
             bound = Fraction(2) ** (e - 23) * sum(abs(v) for v in wv[n]) + ulp / 2
             assert abs(got - exact) <= bound, (i, n)
 
