@@ -23,7 +23,6 @@ import numpy as np
 from ..dispatch import registry
 from ..formats.act import BF16 as BF16_ACT
 from ..formats.act import ActFormat, as_act_rows
-from ..formats.bf16 import BF16
 from .arrays import device_activations
 from .backends import default_backend
 from .prepared import PreparedActivations
@@ -67,13 +66,10 @@ def check_out(out, a, shape: tuple[int, ...], weight=None, act: ActFormat = BF16
     writing results over them would corrupt the call's own inputs (and, for
     a weight, every later call).
     """
-    if act != BF16_ACT:
-        if not isinstance(out, np.ndarray) or out.dtype != act.dtype:
-            got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
-            raise TypeError(f"out: expected a {act.dtype} numpy array (the dtype of a), got {got}")
-    elif not isinstance(out, np.ndarray) or out.dtype != BF16:
+    if not isinstance(out, np.ndarray) or out.dtype != act.dtype:
         got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
-        raise TypeError(f"out: expected a bfloat16 numpy array, got {got}")
+        why = "" if act == BF16_ACT else " (the dtype of a)"  # bf16: the message it always had
+        raise TypeError(f"out: expected a {act.dtype} numpy array{why}, got {got}")
     if out.shape != shape:
         raise ValueError(f"out: expected shape {shape}, got {out.shape}")
     if not out.flags.writeable:
