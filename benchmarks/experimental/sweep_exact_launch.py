@@ -5,7 +5,8 @@
 
 Per (shape, M) the GEMV alone (activations prepared once; the launches pre-bound; a CUDA
 graph rotating through weight copies larger than 2x L2, median of ``--repeats``) for each
-candidate: ``q2_0_gemv_exact`` (chunks of 8 rows) at 8 and 16 warps a CTA, and the batched
+candidate: ``q2_0_gemv_exact`` (chunks of 8 rows) at 4, 8 and 16 warps a CTA with K split
+across CTAs in 1 to 8 parts (``--family default`` for these alone), and the batched
 variant ``q2_0_gemv_exact_batched`` (:mod:`q2gemv.cuda.q2_0.exact_batched`, one launch for up
 to 32 rows) at 4 and 8 warps with K split in 1, 2, 4, 8 or 16 parts (each part keeping at
 least 2 steps). The shape each one's rule picks is marked ``chosen``; every
@@ -40,13 +41,22 @@ L2_BYTES = 60 * 2**20
 REF_MAX = 2**31  # M * N * K up to which the reference is computed on the host
 
 
-def candidates(n: int, k: int, m: int, full: bool = True):
-    """``(batched, warps, parts, cols, max_regs)`` of each candidate launch shape (``full``:
-    4 and 8 warps with every K split; else 4 and 8 warps with and without a 128-register cap,
-    and 4 warps with K in 2 and 4 parts)."""
+def candidates(n: int, k: int, m: int, full: bool = True, family: str = "both"):
+    """``(batched, warps, parts, cols, max_regs)`` of each candidate launch shape. The default
+    kernel: 4, 8 and 16 warps, each with K split across CTAs in 1, 2, 3, 4, 6 or 8 parts
+    (each warp keeping at least one step a part). The batched variant (``family`` "both" or
+    "batched", M >= 2; ``full``: 4 and 8 warps with every K split; else 4 and 8 warps with
+    and without a 128-register cap, and 4 warps with K in 2 and 4 parts)."""
     steps = -(-k // 128)
-    out = [(False, w, 1, 1, None) for w in (8, 16)]
-    if m < 2:
+    out = []
+    if family in ("both", "default"):
+        out = [
+            (False, w, parts, 1, None)
+            for w in (4, 8, 16)
+            for parts in (1, 2, 3, 4, 6, 8)
+            if parts == 1 or steps >= w * parts
+        ]
+    if m < 2 or family == "default":
         return out
     if full:
         for warps in (4, 8):
@@ -75,6 +85,7 @@ def main(argv=None) -> int:
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--short", action="store_true", help="the short list (see candidates)")
+    p.add_argument("--family", default="both", choices=("both", "default", "batched"))
     args = p.parse_args(argv)
     args.out = args.out or dated("exact_launch_sweep")
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
@@ -98,7 +109,7 @@ def main(argv=None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     xb.register()
-    warps_for, batch_rule = ex.warps_for, xb.launch_rule
+    warps_for, parts_for, batch_rule = ex.warps_for, ex.parts_for, xb.launch_rule
     timer = timing.GraphTimer()
     rng = np.random.default_rng(0)
     rows, bad = [], 0
@@ -117,14 +128,18 @@ def main(argv=None) -> int:
                 for W, o in zip(dense, touts, strict=True)
             ]
             bf16_us = float(np.median(timer.time_sequence(bf16, args.repeats).per_call_s)) * 1e6
-            picks = {(False, warps_for(n, k, min(m, 8)), 1, 1, None)}
+            wm = warps_for(n, k, min(m, 8))
+            picks = {(False, wm, parts_for(n, k, min(m, 8), wm), 1, None)}
             br = batch_rule(n, k, min(m, xb.MAX_M))
             picks.add((True, br.warps, br.parts, br.cols, br.max_regs))
             first = None
-            for batched, warps, parts, cols, regs in candidates(n, k, m, not args.short):
+            for batched, warps, parts, cols, regs in candidates(
+                n, k, m, not args.short, args.family
+            ):
                 name = xb.NAME if batched else "q2_0_gemv_exact"
                 plan = ChunkPlan(m, xb.MAX_M if batched else 8, lambda rows, nm=name: nm)
                 ex.warps_for = lambda n_, k_, m_, w=warps: w
+                ex.parts_for = lambda n_, k_, m_, w_, p=parts: p
                 rule = xb.LaunchRule(warps, parts, cols, regs)
                 xb.launch_rule = lambda n_, k_, m_, r=rule: r
                 try:
@@ -141,7 +156,7 @@ def main(argv=None) -> int:
                     t = timer.time_sequence(alone, args.repeats).per_call_s
                     us = float(np.median(t)) * 1e6 * len(alone) / len(seqs)
                 finally:
-                    ex.warps_for, xb.launch_rule = warps_for, batch_rule
+                    ex.warps_for, ex.parts_for, xb.launch_rule = warps_for, parts_for, batch_rule
                 if first is None:
                     first = got
                     if m * n * k <= REF_MAX:

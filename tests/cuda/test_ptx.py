@@ -111,7 +111,8 @@ def test_exact_kernels_compile_every_build(ptx_summary):
     builds = [n.removesuffix("+fp16") for n in names if n.startswith("q2_0_gemv_exact@")]
     build_tags = [n.split("@")[1] for n in builds]  # e.g. m2g128, m2g128w16
     assert {t.split("g")[1].split("w")[0] for t in build_tags} == {"64", "128"}  # both groups
-    assert {n.endswith(f"w{ex.WIDE_WARPS}") for n in builds} == {True, False}  # both CTA sizes
+    sizes = {ex.build_suffix(w) for w in ex.CTA_WARPS}  # every CTA size warps_for picks
+    assert {"w" + t.split("w")[1] if "w" in t else "" for t in build_tags} == sizes
     assert set(names) <= set(ptx_summary)
 
 

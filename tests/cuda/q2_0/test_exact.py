@@ -16,7 +16,7 @@ from q2gemv import Q2Weight
 from q2gemv.cuda import exact_contract as xc
 from q2gemv.cuda.q2_0 import as_device_weight
 from q2gemv.cuda.q2_0 import exact as ex
-from q2gemv.cuda.runtime import launcher
+from q2gemv.cuda.runtime import launcher, tuning
 from q2gemv.formats.bf16 import BF16
 from q2gemv.golden.check import assert_bits_equal
 from q2gemv.host import call as road
@@ -145,59 +145,105 @@ def test_run_kernel_is_batch_invariant():
         assert np.array_equal(road.run_kernel("q2_0_gemv_exact", a[i : i + 1], w)[0], ys[i]), i
 
 
+@pytest.mark.parametrize("warps", [ex.WIDE_WARPS, ex.NARROW_WARPS])
 @pytest.mark.parametrize(
     "m, n, k, group",
     [
-        (1, 17, 128 * 17, 128),  # 17 steps: warp 0 takes two, warps 2..15 one, a tail tile
-        (3, 5, 64 * 3, 64),  # 2 steps (a half last one): warps 2..15 have none
+        (1, 17, 128 * 17, 128),  # 17 steps: warp 0 takes two (of 16; of 4: 5), a tail tile
+        (3, 5, 64 * 3, 64),  # 2 steps (a half last one): warps 2.. have none
         (7, 16, 128 * 2, 128),
     ],
 )
-def test_wide_ctas_give_the_same_bits(m, n, k, group, monkeypatch):
-    """The 16-warp build (small grids, :func:`warps_for`): same bits as the reference."""
-    monkeypatch.setattr(ex, "warps_for", lambda n, k, m: ex.WIDE_WARPS)
+def test_every_cta_size_gives_the_same_bits(m, n, k, group, warps, monkeypatch):
+    """The 16- and 4-warp builds (:func:`warps_for`; the 8-warp one is the other tests'):
+    the same bits as the reference."""
+    monkeypatch.setattr(ex, "warps_for", lambda n, k, m: warps)
     rng = np.random.default_rng(m * 100 + n)
     w = _weight(rng, n, k, group)
     ops = ex.ExactOperands.allocate(m, k)
     launches = ex.q2_launches(ops, as_device_weight(w), cuda.device_array((m, n), np.uint16))
-    assert {block for _, _, block, _ in launches} == {32 * ex.WIDE_WARPS}
-    _check(_acts(rng, m, k), w, f"wide CTAs m={m} n={n} k={k} g{group}")
+    assert {block for _, _, block, _ in launches} == {32 * warps}
+    _check(_acts(rng, m, k), w, f"{warps}-warp CTAs m={m} n={n} k={k} g{group}")
 
 
-def test_warps_for_widens_only_small_grids_with_steps_for_every_warp_and_few_rows():
-    wide, base = ex.WIDE_WARPS, ex.WARPS
-    assert ex.warps_for(4096, 4096, 1) == wide  # 256 tiles, 32 steps
-    assert ex.warps_for(1024, 4096, 1) == wide
-    assert ex.warps_for(4096, 14336, ex.WIDE_MAX_M) == wide
-    assert ex.warps_for(4096, 14336, ex.WIDE_MAX_M + 1) == base  # more rows: 8 warps
-    assert ex.warps_for(4096, 4096, ex.MAX_M) == base
-    assert ex.warps_for(16384, 16384, 1) == base  # 1024 tiles fill the GPU
-    assert ex.warps_for(5120, 5120, 1) == base  # 320 tiles
-    assert ex.warps_for(1024, 2048, 1) == base  # 16 steps: not one for each of 16 warps twice
+@pytest.mark.parametrize(
+    "m, n, k, group, parts, warps",
+    [
+        (1, 17, 128 * 5, 128, 3, 8),  # 5 steps in parts of 2, 2 and 1; a tail tile
+        (3, 5, 64 * 5, 64, 4, 2),  # 3 steps (a half last one) in parts of 1: the last is empty
+        (9, 16, 256, 128, 2, 2),  # a chunk of 8 rows, then one of 1 on the same workspace
+    ],
+)
+def test_k_split_across_ctas_gives_the_same_bits(m, n, k, group, parts, warps, monkeypatch):
+    """K split over ``gridDim.y`` CTAs (:func:`parts_for`), the parts' sums added by integer
+    atomics: the same bits as the reference, a NaN scale or a special row in any part
+    included, and the workspace left zero for the next launch (the same call twice)."""
+    monkeypatch.setattr(ex, "warps_for", lambda n, k, m: warps)
+    monkeypatch.setattr(ex, "parts_for", lambda n, k, m, w: parts)
+    rng = np.random.default_rng(m * 1000 + n + parts)
+    w = _weight(rng, n, k, group)
+    if m == 3:
+        scales = w.scales()
+        scales[1, -1] = np.nan  # in the last part's block of row 1
+        scales[4, 0] = np.inf  # in the first part's block of row 4
+        w = Q2Weight.from_codes(w.codes(), scales, group=group)
+    a = _acts(rng, m, k)
+    a[m // 2, k - 1] = INF  # a special activation row
+    ops = ex.ExactOperands.allocate(m, k)
+    launches = ex.q2_launches(ops, as_device_weight(w), cuda.device_array((m, n), np.uint16))
+    assert {grid for _, grid, _, _ in launches} == {(-(-n // ex.ROWS_PER_CTA), parts)}
+    first = _check(a, w, f"K split in {parts}, m={m} n={n} k={k} g{group}")
+    assert np.array_equal(_check(a, w, "the same call again"), first)
+
+
+def test_warps_for_follows_the_measured_rule():
+    """The CTA sizes of the H200 sweep (``benchmarks/results/2026-12-03_exact_launch_sweep/
+    v7_warps_split``), at the knobs of ``tuning.json``."""
+    wide, base, narrow = ex.WIDE_WARPS, ex.WARPS, ex.NARROW_WARPS
+    tuning.set_gpu_name("NVIDIA H200")
+    try:
+        assert ex.warps_for(1024, 4096, 1) == wide  # 64 tiles: wide at every M
+        assert ex.warps_for(1024, 4096, ex.MAX_M) == wide
+        assert ex.warps_for(4096, 4096, 1) == wide  # 256 tiles: wide at 1 or 2 rows
+        assert ex.warps_for(4096, 14336, 2) == wide
+        assert ex.warps_for(4096, 14336, 3) == base  # more rows: 8 warps
+        assert ex.warps_for(4096, 4096, ex.MAX_M) == base  # 256 tiles: too few for 4 warps
+        assert ex.warps_for(1024, 2048, 1) == base  # 16 steps: not two for each of 16 warps
+        assert ex.warps_for(28672, 4096, 1) == narrow  # 1792 tiles, 32 steps
+        assert ex.warps_for(14336, 4096, 4) == narrow  # 896 tiles
+        assert ex.warps_for(6144, 4096, 4) == base  # 384 tiles: narrow only past 4 rows
+        assert ex.warps_for(6144, 4096, 5) == narrow
+        assert ex.warps_for(5120, 5120, ex.MAX_M) == narrow  # 320 tiles, 40 steps
+        assert ex.warps_for(5120, 5120, 1) == base
+        assert ex.warps_for(16384, 16384, 1) == base  # 128 steps: never narrow
+        assert ex.warps_for(16384, 16384, ex.MAX_M) == base
+        assert ex.parts_for(1024, 4096, 1, wide) == 1  # K split across CTAs: never on an H200
+    finally:
+        tuning.set_gpu_name(None)
 
 
 def test_ptx_specs_are_the_builds_the_launcher_picks():
-    """The PTX tests compile each build a launch can take (and no other): every M at 8 warps on
-    a grid that fills the GPU, the small grid's choice at each M, both groups, both activation
-    formats."""
+    """The PTX tests compile each build a launch can take in bf16 (every M group and Q2_0
+    group at every CTA size :func:`warps_for` picks on the measured shapes), and the 8-warp
+    builds in fp16."""
     picked = {
-        (ex.tiles_for(m), ex.warps_for(n, 4096, m))
-        for n in (1024, 16384)
+        (ex.tiles_for(m), ex.warps_for(n, k, m))
+        for n, k in ((1024, 4096), (4096, 4096), (16384, 16384), (28672, 4096), (6144, 4096))
         for m in range(1, ex.MAX_M + 1)
     }
     want = {
-        f"q2_0_gemv_exact@m{2 * nt}g{group}" + (f"w{warps}" if warps != ex.WARPS else "")
+        f"q2_0_gemv_exact@m{2 * nt}g{group}{ex.build_suffix(warps)}"
         for nt, warps in picked
         for group in (64, 128)
     }
+    fp16 = {f"{n}+fp16" for n in want | {"exact_prepare"} if "w" not in n.split("@")[-1]}
     names = [name for name, _, _ in ex.ptx_specs()]
-    every = {f"{n}{x}" for n in want | {"exact_prepare"} for x in ("", "+fp16")}  # both formats
-    assert sorted(names) == sorted(every)
+    assert sorted(names) == sorted(want | {"exact_prepare"} | fp16)
 
 
 def test_launches_choose_the_cta_size_per_chunk():
     """A call of 9 rows on a small grid: the 8-row chunk takes 8 warps, the 1-row chunk 16."""
-    m, n, k = 9, 1024, 4096
+    m, n, k = 9, 4096, 4096
     w = as_device_weight(_weight(np.random.default_rng(3), n, k, 128))
     ops = ex.ExactOperands.allocate(m, k)
     launches = ex.q2_launches(ops, w, cuda.device_array((m, n), np.uint16))

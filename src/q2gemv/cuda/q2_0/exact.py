@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from numba import cuda, int32, int64, types, uint16, uint32, uint64
@@ -62,8 +63,8 @@ from ..exact_contract import (
     act_suffix,
     device_contract,
     tile_counts,
-    wide_warps,
 )
+from ..runtime import tuning
 from ..runtime.dev import (
     grid_dep_launch,
     grid_dep_wait,
@@ -78,8 +79,8 @@ from ..runtime.dev import (
 PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a multiple of 32
 WARPS = 8  # warps per CTA, splitting K
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
-# Rows of a launch up to which a small grid takes WIDE_WARPS (measured: docs/design_notes.md).
-WIDE_MAX_M = 4
+NARROW_WARPS = 4  # the same for a large grid on a short K (see warps_for)
+CTA_WARPS = (NARROW_WARPS, WARPS, WIDE_WARPS)  # every CTA size warps_for can pick
 ROWS_PER_CTA = registry.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 MAX_M = registry.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
 UNIT = registry.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
@@ -191,7 +192,6 @@ def tiles_for(m: int) -> int:
 
 
 TILES = tile_counts(tiles_for, MAX_M)  # the B tile counts of every build
-WIDE_TILES = tile_counts(tiles_for, WIDE_MAX_M)  # those a 16-warp launch can take
 
 
 def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16):
@@ -320,15 +320,16 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
             acc_add(acc_hi, acc_lo, j, mul_wide(s_, smant), sh)
 
     @cuda.jit(device=True, inline="always")
-    def step(CODES, SCALES, P32, ASUM, p, ns, nu, nb, t, qc, qs, pidx, aidx, bload,  # noqa: N803
+    def step(CODES, SCALES, P32, ASUM, p, pend, nu, nb, t, qc, qs, pidx, aidx, bload,  # noqa: N803
              wv, sv, bq, av, wn, sn, bn, an, cf, acc_hi, acc_lo):  # fmt: skip
         """Step ``p`` (operands in ``wv, sv, bq, av``) times every activation row, with step
-        ``p + WARPS``'s operands loaded into ``wn, sn, bn, an`` meanwhile (at M <= 2; above,
-        this step's B is loaded here, into ``bq, av``). Returns ``(p + WARPS, qc, qs, bad)``:
-        the next step, the advanced weight indices, a NaN/Inf scale seen.
+        ``p + WARPS``'s operands loaded into ``wn, sn, bn, an`` meanwhile if it is before
+        ``pend`` (the end of the CTA's part of K; at M <= 2; above, this step's B is loaded
+        here, into ``bq, av``). Returns ``(p + WARPS, qc, qs, bad)``: the next step, the
+        advanced weight indices, a NaN/Inf scale seen.
         """
         pn = int32(p + int32(WARPS))
-        if pn < ns:  # the next step's operands in flight while this one is multiplied
+        if pn < pend:  # the next step's operands in flight while this one is multiplied
             qc, qs = load_w(CODES, SCALES, qc, qs, pn, nb, wn, sn)
             if PREFETCH_B:
                 load_b(P32, ASUM, pidx, aidx, bload, pn, nu, bn, an)
@@ -340,10 +341,21 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
             bad = bad or (sv[i] & uint32(0x7C00)) == uint32(0x7C00)
         return pn, qc, qs, bad
 
-    def body(P32, ASUM, EROW, CODES, SCALES, C, N, K, M, M0):  # noqa: N803
+    @cuda.jit(device=True, inline="always")
+    def finish(C, EROW, hsum, lsum, flag, row, m, M0):  # noqa: N803
+        """Round output (``m``, ``row``) from its exact sum ``hsum * 2**32 + lsum``."""
+        e = EROW[M0 + m]
+        if flag != 0 or e == SPECIAL_ROW:
+            C[m, row] = uint16(NAN)
+        else:
+            pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
+            C[m, row] = uint16(round_fixed(hsum, lsum, pe))
+
+    def body(P32, ASUM, EROW, CODES, SCALES, C, WS, CNT, N, K, M, M0):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)
         red_lo = cuda.shared.array(RED, uint64)
         s_bad = cuda.shared.array(FLAGS, int32)
+        s_last = cuda.shared.array(1, int32)
         acc_hi = cuda.local.array(nt, int64)
         acc_lo = cuda.local.array(nt, uint64)
         cf = cuda.local.array(NC, int32)
@@ -366,12 +378,18 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
         nu = int32(K // UNIT)
         nb = int32(K // group)
         ns = int32((nu + int32(1)) >> int32(1))
+        # this CTA's part of K (blockIdx.y of gridDim.y): steps p0 .. p1 - 1
+        parts = int32(cuda.gridDim.y)
+        spl = (ns + parts - int32(1)) // parts
+        p0 = int32(cuda.blockIdx.y) * spl
+        p1 = int32(min(p0 + spl, ns))
         rl = g + uint32(8) * (t & uint32(1))  # the weight row (in the tile) this lane sums
         # running indices of the step to load next (step `warp` first); each load adds WARPS steps
         # (32-bit: the launcher caps the weight at 2**32 halves, so every index fits; a 32-bit
         # index costs one add and one IMAD.WIDE a load where a 64-bit one costs four)
-        qc = uint32((tile * uint32(ns) + warp) * uint32(STEP_WORDS) + lane * uint32(4))
-        qs = uint32((tile * uint32(nb) + warp * uint32(BPS)) * uint32(ROWS_PER_CTA) + rl)
+        pw = uint32(p0) + warp  # the warp's first step
+        qc = uint32((tile * uint32(ns) + pw) * uint32(STEP_WORDS) + lane * uint32(4))
+        qs = uint32((tile * uint32(nb) + pw * uint32(BPS)) * uint32(ROWS_PER_CTA) + rl)
         pidx = cuda.local.array(nt, int32)
         aidx = cuda.local.array(nt, uint32)
         for j in range(nt):
@@ -379,7 +397,7 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
             m = 2 * j + int32(g >> uint32(2))
             c = int32(g & uint32(3))
             pr = (M0 + m) * LIMBS + c
-            u0 = warp * uint32(lay.STEP_UNITS)
+            u0 = pw * uint32(lay.STEP_UNITS)
             pidx[j] = int32(pr * int32(K >> 2) + int32((u0 * uint32(4) + t) * uint32(4)))
             if c == 3:
                 pidx[j] = int32(ONES_COL)
@@ -400,26 +418,26 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
             fill_b(pidx, bn)
         # Two register sets (wv/sv/bq/av and wn/sn/bn/an) take turns: step() is called
         # twice a loop so that no step copies one set into the other.
-        p = int32(warp)
-        if p < ns:
+        p = int32(pw)
+        if p < p1:
             qc, qs = load_w(CODES, SCALES, qc, qs, p, nb, wv, sv)
         # the weights are the GEMV's own; the prepared operands (P32, ASUM, EROW) are the
         # prepare's: launched with PDL, the GEMV may be here before the prepare has finished
         grid_dep_wait()
-        if p < ns and PREFETCH_B:
+        if p < p1 and PREFETCH_B:
             load_b(P32, ASUM, pidx, aidx, bload, p, nu, bq, av)
         b2 = bn if PREFETCH_B else bq  # the second set's B: its own, or the one B set
         a2 = an if PREFETCH_B else av
-        while p < ns:
+        while p < p1:
             p, qc, qs, bad1 = step(
-                CODES, SCALES, P32, ASUM, p, ns, nu, nb, t, qc, qs, pidx, aidx, bload,
+                CODES, SCALES, P32, ASUM, p, p1, nu, nb, t, qc, qs, pidx, aidx, bload,
                 wv, sv, bq, av, wn, sn, bn, an, cf, acc_hi, acc_lo,
             )  # fmt: skip
             bad = bad or bad1
-            if p >= ns:
+            if p >= p1:
                 break
             p, qc, qs, bad1 = step(
-                CODES, SCALES, P32, ASUM, p, ns, nu, nb, t, qc, qs, pidx, aidx, bload,
+                CODES, SCALES, P32, ASUM, p, p1, nu, nb, t, qc, qs, pidx, aidx, bload,
                 wn, sn, b2, a2, wv, sv, bq, av, cf, acc_hi, acc_lo,
             )  # fmt: skip
             bad = bad or bad1
@@ -444,12 +462,38 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
                     hsum += red_hi[slot]
                     lsum += red_lo[slot]
                     flag |= s_bad[uint32(w * ROWS_PER_CTA) + r]
-                e = EROW[M0 + m]
-                if flag != 0 or e == SPECIAL_ROW:
-                    C[m, row] = uint16(NAN)
-                else:
-                    pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
-                    C[m, row] = uint16(round_fixed(hsum, lsum, pe))
+                if parts == 1:
+                    finish(C, EROW, hsum, lsum, flag, row, m, M0)
+                else:  # this part's exact sum into the launch's (3 words an output)
+                    i3 = (row * uint32(M) + m) * uint32(3)
+                    cuda.atomic.add(WS, i3, hsum)
+                    cuda.atomic.add(WS, i3 + uint32(1), int64(lsum))
+                    if flag != 0:
+                        cuda.atomic.add(WS, i3 + uint32(2), int64(1))
+        if parts == 1:
+            return
+        # The last part of this row tile to finish rounds every output (its sums are then
+        # complete) and leaves WS and CNT zero for the next launch.
+        cuda.threadfence()
+        cuda.syncthreads()
+        if tid == 0:
+            s_last[0] = int32(cuda.atomic.add(CNT, tile, int32(1)) == parts - int32(1))
+        cuda.syncthreads()
+        if s_last[0] == 0:
+            return
+        cuda.threadfence()
+        for idx in range(tid, uint32(ROWS_PER_CTA * MM), uint32(THREADS)):
+            r = idx // uint32(MM)
+            m = idx % uint32(MM)
+            row = row0 + r
+            if m < uint32(M) and row < n_rows:
+                i3 = (row * uint32(M) + m) * uint32(3)
+                hsum = cuda.atomic.exch(WS, i3, int64(0))
+                lsum = uint64(cuda.atomic.exch(WS, i3 + uint32(1), int64(0)))
+                flag = int32(cuda.atomic.exch(WS, i3 + uint32(2), int64(0)) != 0)
+                finish(C, EROW, hsum, lsum, flag, row, m, M0)
+        if tid == 0:
+            cuda.atomic.exch(CNT, tile, int32(0))
 
     return body
 
@@ -457,7 +501,7 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
 PREPARE_SIGNATURE = "void(uint16[:, ::1], uint32[:, ::1], int32[:, ::1], int32[::1], int32)"
 Q2_SIGNATURE = (
     "void(uint32[::1], int32[::1], int32[::1], uint32[::1], uint16[::1], uint16[:, ::1], "
-    "int32, int32, int32, int32)"
+    "int64[::1], int32[::1], int32, int32, int32, int32)"
 )
 
 
@@ -472,36 +516,72 @@ def _q2_kernel(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16):
 
 
 def warps_for(n: int, k: int, m: int) -> int:
-    """Warps a CTA of a ``q2_0_gemv_exact`` launch of ``m`` rows on an N x K weight:
-    :data:`WIDE_WARPS` for a grid too small to fill the GPU at up to :data:`WIDE_MAX_M` rows
-    (:func:`q2gemv.cuda.exact_contract.wide_warps`: 2 such CTAs fit an SM at 56 registers),
-    else :data:`WARPS`. Any choice gives the same bits."""
+    """Warps a CTA of a ``q2_0_gemv_exact`` launch of ``m`` rows on an N x K weight, by the
+    knobs measured on this GPU (``tuning.json`` beside this module; the sweep it names):
+
+    * :data:`WIDE_WARPS` where K has at least 2 steps of 128 codes for each of them and the
+      grid is small: at most ``wide_tiles`` row tiles at any M, or ``wide_tiles_few_rows``
+      at up to ``wide_max_m`` rows;
+    * :data:`NARROW_WARPS` on a short K (at most ``narrow_max_steps`` steps) and a large grid:
+      at least ``narrow_min_tiles[r]`` row tiles for the smallest key ``r >= m``;
+    * else :data:`WARPS`.
+
+    Any choice gives the same bits (the warps' sums are exact integers)."""
+    kn = tuning.knobs(str(Path(__file__).parent), "q2_0_gemv_exact")
+    tiles = plan.div_ceil(n, ROWS_PER_CTA)
     steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
-    wide = wide_warps(plan.div_ceil(n, ROWS_PER_CTA), steps, WIDE_WARPS, m, WIDE_MAX_M)
-    return WIDE_WARPS if wide else WARPS
+    if steps >= 2 * WIDE_WARPS and (
+        tiles <= kn["wide_tiles"] or (m <= kn["wide_max_m"] and tiles <= kn["wide_tiles_few_rows"])
+    ):
+        return WIDE_WARPS
+    if steps <= kn["narrow_max_steps"]:
+        least = min((int(r), t) for r, t in kn["narrow_min_tiles"].items() if int(r) >= m)[1]
+        if tiles >= least:
+            return NARROW_WARPS
+    return WARPS
+
+
+def parts_for(n: int, k: int, m: int, warps: int) -> int:
+    """The parts a ``q2_0_gemv_exact`` launch of ``m`` rows on an N x K weight splits K into,
+    across CTAs (``gridDim.y``): 1, unless the grid of row tiles is smaller than the knob
+    ``split_below_tiles``; then enough parts to bring it to about ``target_ctas`` CTAs, each
+    part keeping at least ``min_steps_per_warp`` steps of 128 codes for each of the ``warps``
+    warps. The knobs are measured per GPU (``tuning.json`` beside this module,
+    :mod:`q2gemv.cuda.runtime.tuning`). Any choice gives the same bits: the parts' sums are
+    exact integers, added by integer atomics."""
+    kn = tuning.knobs(str(Path(__file__).parent), "q2_0_gemv_exact")
+    tiles = plan.div_ceil(n, ROWS_PER_CTA)
+    if tiles >= kn["split_below_tiles"] or m > kn["split_max_m"]:
+        return 1
+    steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
+    most = steps // (warps * kn["min_steps_per_warp"])
+    return max(1, min(plan.div_ceil(kn["target_ctas"], tiles), most))
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
-    """``(name, body, signature)`` of each build the launcher can pick, for the PTX tests: every
-    M group at 8 warps, those of up to :data:`WIDE_MAX_M` rows at 16, for each activation
-    format (fp16 builds named with :func:`act_suffix`)."""
+    """``(name, body, signature)`` of the builds for the PTX tests: every M group and Q2_0 group
+    at every CTA size :func:`warps_for` can pick in bf16, and at :data:`WARPS` in fp16 (fp16
+    builds named with :func:`act_suffix`). The other fp16 CTA sizes are left out to keep CI
+    short: the warp count changes only loop bounds and one shared array's size, which the
+    bf16 builds cover, and the activation format only the final rounding, which the 8-warp
+    fp16 builds cover."""
     specs = []
     for act in FORMATS:
         x = act_suffix(act)
         specs.append((f"exact_prepare{x}", _make_prepare_body(act), PREPARE_SIGNATURE))
         specs += [
-            (f"q2_0_gemv_exact@m{2 * nt}g{group}{x}", _make_q2_body(nt, group, WARPS, act),
-             Q2_SIGNATURE)
+            (f"q2_0_gemv_exact@m{2 * nt}g{group}{build_suffix(warps)}{x}",
+             _make_q2_body(nt, group, warps, act), Q2_SIGNATURE)
+            for warps in (CTA_WARPS if act == BF16 else (WARPS,))
             for group in fmt.GROUPS
             for nt in TILES
         ]  # fmt: skip
-        specs += [
-            (f"q2_0_gemv_exact@m{2 * nt}g{group}w{WIDE_WARPS}{x}", body, Q2_SIGNATURE)
-            for group in fmt.GROUPS
-            for nt in WIDE_TILES
-            for body in (_make_q2_body(nt, group, WIDE_WARPS, act),)
-        ]
     return specs
+
+
+def build_suffix(warps: int) -> str:
+    """The part of a build's PTX name that gives its CTA size (none for :data:`WARPS`)."""
+    return "" if warps == WARPS else f"w{warps}"
 
 
 # -- host side -------------------------------------------------------------------
@@ -637,16 +717,21 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
     :data:`MAX_M` rows. They must cover the M rows once, in order.
     """
     codes, scales, flat = checked_operands(ops, dw, d_out, "q2_0_gemv_exact")
-    grid = plan.div_ceil(dw.n, ROWS_PER_CTA)
+    tiles = plan.div_ceil(dw.n, ROWS_PER_CTA)
     launches = []
     for r0, rows in plan.check_chunks(chunks, ops.m, MAX_M):
         warps = warps_for(dw.n, dw.k, rows)
+        parts = parts_for(dw.n, dw.k, rows, warps)
+        if parts > 1:  # 3 words an output, a counter a row tile
+            ws, cnt = ops.split_workspace(3 * dw.n * rows, tiles)
+        else:
+            ws, cnt = ops.split_workspace(1, 1)
         launches.append(
             (
                 _q2_kernel(tiles_for(rows), dw.group, warps, ops.act),
-                grid,
+                (tiles, parts),
                 32 * warps,
-                (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows])
+                (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows], ws, cnt)
                 + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
             )
         )
