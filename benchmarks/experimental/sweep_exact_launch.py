@@ -86,6 +86,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--short", action="store_true", help="the short list (see candidates)")
     p.add_argument("--family", default="both", choices=("both", "default", "batched"))
+    p.add_argument(
+        "--format",
+        default="q2_0",
+        choices=("q2_0", "nvfp4"),
+        help="nvfp4: w4a16_gemv_exact at 4, 8 and 16 warps (no K split, no batched variant)",
+    )
     args = p.parse_args(argv)
     args.out = args.out or dated("exact_launch_sweep")
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
@@ -98,6 +104,7 @@ def main(argv=None) -> int:
     from q2gemv import bench
     from q2gemv.bench import timing
     from q2gemv.bench.results import write_csv
+    from q2gemv.cuda.nvfp4 import exact as xw
     from q2gemv.cuda.q2_0 import exact as ex
     from q2gemv.cuda.q2_0 import exact_batched as xb
     from q2gemv.cuda.runtime import launcher
@@ -105,7 +112,21 @@ def main(argv=None) -> int:
     from q2gemv.reference import exact as rex
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench_exact import random_weight
+    nvfp4 = args.format == "nvfp4"
+    if nvfp4:
+        from bench_exact_w4a16 import random_weight as w4_weight
+
+        def random_weight(rng, n, k, group):
+            return w4_weight(rng, n, k)
+
+        reference, family = rex.w4a16_gemv_exact, "w4a16"
+        exact_name, max_m = "w4a16_gemv_exact", xw.MAX_M
+    else:
+        from bench_exact import random_weight
+
+        reference, family = rex.q2_0_gemv_exact, "q2_0"
+        exact_name, max_m = "q2_0_gemv_exact", ex.MAX_M
+    w4_warps_for = xw.warps_for
 
     args.out.mkdir(parents=True, exist_ok=True)
     xb.register()
@@ -130,22 +151,26 @@ def main(argv=None) -> int:
             bf16_us = float(np.median(timer.time_sequence(bf16, args.repeats).per_call_s)) * 1e6
             wm = warps_for(n, k, min(m, 8))
             picks = {(False, wm, parts_for(n, k, min(m, 8), wm), 1, None)}
+            if nvfp4:
+                picks = {(False, w4_warps_for(n, k, min(m, max_m)), 1, 1, None)}
             br = batch_rule(n, k, min(m, xb.MAX_M))
             picks.add((True, br.warps, br.parts, br.cols, br.max_regs))
             first = None
-            for batched, warps, parts, cols, regs in candidates(
-                n, k, m, not args.short, args.family
-            ):
-                name = xb.NAME if batched else "q2_0_gemv_exact"
-                plan = ChunkPlan(m, xb.MAX_M if batched else 8, lambda rows, nm=name: nm)
+            cands = candidates(n, k, m, not args.short, args.family)
+            if nvfp4:
+                cands = [(False, w, 1, 1, None) for w in (4, 8, 16)]
+            for batched, warps, parts, cols, regs in cands:
+                name = xb.NAME if batched else exact_name
+                plan = ChunkPlan(m, xb.MAX_M if batched else max_m, lambda rows, nm=name: nm)
                 ex.warps_for = lambda n_, k_, m_, w=warps: w
+                xw.warps_for = lambda n_, k_, m_, w=warps: w
                 ex.parts_for = lambda n_, k_, m_, w_, p=parts: p
                 rule = xb.LaunchRule(warps, parts, cols, regs)
                 xb.launch_rule = lambda n_, k_, m_, r=rule: r
                 try:
                     outs = [cuda.device_array((m, n), np.uint16) for _ in dws]
                     seqs = [
-                        launcher.prebind(launcher.launches("q2_0", "exact", plan, d, d_a, o))
+                        launcher.prebind(launcher.launches(family, "exact", plan, d, d_a, o))
                         for d, o in zip(dws, outs, strict=True)
                     ]
                     for lk in seqs[0]:
@@ -157,10 +182,11 @@ def main(argv=None) -> int:
                     us = float(np.median(t)) * 1e6 * len(alone) / len(seqs)
                 finally:
                     ex.warps_for, ex.parts_for, xb.launch_rule = warps_for, parts_for, batch_rule
+                    xw.warps_for = w4_warps_for
                 if first is None:
                     first = got
                     if m * n * k <= REF_MAX:
-                        want = rex.q2_0_gemv_exact(a16, w).view(np.uint16)
+                        want = reference(a16, w).view(np.uint16)
                         bad += int((got != want).sum())
                 mism = int((got != first).sum())
                 bad += mism

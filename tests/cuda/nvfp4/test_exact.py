@@ -163,14 +163,14 @@ def _run(w, a, warps=None, monkeypatch=None):
     return road.run_kernel("w4a16_gemv_exact", a.view(np.uint16), w)
 
 
-@pytest.mark.parametrize("warps", [xw.WARPS, xw.WIDE_WARPS])
+@pytest.mark.parametrize("warps", [4, xw.WARPS, xw.WIDE_WARPS])
 def test_kernel_tiles_steps_and_chunks(warps, monkeypatch):
-    """Both CTA sizes (the wide one forced: the launcher picks it for small grids of long rows),
-    two launches (8 rows: three column tiles; then 3 rows, two, or 1 row, one), a partial last
-    step. At 8 warps: more steps than warps and N with a partial second tile; at 16: fewer
-    steps than warps (idle warps) and one tile (the simulator runs 512 threads slowly)."""
+    """Every CTA size (forced), two launches (8 rows: three column tiles; then 3 rows, two, or
+    1 row, one), a partial last step. At 4 and 8 warps: more steps than warps and N with a
+    partial second tile (at 4, the scale table filled in two rounds of 128 threads); at 16:
+    fewer steps than warps (idle warps) and one tile (the simulator runs 512 threads slowly)."""
     rng = np.random.default_rng(12 + warps)
-    n, m, k = (21, 11, 64 * 9 + 48) if warps == xw.WARPS else (16, 9, 64 * 3 + 48)
+    n, m, k = (21, 11, 64 * 9 + 48) if warps <= xw.WARPS else (16, 9, 64 * 3 + 48)
     w = _weight(rng, n, k)
     a = rng.standard_normal((m, k)).astype(BF16)
     got = _run(w, a, warps, monkeypatch)

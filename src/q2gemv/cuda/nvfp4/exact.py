@@ -76,7 +76,7 @@ from ..runtime.dev import (
 )
 from .scales import scale_entry
 
-WARPS = 8  # warps per CTA, splitting K (at least 8: the scale table has 256 entries)
+WARPS = 8  # warps per CTA, splitting K
 WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
 # Rows of a launch up to which a small grid takes WIDE_WARPS (measured: docs/design_notes.md).
 WIDE_MAX_M = 2
@@ -275,8 +275,8 @@ def _make_gemv_body(
         bn = cuda.local.array(NACC, uint32)
         pidx = cuda.local.array(nct, int32)
         tid = uint32(cuda.threadIdx.x)
-        if tid < uint32(256):
-            lut[tid] = scale_entry(tid, GSIGN)
+        for i in range(tid, uint32(256), uint32(THREADS)):  # 256 entries, any CTA size
+            lut[i] = scale_entry(i, GSIGN)
         for i in range(tid, uint32(RED), uint32(THREADS)):
             red[i] = int64(0)
         # the prmt tables in registers: blockIdx.y is 0 (a 1-D grid) but not a compile-time
