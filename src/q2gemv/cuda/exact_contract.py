@@ -197,17 +197,32 @@ def act_suffix(act: ActFormat) -> str:
     return "" if act == BF16 else f"+{act.name}"
 
 
-WIDE_MAX_TILES = 2 * 132  # 16-row tiles up to which a grid leaves an H200 (132 SMs) half empty
+NARROW_WARPS, WARPS, WIDE_WARPS = 4, 8, 16  # the CTA sizes of the exact GEMVs
 
 
-def wide_warps(tiles: int, steps: int, wide: int, rows: int, max_rows: int) -> bool:
-    """Should an exact GEMV launch of ``tiles`` CTAs (16 weight rows each), ``steps`` K steps a
-    row and ``rows`` activation rows take ``wide`` warps a CTA instead of the usual 8? Yes when
-    the grid is too small to fill the GPU (at most :data:`WIDE_MAX_TILES`), K has two steps or
-    more for each of the ``wide`` warps, and the launch has at most ``max_rows`` rows (the
-    family's: with more, the larger per-warp register set of the wide build costs more than
-    the warps gain). Any choice gives the same bits (the warps' sums are exact integers)."""
-    return tiles <= WIDE_MAX_TILES and steps >= 2 * wide and rows <= max_rows
+def cta_warps(tiles: int, steps: int, m: int, knobs: dict) -> int:
+    """Warps a CTA of an exact GEMV launch (either format) of ``m`` rows on a grid of ``tiles``
+    row tiles (16 weight rows each) with ``steps`` K steps a row, by the family's ``knobs``
+    measured on this GPU (its ``tuning.json``, :mod:`q2gemv.cuda.runtime.tuning`):
+
+    * :data:`WIDE_WARPS` where K has at least 2 steps for each of them and the grid is small:
+      at most ``wide_tiles`` row tiles at any M, or ``wide_tiles_few_rows`` at up to
+      ``wide_max_m`` rows;
+    * :data:`NARROW_WARPS` on a K of at most ``narrow_max_steps`` steps and a large grid: at
+      least ``narrow_min_tiles[r]`` row tiles for the smallest key ``r >= m``;
+    * else :data:`WARPS`.
+
+    Any choice gives the same bits (the warps' sums are exact integers)."""
+    if steps >= 2 * WIDE_WARPS and (
+        tiles <= knobs["wide_tiles"]
+        or (m <= knobs["wide_max_m"] and tiles <= knobs["wide_tiles_few_rows"])
+    ):
+        return WIDE_WARPS
+    if steps <= knobs["narrow_max_steps"]:
+        least = min((int(r), t) for r, t in knobs["narrow_min_tiles"].items() if int(r) >= m)[1]
+        if tiles >= least:
+            return NARROW_WARPS
+    return WARPS
 
 
 def tile_counts(tiles_for, max_rows: int) -> tuple[int, ...]:
@@ -235,6 +250,6 @@ __all__ = [
     "fixed_point_one",
     "round_fixed_bf16",
     "row_exponent",
+    "cta_warps",
     "tile_counts",
-    "wide_warps",
 ]

@@ -15,6 +15,7 @@ from numba import cuda
 from q2gemv import Nvfp4Weight
 from q2gemv.cuda.nvfp4 import exact as xw
 from q2gemv.cuda.nvfp4.scales import scale_entry
+from q2gemv.cuda.runtime import tuning
 from q2gemv.formats.nvfp4 import E2M1_VALUES, E4M3_VALUES
 from q2gemv.golden.check import assert_bits_equal
 from q2gemv.host import call as road
@@ -195,36 +196,54 @@ def test_kernel_one_and_two_rows_nan_scales_and_specials():
     assert (got[:, 16] == rex.BF16_NAN).all() and (got[1] == rex.BF16_NAN).all()
 
 
-def test_tiles_and_warps_choices():
+def test_tiles_for_counts_column_tiles():
     assert [xw.tiles_for(m) for m in range(1, 9)] == [1, 1, 2, 2, 2, 3, 3, 3]
     with pytest.raises(ValueError, match="m: w4a16_gemv_exact serves 1..8"):
         xw.tiles_for(9)
-    assert xw.warps_for(5120, 5120, 1) == xw.WARPS  # 320 tiles: more than 2 a CTA for 132 SMs
-    assert xw.warps_for(4096, 4096, 1) == xw.WIDE_WARPS  # 256 tiles, 64 steps
-    assert xw.warps_for(4096, 4096, xw.WIDE_MAX_M) == xw.WIDE_WARPS
-    assert xw.warps_for(4096, 4096, xw.WIDE_MAX_M + 1) == xw.WARPS  # more rows: 8 warps
-    assert xw.warps_for(4096, 1024, 1) == xw.WARPS  # 16 steps: too few for 16 warps
-    assert xw.warps_for(16384, 16384, 1) == xw.WARPS  # 1024 tiles fill the GPU
+
+
+def test_warps_for_follows_the_measured_rule():
+    """The CTA sizes of the H200 sweep (``benchmarks/results/2026-12-03_exact_launch_sweep/
+    v8_nvfp4_warps``), at the knobs of ``tuning.json``."""
+    wide, base, narrow = xw.WIDE_WARPS, xw.WARPS, xw.NARROW_WARPS
+    tuning.set_gpu_name("NVIDIA H200")
+    try:
+        assert xw.warps_for(1024, 4096, 1) == wide  # 64 tiles: wide at every M
+        assert xw.warps_for(1024, 4096, xw.MAX_M) == wide
+        assert xw.warps_for(4096, 4096, 2) == wide  # 256 tiles: wide at 1 or 2 rows
+        assert xw.warps_for(4096, 4096, 3) == base
+        assert xw.warps_for(4096, 1024, 1) == base  # 16 steps: too few for 16 warps
+        assert xw.warps_for(5120, 5120, 1) == base  # 320 tiles
+        assert xw.warps_for(5120, 5120, 5) == narrow  # narrow past 4 rows from 320 tiles
+        assert xw.warps_for(14336, 4096, 1) == narrow  # 896 tiles: narrow at every M
+        assert xw.warps_for(16384, 16384, 1) == narrow  # 1024 tiles, 256 steps
+        assert xw.warps_for(16384, 16384, xw.MAX_M) == narrow
+    finally:
+        tuning.set_gpu_name(None)
 
 
 def test_ptx_specs_are_the_builds_the_launcher_picks():
-    """The PTX tests compile each build a launch can take (and no other), for bf16 and fp16."""
-    picked = {
-        (xw.tiles_for(m), xw.warps_for(n, 4096, m))
-        for n in (1024, 16384)
-        for m in range(1, xw.MAX_M + 1)
+    """The PTX tests compile every column-tile count at 8 warps in bf16 and fp16, and each other
+    CTA size the launcher picks at the fewest and the most column tiles in bf16."""
+    picked = {xw.warps_for(n, 4096, m) for n in (1024, 4096, 28672) for m in range(1, xw.MAX_M + 1)}
+    assert picked == set(xw.CTA_WARPS)
+    ends = (xw.TILES[0], xw.TILES[-1])
+    want = {
+        f"w4a16_gemv_exact@c{nct}w{warps}"
+        for warps in xw.CTA_WARPS
+        for nct in (xw.TILES if warps == xw.WARPS else ends)
     }
-    want = {f"w4a16_gemv_exact@c{nct}w{warps}" for nct, warps in picked}
+    want |= {"w4a16_exact_prepare"}
+    fp16 = {f"{n}+fp16" for n in want if n.endswith(f"w{xw.WARPS}") or "@" not in n}
     names = [name for name, _, _ in xw.ptx_specs()]
-    every = {f"{n}{x}" for n in want | {"w4a16_exact_prepare"} for x in ("", "+fp16")}
-    assert sorted(names) == sorted(every)
+    assert sorted(names) == sorted(want | fp16)
 
 
 def test_launches_choose_the_cta_size_per_chunk():
     """A call of 10 rows on a small grid: the 8-row chunk takes 8 warps, the 2-row chunk 16."""
     from q2gemv.cuda.nvfp4 import DeviceNvfp4Weight
 
-    m, n, k = 10, 1024, 4096
+    m, n, k = 10, 4096, 4096
     dw = DeviceNvfp4Weight.upload(_weight(np.random.default_rng(4), n, k))
     ops = xw.W4Operands.allocate(m, k)
     launches = xw.w4_launches(ops, dw, cuda.device_array((m, n), np.uint16))

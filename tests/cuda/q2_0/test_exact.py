@@ -223,19 +223,22 @@ def test_warps_for_follows_the_measured_rule():
 
 
 def test_ptx_specs_are_the_builds_the_launcher_picks():
-    """The PTX tests compile each build a launch can take in bf16 (every M group and Q2_0
-    group at every CTA size :func:`warps_for` picks on the measured shapes), and the 8-warp
-    builds in fp16."""
+    """The PTX tests compile every M group and Q2_0 group at 8 warps in bf16 and fp16, and each
+    other CTA size the launcher picks (on the measured shapes) at every M group in bf16 and
+    group 128."""
     picked = {
         (ex.tiles_for(m), ex.warps_for(n, k, m))
         for n, k in ((1024, 4096), (4096, 4096), (16384, 16384), (28672, 4096), (6144, 4096))
         for m in range(1, ex.MAX_M + 1)
     }
+    assert {warps for _, warps in picked} == set(ex.CTA_WARPS)
     want = {
         f"q2_0_gemv_exact@m{2 * nt}g{group}{ex.build_suffix(warps)}"
-        for nt, warps in picked
-        for group in (64, 128)
+        for nt in ex.TILES
+        for warps in ex.CTA_WARPS
+        for group in ((64, 128) if warps == ex.WARPS else (128,))
     }
+    assert {f"q2_0_gemv_exact@m{2 * nt}g128{ex.build_suffix(w)}" for nt, w in picked} <= want
     fp16 = {f"{n}+fp16" for n in want | {"exact_prepare"} if "w" not in n.split("@")[-1]}
     names = [name for name, _, _ in ex.ptx_specs()]
     assert sorted(names) == sorted(want | {"exact_prepare"} | fp16)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numba import cuda, int32, int64, uint16, uint32, uint64
@@ -57,13 +58,17 @@ from ...formats.act import BF16, FORMATS, ActFormat
 from ...formats.nvfp4 import BLOCK
 from ..exact_contract import (
     FRAC_BITS,
+    NARROW_WARPS,
     OFFSET,
     SPECIAL_ROW,
+    WARPS,
+    WIDE_WARPS,
     act_suffix,
+    cta_warps,
     device_contract,
     tile_counts,
-    wide_warps,
 )
+from ..runtime import tuning
 from ..runtime.dev import (
     grid_dep_launch,
     grid_dep_wait,
@@ -76,10 +81,7 @@ from ..runtime.dev import (
 )
 from .scales import scale_entry
 
-WARPS = 8  # warps per CTA, splitting K
-WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
-# Rows of a launch up to which a small grid takes WIDE_WARPS (measured: docs/design_notes.md).
-WIDE_MAX_M = 2
+CTA_WARPS = (NARROW_WARPS, WARPS, WIDE_WARPS)  # every CTA size warps_for can pick (8 usual)
 ROWS_PER_CTA = registry.get("w4a16_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 STEP = lay.STEP  # elements of a row per warp step: 4 blocks
 ZSUM_NAN = lay.ZSUM_NAN  # the row sum of a weight row with a NaN scale
@@ -367,7 +369,6 @@ GEMV_SIGNATURE = (
     "int32, int32, int32, int32, int64, int32, int32, int32)"
 )
 TILES = tile_counts(tiles_for, MAX_M)  # the column-tile counts of every build
-WIDE_TILES = tile_counts(tiles_for, WIDE_MAX_M)  # those a 16-warp launch can take
 
 
 @functools.cache
@@ -385,24 +386,29 @@ def _gemv_kernel(
 
 
 def warps_for(n: int, k: int, m: int) -> int:
-    """Warps a CTA of a launch of ``m`` rows on an N x K weight: :data:`WIDE_WARPS` for a grid
-    too small to fill the GPU at up to :data:`WIDE_MAX_M` rows
-    (:func:`q2gemv.cuda.exact_contract.wide_warps`), else :data:`WARPS`; the same bits."""
-    tiles = plan.div_ceil(n, ROWS_PER_CTA)
-    wide = wide_warps(tiles, padded_k(k) // STEP, WIDE_WARPS, m, WIDE_MAX_M)
-    return WIDE_WARPS if wide else WARPS
+    """Warps a CTA of a launch of ``m`` rows on an N x K weight:
+    :func:`q2gemv.cuda.exact_contract.cta_warps` on steps of 64 elements, with the knobs
+    measured on this GPU (``tuning.json`` beside this module; the sweep it names). Any choice
+    gives the same bits."""
+    kn = tuning.knobs(str(Path(__file__).parent), "w4a16_gemv_exact")
+    return cta_warps(plan.div_ceil(n, ROWS_PER_CTA), padded_k(k) // STEP, m, kn)
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
-    """``(name, body, signature)`` of each build the launcher can pick, for the PTX tests: every
-    column-tile count at 8 warps, those of up to :data:`WIDE_MAX_M` rows at 16, for each
-    activation format (fp16 builds named with :func:`~q2gemv.cuda.exact_contract.act_suffix`)."""
+    """``(name, body, signature)`` of the builds for the PTX tests: every column-tile count at
+    :data:`WARPS` in each activation format, and the other CTA sizes :func:`warps_for` can
+    pick at the fewest and the most column tiles in bf16 (fp16 builds named with
+    :func:`~q2gemv.cuda.exact_contract.act_suffix`). The rest are left out to keep CI short:
+    the CTA size changes only loop bounds and the scale table's fill, the activation format
+    only the final rounding."""
     specs = []
     for act in FORMATS:
         x = act_suffix(act)
         specs.append((f"w4a16_exact_prepare{x}", _make_prepare_body(act), PREPARE_SIGNATURE))
-        for warps, tiles in ((WARPS, TILES), (WIDE_WARPS, WIDE_TILES)):
-            for nct in tiles:
+        for warps in CTA_WARPS if act == BF16 else (WARPS,):
+            for nct in TILES:
+                if warps != WARPS and nct not in (TILES[0], TILES[-1]):
+                    continue
                 name = f"w4a16_gemv_exact@c{nct}w{warps}{x}"
                 specs.append((name, _make_gemv_body(nct, warps, None, act), GEMV_SIGNATURE))
     return specs

@@ -58,9 +58,13 @@ from ...formats import q2_0_layout as lay
 from ...formats.act import BF16, FORMATS, ActFormat
 from ..exact_contract import (
     FRAC_BITS,
+    NARROW_WARPS,
     OFFSET,
     SPECIAL_ROW,
+    WARPS,
+    WIDE_WARPS,
     act_suffix,
+    cta_warps,
     device_contract,
     tile_counts,
 )
@@ -77,10 +81,7 @@ from ..runtime.dev import (
 )
 
 PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a multiple of 32
-WARPS = 8  # warps per CTA, splitting K
-WIDE_WARPS = 16  # the same for a grid too small to fill the GPU (see warps_for)
-NARROW_WARPS = 4  # the same for a large grid on a short K (see warps_for)
-CTA_WARPS = (NARROW_WARPS, WARPS, WIDE_WARPS)  # every CTA size warps_for can pick
+CTA_WARPS = (NARROW_WARPS, WARPS, WIDE_WARPS)  # every CTA size warps_for can pick (8 usual)
 ROWS_PER_CTA = registry.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
 MAX_M = registry.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
 UNIT = registry.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
@@ -516,29 +517,13 @@ def _q2_kernel(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16):
 
 
 def warps_for(n: int, k: int, m: int) -> int:
-    """Warps a CTA of a ``q2_0_gemv_exact`` launch of ``m`` rows on an N x K weight, by the
-    knobs measured on this GPU (``tuning.json`` beside this module; the sweep it names):
-
-    * :data:`WIDE_WARPS` where K has at least 2 steps of 128 codes for each of them and the
-      grid is small: at most ``wide_tiles`` row tiles at any M, or ``wide_tiles_few_rows``
-      at up to ``wide_max_m`` rows;
-    * :data:`NARROW_WARPS` on a short K (at most ``narrow_max_steps`` steps) and a large grid:
-      at least ``narrow_min_tiles[r]`` row tiles for the smallest key ``r >= m``;
-    * else :data:`WARPS`.
-
-    Any choice gives the same bits (the warps' sums are exact integers)."""
+    """Warps a CTA of a ``q2_0_gemv_exact`` launch of ``m`` rows on an N x K weight:
+    :func:`q2gemv.cuda.exact_contract.cta_warps` on steps of 128 codes, with the knobs measured
+    on this GPU (``tuning.json`` beside this module; the sweep it names). Any choice gives
+    the same bits."""
     kn = tuning.knobs(str(Path(__file__).parent), "q2_0_gemv_exact")
     tiles = plan.div_ceil(n, ROWS_PER_CTA)
-    steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
-    if steps >= 2 * WIDE_WARPS and (
-        tiles <= kn["wide_tiles"] or (m <= kn["wide_max_m"] and tiles <= kn["wide_tiles_few_rows"])
-    ):
-        return WIDE_WARPS
-    if steps <= kn["narrow_max_steps"]:
-        least = min((int(r), t) for r, t in kn["narrow_min_tiles"].items() if int(r) >= m)[1]
-        if tiles >= least:
-            return NARROW_WARPS
-    return WARPS
+    return cta_warps(tiles, plan.div_ceil(k // UNIT, lay.STEP_UNITS), m, kn)
 
 
 def parts_for(n: int, k: int, m: int, warps: int) -> int:
@@ -560,11 +545,11 @@ def parts_for(n: int, k: int, m: int, warps: int) -> int:
 
 def ptx_specs() -> list[tuple[str, object, str]]:
     """``(name, body, signature)`` of the builds for the PTX tests: every M group and Q2_0 group
-    at every CTA size :func:`warps_for` can pick in bf16, and at :data:`WARPS` in fp16 (fp16
-    builds named with :func:`act_suffix`). The other fp16 CTA sizes are left out to keep CI
-    short: the warp count changes only loop bounds and one shared array's size, which the
-    bf16 builds cover, and the activation format only the final rounding, which the 8-warp
-    fp16 builds cover."""
+    at :data:`WARPS` in each activation format, and the other CTA sizes :func:`warps_for` can
+    pick at every M group in bf16 and group 128 (fp16 builds named with :func:`act_suffix`).
+    The rest are left out to keep CI short: the CTA size changes only loop bounds and one
+    shared array's size, the group the weight loop (covered at 8 warps), the activation
+    format only the final rounding."""
     specs = []
     for act in FORMATS:
         x = act_suffix(act)
@@ -575,6 +560,7 @@ def ptx_specs() -> list[tuple[str, object, str]]:
             for warps in (CTA_WARPS if act == BF16 else (WARPS,))
             for group in fmt.GROUPS
             for nt in TILES
+            if warps == WARPS or group == 128
         ]  # fmt: skip
     return specs
 
