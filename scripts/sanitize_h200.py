@@ -87,26 +87,33 @@ def _w4_cases():
 
 
 def _exact_cases():
-    """(group, n, k, m) for q2_0_gemv_exact: row tails, blocks past the 8 warps, every tile count, chunks."""
+    """(group, n, k, m, warps, parts) for q2_0_gemv_exact: row tails, blocks past the 8 warps,
+    every tile count, chunks, at the launch rule's CTA shape (warps, parts None); then the
+    other CTA sizes and K split across CTAs forced (the integer atomics, the last CTA's
+    rounding, the workspace left zero)."""
     cases = []
     for group in (64, 128):
         for n in (1, 7, 17):
             for m in (1, 2, 3, 5, 9, 17):
-                cases.append((group, n, group * 9, m))
-        cases.append((group, 4097, 5120, 16))
-        cases.append((group, 4097, 5120, 33))
+                cases.append((group, n, group * 9, m, None, None))
+        cases.append((group, 4097, 5120, 16, None, None))
+        cases.append((group, 4097, 5120, 33, None, None))
+        for warps, parts, m in ((4, 1, 5), (16, 1, 3), (8, 3, 9), (4, 2, 1), (16, 2, 17)):
+            cases.append((group, 17, group * 9, m, warps, parts))
     return cases
 
 
 def _w4_exact_cases():
-    """(n, k, m) for w4a16_gemv_exact: row tails, both load paths (K % 128), steps past the 8
-    warps, every group count, chunks of 16, and two row tiles a CTA (n >= 8192, M > 8)."""
+    """(n, k, m, warps) for w4a16_gemv_exact: row tails, both load paths (K % 128), steps past
+    the 8 warps, every group count, chunks of 16, and two row tiles a CTA (n >= 8192, M > 8),
+    at the launch rule's CTA size (None); then 4 and 16 warps forced."""
     cases = []
     for n in (1, 7, 17):
         for k in (144, 1152):
             for m in (1, 3, 5, 9, 17):
-                cases.append((n, k, m))
-    cases += [(8193, 256, 16), (8193, 256, 33), (4097, 5120, 16)]
+                cases.append((n, k, m, None))
+    cases += [(8193, 256, 16, None), (8193, 256, 33, None), (4097, 5120, 16, None)]
+    cases += [(17, 1152, 9, 4), (17, 1152, 3, 16)]
     return cases
 
 
@@ -213,10 +220,13 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         d_a = cuda.to_device(np.ascontiguousarray(a.view(np.uint16)))
         got = _poisoned_run(launches, d_a, dw, m, n, w4cuda.launch_raw)
         check(f"{name or 'auto-plan'} n={n} k={k} m={m}", got, refs[key][:m])
+    from q2gemv.cuda.nvfp4 import exact as w4x
+    from q2gemv.cuda.q2_0 import exact as q2x
     from q2gemv.cuda.runtime import launcher
     from q2gemv.reference.exact import q2_0_gemv_exact
 
-    for group, n, k, m in ex_cases:
+    rule = (q2x.warps_for, q2x.parts_for, w4x.warps_for)
+    for group, n, k, m, warps, parts in ex_cases:
         key = ("ex", group, n, k)
         if key not in weights:
             codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
@@ -228,14 +238,23 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         w, dw, a33 = weights[key]
         d_a = cuda.to_device(np.ascontiguousarray(a33[:m].view(np.uint16)))
         d_out = cuda.to_device(np.full((m, n), POISON, np.uint16))
-        launcher.launch_all(launcher.exact_launches("q2_0", d_a, dw, d_out))
-        cuda.synchronize()
+        if warps is not None:
+            q2x.warps_for = lambda n_, k_, m_, w=warps: w
+            q2x.parts_for = lambda n_, k_, m_, w_, p=parts: p
+        try:
+            launcher.launch_all(launcher.exact_launches("q2_0", d_a, dw, d_out))
+            cuda.synchronize()
+        finally:
+            q2x.warps_for, q2x.parts_for = rule[0], rule[1]
+        shape = "" if warps is None else f" warps={warps} parts={parts}"
         check(
-            f"q2_0_gemv_exact group={group} n={n} k={k} m={m}", d_out.copy_to_host(), refs[key][:m]
+            f"q2_0_gemv_exact group={group} n={n} k={k} m={m}{shape}",
+            d_out.copy_to_host(),
+            refs[key][:m],
         )
     from q2gemv.reference.exact import w4a16_gemv_exact
 
-    for n, k, m in w4x_cases:
+    for n, k, m, warps in w4x_cases:
         key = ("w4x", n, k)
         if key not in weights:
             codes = rng.integers(0, 16, (n, k), dtype=np.uint8)
@@ -247,9 +266,15 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         w, dw, a33 = weights[key]
         d_a = cuda.to_device(np.ascontiguousarray(a33[:m].view(np.uint16)))
         d_out = cuda.to_device(np.full((m, n), POISON, np.uint16))
-        launcher.launch_all(launcher.exact_launches("w4a16", d_a, dw, d_out))
-        cuda.synchronize()
-        check(f"w4a16_gemv_exact n={n} k={k} m={m}", d_out.copy_to_host(), refs[key][:m])
+        if warps is not None:
+            w4x.warps_for = lambda n_, k_, m_, w=warps: w
+        try:
+            launcher.launch_all(launcher.exact_launches("w4a16", d_a, dw, d_out))
+            cuda.synchronize()
+        finally:
+            w4x.warps_for = rule[2]
+        shape = "" if warps is None else f" warps={warps}"
+        check(f"w4a16_gemv_exact n={n} k={k} m={m}{shape}", d_out.copy_to_host(), refs[key][:m])
     print(f"total: {checked} cases, {len(failures)} failed", flush=True)
     for f in failures:
         print("FAIL", f, flush=True)
