@@ -97,6 +97,53 @@ def _thread_run(self):
 
 _simkernel.BlockThread.run = _thread_run
 
+# numba-cuda 0.30.4's BlockManager.run polls its block's threads in a loop that never waits:
+# the launching thread always wants the GIL, so a simulated thread woken from a wait (our
+# warp barrier, syncthreads) often gets it only when CPython forces a switch, after a whole
+# switch interval (5 ms). A warp shuffle wakes 31 lanes twice, and a kernel of many
+# shuffles then took minutes where it takes seconds (the same seed test: 1.3 s or 214 s
+# alone, by luck of the scheduling). The same loop, sleeping _POLL_S a round: the GIL is
+# free for the threads that have work, and a round costs the launching thread nothing.
+_POLL_S = 1e-4
+
+
+def _block_run(self, grid_point, *args):
+    threads = set()
+    livethreads = set()
+    blockedthreads = set()
+    for block_point in np.ndindex(*self._block_dim):
+
+        def target():
+            self._f(*args)
+
+        t = _simkernel.BlockThread(target, self, grid_point, block_point, self._debug)
+        t.start()
+        threads.add(t)
+        livethreads.add(t)
+    while livethreads:
+        for t in livethreads:
+            if t.syncthreads_blocked:
+                blockedthreads.add(t)
+            elif t.exception:
+                for t_other in threads:  # abort the others, as numba does
+                    t_other.abort = True
+                    t_other.syncthreads_blocked = False
+                    t_other.syncthreads_event.set()
+                raise t.exception[0].with_traceback(t.exception[1])
+        if livethreads == blockedthreads:
+            for t in blockedthreads:
+                t.syncthreads_blocked = False
+                t.syncthreads_event.set()
+            blockedthreads = set()
+        livethreads = {t for t in livethreads if t.is_alive()}
+        time.sleep(_POLL_S)
+    for t in threads:  # an exception set after the last poll
+        if t.exception:
+            raise t.exception[0].with_traceback(t.exception[1])
+
+
+_simkernel.BlockManager.run = _block_run
+
 
 def _warp_exchange():
     t = threading.current_thread()
