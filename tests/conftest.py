@@ -47,3 +47,14 @@ def no_launch(monkeypatch):
 
     monkeypatch.setattr(q2cuda, "compiled", boom)
     monkeypatch.setattr(w4cuda, "compiled", boom)
+
+
+@pytest.fixture
+def h200_knobs():
+    """Launch rules read the H200 entries of the ``tuning.json`` files (whatever GPU this is),
+    and the current device's again after the test."""
+    from q2gemv.cuda.runtime import tuning
+
+    tuning.set_gpu_name("NVIDIA H200")
+    yield
+    tuning.set_gpu_name(None)

@@ -15,7 +15,6 @@ from numba import cuda
 from q2gemv import Nvfp4Weight
 from q2gemv.cuda.nvfp4 import exact as xw
 from q2gemv.cuda.nvfp4.scales import scale_entry
-from q2gemv.cuda.runtime import tuning
 from q2gemv.formats.nvfp4 import E2M1_VALUES, E4M3_VALUES
 from q2gemv.golden.check import assert_bits_equal
 from q2gemv.host import call as road
@@ -202,24 +201,20 @@ def test_tiles_for_counts_column_tiles():
         xw.tiles_for(9)
 
 
-def test_warps_for_follows_the_measured_rule():
+def test_warps_for_follows_the_measured_rule(h200_knobs):
     """The CTA sizes of the H200 sweep (``benchmarks/results/2026-12-03_exact_launch_sweep/
     v8_nvfp4_warps``), at the knobs of ``tuning.json``."""
     wide, base, narrow = xw.WIDE_WARPS, xw.WARPS, xw.NARROW_WARPS
-    tuning.set_gpu_name("NVIDIA H200")
-    try:
-        assert xw.warps_for(1024, 4096, 1) == wide  # 64 tiles: wide at every M
-        assert xw.warps_for(1024, 4096, xw.MAX_M) == wide
-        assert xw.warps_for(4096, 4096, 2) == wide  # 256 tiles: wide at 1 or 2 rows
-        assert xw.warps_for(4096, 4096, 3) == base
-        assert xw.warps_for(4096, 1024, 1) == base  # 16 steps: too few for 16 warps
-        assert xw.warps_for(5120, 5120, 1) == base  # 320 tiles
-        assert xw.warps_for(5120, 5120, 5) == narrow  # narrow past 4 rows from 320 tiles
-        assert xw.warps_for(14336, 4096, 1) == narrow  # 896 tiles: narrow at every M
-        assert xw.warps_for(16384, 16384, 1) == narrow  # 1024 tiles, 256 steps
-        assert xw.warps_for(16384, 16384, xw.MAX_M) == narrow
-    finally:
-        tuning.set_gpu_name(None)
+    assert xw.warps_for(1024, 4096, 1) == wide  # 64 tiles: wide at every M
+    assert xw.warps_for(1024, 4096, xw.MAX_M) == wide
+    assert xw.warps_for(4096, 4096, 2) == wide  # 256 tiles: wide at 1 or 2 rows
+    assert xw.warps_for(4096, 4096, 3) == base
+    assert xw.warps_for(4096, 1024, 1) == base  # 16 steps: too few for 16 warps
+    assert xw.warps_for(5120, 5120, 1) == base  # 320 tiles
+    assert xw.warps_for(5120, 5120, 5) == narrow  # narrow past 4 rows from 320 tiles
+    assert xw.warps_for(14336, 4096, 1) == narrow  # 896 tiles: narrow at every M
+    assert xw.warps_for(16384, 16384, 1) == narrow  # 1024 tiles, 256 steps
+    assert xw.warps_for(16384, 16384, xw.MAX_M) == narrow
 
 
 def test_ptx_specs_are_the_builds_the_launcher_picks():

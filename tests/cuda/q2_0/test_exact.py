@@ -16,7 +16,7 @@ from q2gemv import Q2Weight
 from q2gemv.cuda import exact_contract as xc
 from q2gemv.cuda.q2_0 import as_device_weight
 from q2gemv.cuda.q2_0 import exact as ex
-from q2gemv.cuda.runtime import launcher, tuning
+from q2gemv.cuda.runtime import launcher
 from q2gemv.formats.bf16 import BF16
 from q2gemv.golden.check import assert_bits_equal
 from q2gemv.host import call as road
@@ -196,30 +196,26 @@ def test_k_split_across_ctas_gives_the_same_bits(m, n, k, group, parts, warps, m
     assert np.array_equal(_check(a, w, "the same call again"), first)
 
 
-def test_warps_for_follows_the_measured_rule():
+def test_warps_for_follows_the_measured_rule(h200_knobs):
     """The CTA sizes of the H200 sweep (``benchmarks/results/2026-12-03_exact_launch_sweep/
     v7_warps_split``), at the knobs of ``tuning.json``."""
     wide, base, narrow = ex.WIDE_WARPS, ex.WARPS, ex.NARROW_WARPS
-    tuning.set_gpu_name("NVIDIA H200")
-    try:
-        assert ex.warps_for(1024, 4096, 1) == wide  # 64 tiles: wide at every M
-        assert ex.warps_for(1024, 4096, ex.MAX_M) == wide
-        assert ex.warps_for(4096, 4096, 1) == wide  # 256 tiles: wide at 1 or 2 rows
-        assert ex.warps_for(4096, 14336, 2) == wide
-        assert ex.warps_for(4096, 14336, 3) == base  # more rows: 8 warps
-        assert ex.warps_for(4096, 4096, ex.MAX_M) == base  # 256 tiles: too few for 4 warps
-        assert ex.warps_for(1024, 2048, 1) == base  # 16 steps: not two for each of 16 warps
-        assert ex.warps_for(28672, 4096, 1) == narrow  # 1792 tiles, 32 steps
-        assert ex.warps_for(14336, 4096, 4) == narrow  # 896 tiles
-        assert ex.warps_for(6144, 4096, 4) == base  # 384 tiles: narrow only past 4 rows
-        assert ex.warps_for(6144, 4096, 5) == narrow
-        assert ex.warps_for(5120, 5120, ex.MAX_M) == narrow  # 320 tiles, 40 steps
-        assert ex.warps_for(5120, 5120, 1) == base
-        assert ex.warps_for(16384, 16384, 1) == base  # 128 steps: never narrow
-        assert ex.warps_for(16384, 16384, ex.MAX_M) == base
-        assert ex.parts_for(1024, 4096, 1, wide) == 1  # K split across CTAs: never on an H200
-    finally:
-        tuning.set_gpu_name(None)
+    assert ex.warps_for(1024, 4096, 1) == wide  # 64 tiles: wide at every M
+    assert ex.warps_for(1024, 4096, ex.MAX_M) == wide
+    assert ex.warps_for(4096, 4096, 1) == wide  # 256 tiles: wide at 1 or 2 rows
+    assert ex.warps_for(4096, 14336, 2) == wide
+    assert ex.warps_for(4096, 14336, 3) == base  # more rows: 8 warps
+    assert ex.warps_for(4096, 4096, ex.MAX_M) == base  # 256 tiles: too few for 4 warps
+    assert ex.warps_for(1024, 2048, 1) == base  # 16 steps: not two for each of 16 warps
+    assert ex.warps_for(28672, 4096, 1) == narrow  # 1792 tiles, 32 steps
+    assert ex.warps_for(14336, 4096, 4) == narrow  # 896 tiles
+    assert ex.warps_for(6144, 4096, 4) == base  # 384 tiles: narrow only past 4 rows
+    assert ex.warps_for(6144, 4096, 5) == narrow
+    assert ex.warps_for(5120, 5120, ex.MAX_M) == narrow  # 320 tiles, 40 steps
+    assert ex.warps_for(5120, 5120, 1) == base
+    assert ex.warps_for(16384, 16384, 1) == base  # 128 steps: never narrow
+    assert ex.warps_for(16384, 16384, ex.MAX_M) == base
+    assert ex.parts_for(1024, 4096, 1, wide) == 1  # K split across CTAs: never on an H200
 
 
 def test_ptx_specs_are_the_builds_the_launcher_picks():

@@ -127,6 +127,25 @@ def acc_add(acc_hi, acc_lo, i, p, sh):
 # -- kernels ---------------------------------------------------------------------
 
 
+def make_finish(act: ActFormat = BF16):
+    """The device function that writes output (``m``, ``row``) of a launch from its exact sum
+    ``hsum * 2**32 + lsum`` (units of ``2**(E_m - 46)``), rounded once to ``act``; NaN for a
+    flagged (non-finite scale) sum or a special activation row. Shared by the GEMV builds."""
+    dc = device_contract(act)
+    round_fixed, nan = dc.round_fixed, dc.nan
+
+    @cuda.jit(device=True, inline="always")
+    def finish(C, EROW, hsum, lsum, flag, row, m, M0):  # noqa: N803
+        e = EROW[M0 + m]
+        if flag != 0 or e == SPECIAL_ROW:
+            C[m, row] = uint16(nan)
+        else:
+            pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
+            C[m, row] = uint16(round_fixed(hsum, lsum, pe))
+
+    return finish
+
+
 def _make_prepare_body(act: ActFormat = BF16):
     """``exact_prepare`` for activations of format ``act`` (bf16 or fp16)."""
     dc = device_contract(act)
@@ -223,8 +242,6 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
     QS_STRIDE = WARPS * BPS * ROWS_PER_CTA  # noqa: N806 - scale index advance per load
     PIDX_STRIDE = WARPS * lay.STEP_UNITS * 16  # noqa: N806 - limb-word index advance per load
     TAIL = group == 64  # noqa: N806 - K may be an odd number of units (a half last step)
-    dc = device_contract(act)
-    round_fixed, NAN = dc.round_fixed, dc.nan  # noqa: N806
 
     @cuda.jit(device=True, inline="always")
     def load_w(CODES, SCALES, qc, qs, p, nb, wv, sv):  # noqa: N803
@@ -342,15 +359,7 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
             bad = bad or (sv[i] & uint32(0x7C00)) == uint32(0x7C00)
         return pn, qc, qs, bad
 
-    @cuda.jit(device=True, inline="always")
-    def finish(C, EROW, hsum, lsum, flag, row, m, M0):  # noqa: N803
-        """Round output (``m``, ``row``) from its exact sum ``hsum * 2**32 + lsum``."""
-        e = EROW[M0 + m]
-        if flag != 0 or e == SPECIAL_ROW:
-            C[m, row] = uint16(NAN)
-        else:
-            pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
-            C[m, row] = uint16(round_fixed(hsum, lsum, pe))
+    finish = make_finish(act)
 
     def body(P32, ASUM, EROW, CODES, SCALES, C, WS, CNT, N, K, M, M0):  # noqa: N803
         red_hi = cuda.shared.array(RED, int64)

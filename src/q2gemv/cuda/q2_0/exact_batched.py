@@ -23,7 +23,7 @@ from numba import cuda, int32, int64, uint16, uint32, uint64
 from ...dispatch import plan, registry
 from ...formats import q2_0_layout as lay
 from ...formats.act import BF16, FP16, ActFormat
-from ..exact_contract import FRAC_BITS, SPECIAL_ROW, act_suffix, device_contract
+from ..exact_contract import act_suffix
 from ..runtime import tuning
 from ..runtime.dev import (
     cp_async4,
@@ -41,7 +41,6 @@ from .exact import (
     CODE_MASK,
     LIMBS,
     ROWS_PER_CTA,
-    SCALE_LSB,
     UNIT,
     acc_add,
     scale_parts,
@@ -116,8 +115,6 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
     if warps % cols or ng % cols:
         raise ValueError(f"cols: {cols} must divide warps ({warps}) and groups ({ng})")
     S = STAGES[ng]  # noqa: N806
-    dc = device_contract(act)
-    round_fixed, NAN = dc.round_fixed, dc.nan  # noqa: N806
     TPC = warps // cols  # noqa: N806 - row tiles a CTA
     NGW = ng // cols  # noqa: N806 - column groups a warp
     M8 = GROUP_ROWS * ng  # noqa: N806 - activation rows of the staged operand
@@ -285,15 +282,12 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
         h = x >> 1
         return tile * int32(ROWS_PER_CTA) + g + int32(8) * h, int32(8) * q + 2 * t + (x & 1), h
 
+    write_out = exact.make_finish(act)
+
     @cuda.jit(device=True, inline="always")
     def finish(C, EROW, hi, lo, flag, row, m, N, M, M0):  # noqa: N803
         if m < M and row < N:
-            e = EROW[M0 + m]
-            if flag != 0 or e == SPECIAL_ROW:
-                C[m, row] = uint16(NAN)
-            else:
-                pe = int64(e) - int64(FRAC_BITS + SCALE_LSB)
-                C[m, row] = uint16(round_fixed(hi, lo, pe))
+            write_out(C, EROW, hi, lo, flag, row, m, M0)
 
     def body(P32, ASUM, EROW, CODES, SCALES, C, WS, CNT, N, K, M, M0):  # noqa: N803
         sb = cuda.shared.array(SB, uint32)
