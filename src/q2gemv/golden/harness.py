@@ -226,18 +226,20 @@ def run_host_cases(cases: Iterable[HostCase]) -> list[CheckResult]:
 # A simulator worker's start in seconds (Python, numba, the first kernel builds), from a
 # 2-core CPU (docs/design_notes.md, golden).
 SIM_START_S = 15.0
+# Wall seconds per unit of sim_cost: the whole small set (sim_cost 455) took 125 s with 2
+# workers on a 2-core machine (2026-12-03, once the simulator's poll loop stopped holding
+# the GIL: cuda.runtime.twins; 3-4 min before).
+SIM_SECONDS_PER_COST = 0.5
 
 
 def sim_estimate_s(checks: list[tuple[GemvCase, str]], jobs: int) -> float:
-    """Rough wall seconds of ``checks`` on the simulator with ``jobs`` workers on this CPU.
-
-    :func:`sim_cost` in seconds per worker (the whole small set, sim_cost 455, took about
-    3-4 min with 2 workers on a 2-core machine), plus one worker start.
-    """
+    """Rough wall seconds of ``checks`` on the simulator with ``jobs`` workers on this CPU:
+    :func:`sim_cost` per worker times :data:`SIM_SECONDS_PER_COST`, plus one worker start."""
     if not checks:
         return 0.0
     workers = max(1, min(jobs, os.cpu_count() or 1, len(checks)))
-    return sum(sim_cost(c, k) for c, k in checks) / workers + SIM_START_S
+    cost = sum(sim_cost(c, k) for c, k in checks) / workers
+    return cost * SIM_SECONDS_PER_COST + SIM_START_S
 
 
 def sim_notice(checks: list[tuple[GemvCase, str]], jobs: int) -> str:

@@ -17,7 +17,7 @@ What it runs (see :mod:`q2gemv.golden`):
    numba is imported), which runs only the checks of size class ``small``
    and reports the rest as skipped, with the reason.
 
-Without a GPU the cuda half takes minutes (about 4 on a 2-core CPU for the whole
+Without a GPU the cuda half takes minutes (about 2-3 on a 2-core CPU for the whole
 suite); the command says so, with its estimate, before it starts, and prints a line
 on stderr as each kernel's checks are done. ``q2gemv verify --backend reference``
 is the quick form (seconds: the references and the host format checks only).
