@@ -31,7 +31,10 @@ and chunk M freely.
   exact in 32 bits (``|S| < 2**31``). ``S * mantissa(d_b)`` is shifted by the scale's
   exponent into a split accumulator (``hi * 2**32 + lo``, exact for any K); the warps'
   accumulators are summed in shared memory and rounded once (``round_fixed`` of
-  :func:`~q2gemv.cuda.exact_contract.device_contract`).
+  :func:`~q2gemv.cuda.exact_contract.device_contract`). With K split across CTAs
+  (``gridDim.y`` parts, :func:`parts_for`; off on the H200, where it measured slower),
+  each CTA adds its exact sums into a workspace by 64-bit integer atomics and the last
+  part of a row tile to finish rounds them.
 
 The activation format (bf16 or fp16, :mod:`q2gemv.formats.act`) is a build parameter of
 both kernels (the prepare reads it, the GEMV rounds to it); the operands carry it
