@@ -209,7 +209,8 @@ def cta_warps(tiles: int, steps: int, m: int, knobs: dict) -> int:
       at most ``wide_tiles`` row tiles at any M, or ``wide_tiles_few_rows`` at up to
       ``wide_max_m`` rows;
     * :data:`NARROW_WARPS` on a K of at most ``narrow_max_steps`` steps and a large grid: at
-      least ``narrow_min_tiles[r]`` row tiles for the smallest key ``r >= m``;
+      least ``narrow_min_tiles[r]`` row tiles for the smallest key ``r >= m`` (the largest
+      key past the last);
     * else :data:`WARPS`.
 
     Any choice gives the same bits (the warps' sums are exact integers)."""
@@ -219,7 +220,8 @@ def cta_warps(tiles: int, steps: int, m: int, knobs: dict) -> int:
     ):
         return WIDE_WARPS
     if steps <= knobs["narrow_max_steps"]:
-        least = min((int(r), t) for r, t in knobs["narrow_min_tiles"].items() if int(r) >= m)[1]
+        table = sorted((int(r), t) for r, t in knobs["narrow_min_tiles"].items())
+        least = next((t for r, t in table if r >= m), table[-1][1])
         if tiles >= least:
             return NARROW_WARPS
     return WARPS

@@ -218,6 +218,23 @@ def test_warps_for_follows_the_measured_rule(h200_knobs):
     assert ex.parts_for(1024, 4096, 1, wide) == 1  # K split across CTAs: never on an H200
 
 
+def test_cta_warps_reads_its_knobs():
+    """The rule is the knobs' (a GPU's entry may differ): each threshold moves the choice."""
+    from q2gemv.cuda.exact_contract import cta_warps
+
+    kn = {
+        "wide_tiles": 10, "wide_tiles_few_rows": 20, "wide_max_m": 1,
+        "narrow_max_steps": 40, "narrow_min_tiles": {"2": 100, "8": 50},
+    }  # fmt: skip
+    assert cta_warps(10, 32, 8, kn) == ex.WIDE_WARPS
+    assert cta_warps(20, 32, 1, kn) == ex.WIDE_WARPS and cta_warps(20, 32, 2, kn) == ex.WARPS
+    assert cta_warps(10, 31, 1, kn) == ex.WARPS  # fewer than 2 steps for each of 16 warps
+    assert cta_warps(100, 40, 2, kn) == ex.NARROW_WARPS and cta_warps(99, 40, 2, kn) == ex.WARPS
+    assert cta_warps(50, 40, 3, kn) == ex.NARROW_WARPS  # the key 8 serves 3..8 rows
+    assert cta_warps(50, 40, 9, kn) == ex.NARROW_WARPS  # past the last key: the last key's
+    assert cta_warps(1000, 41, 1, kn) == ex.WARPS  # K too long for 4 warps
+
+
 def test_ptx_specs_are_the_builds_the_launcher_picks():
     """The PTX tests compile every M group and Q2_0 group at 8 warps in bf16 and fp16, and each
     other CTA size the launcher picks (on the measured shapes) at every M group in bf16 and
