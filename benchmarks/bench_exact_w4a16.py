@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ms", help="comma-separated M values (default: the full list)")
     p.add_argument("--shapes", help="e.g. 16384x16384,5120x5120 (default: all four)")
     p.add_argument(
-        "--warps", type=int, choices=(8, 16), help="force this many warps a CTA (default: auto)"
+        "--warps", type=int, choices=(4, 8, 16), help="force this many warps a CTA (default: auto)"
     )
     args = p.parse_args(argv)
     args.out = args.out or dated("exact_w4a16")
