@@ -431,6 +431,11 @@ def families() -> tuple[FamilySpec, ...]:
     return tuple(_FAMILIES.values())
 
 
+def host_weight_names() -> str:
+    """The host weight classes of every family, for messages (``"Q2Weight, Nvfp4Weight"``)."""
+    return ", ".join(f.host_weight.rpartition(".")[2] for f in _FAMILIES.values())
+
+
 def layer_formats() -> tuple[str, ...]:
     """The formats torch layers exist for (:attr:`FamilySpec.layer_format`), in family order."""
     return tuple(f.layer_format for f in _FAMILIES.values() if f.layer_format)
@@ -534,6 +539,7 @@ __all__ = [
     "family",
     "family_of",
     "families",
+    "host_weight_names",
     "layer_formats",
     "bump_policy_generation",
     "policy_generation",

@@ -46,9 +46,8 @@ def family_spec(weight) -> tuple[registry.FamilySpec, bool]:
     """``(family spec, on_device)`` of a weight; TypeError naming ``weight`` otherwise."""
     found = registry.family_of(weight)
     if found is None:
-        names = ", ".join(f.host_weight.rpartition(".")[2] for f in registry.families())
         raise TypeError(
-            f"weight: expected a {names} or their device-resident forms, "
+            f"weight: expected a {registry.host_weight_names()} or their device-resident forms, "
             f"got {type(weight).__name__}"
         )
     return found

@@ -96,9 +96,9 @@ def to_device(
         return spec.device_class().upload(weight, stream, **options)
     if isinstance(weight, DeviceWeight) and getattr(weight, "family", None) in registry.FAMILIES:
         return weight
-    names = ", ".join(f.host_weight.rpartition(".")[2] for f in registry.families())
     raise TypeError(
-        f"weight: expected a {names} or a device-resident weight, got {type(weight).__name__}"
+        f"weight: expected a {registry.host_weight_names()} or a device-resident weight, "
+        f"got {type(weight).__name__}"
     )
 
 

@@ -8,7 +8,7 @@ import torch
 
 from ..api import resolve_numerics
 from ..dispatch import registry
-from ..nn.layers import keep_bias_dtype, layer_class
+from ..nn.layers import empty_for, layer_class
 from ..nn.swap import LinearTarget, find_linears, swap_linears
 from ..tools.progress import Progress, wants_progress
 from . import fuse as fusion
@@ -139,15 +139,7 @@ def quantize_model(
 
     def make(lin: torch.nn.Linear) -> torch.nn.Module:
         if lin.weight.is_meta:  # an empty model: an empty layer, filled by loading
-            new = layer.empty(
-                lin.out_features,
-                lin.in_features,
-                **group_arg,
-                bias=lin.bias is not None,
-                numerics=numerics,
-                device=lin.weight.device,
-            )
-            return keep_bias_dtype(new, lin)
+            return empty_for(layer, lin, numerics, **group_arg)
         return layer.from_linear(lin, **group_arg, numerics=numerics)
 
     targets, skipped = find_linears(model, reason)

@@ -14,7 +14,7 @@ import torch
 
 from ..api import resolve_numerics
 from ..dispatch import registry
-from ..nn.layers import QuantizedLinear, keep_bias_dtype, layer_class, layer_classes
+from ..nn.layers import QuantizedLinear, empty_for, layer_class, layer_classes
 from ..nn.swap import find_linears, swap_linears
 from . import fuse as fusion
 
@@ -179,15 +179,7 @@ def replace_with_empty_layers(model: torch.nn.Module, config: dict) -> dict[str,
                 "quantization_config does not list the layer in modules_to_not_convert"
             )
         group_arg = {"group": c["group"]} if grouped else {}
-        new = layer.empty(
-            lin.out_features,
-            lin.in_features,
-            **group_arg,
-            bias=lin.bias is not None,
-            numerics=c["numerics"],
-            device=lin.weight.device,
-        )
-        return keep_bias_dtype(new, lin)
+        return empty_for(layer, lin, c["numerics"], **group_arg)
 
     targets, _ = find_linears(model, reason)
     done = swap_linears(targets, make)

@@ -149,11 +149,22 @@ def _named(found: dict, name: str, param: str, what: str, path):
     return found[name]
 
 
-def keep_bias_dtype(layer: torch.nn.Module, linear: torch.nn.Linear) -> torch.nn.Module:
-    """``layer`` (an empty one made for ``linear``) with an fp16 bias buffer when ``linear``'s
-    bias is fp16 (an fp16 model: loading then keeps its biases fp16, as :func:`_bias_buffer`
-    does); otherwise as it is. Returns ``layer``."""
-    if layer.bias is not None and linear.bias is not None and linear.bias.dtype == torch.float16:
+def empty_for(
+    cls: type[QuantizedLinear], linear: torch.nn.Linear, numerics: str | None, **settings
+) -> QuantizedLinear:
+    """An empty layer of class ``cls`` in place of ``linear`` (its shape, bias and device;
+    ``settings``: the format's, e.g. ``group``), filled later by loading. Its bias buffer is
+    fp16 when ``linear``'s bias is (an fp16 model: loading then keeps its biases fp16, as
+    :func:`_bias_buffer` does)."""
+    layer = cls.empty(
+        linear.out_features,
+        linear.in_features,
+        **settings,
+        bias=linear.bias is not None,
+        numerics=numerics,
+        device=linear.weight.device,
+    )
+    if layer.bias is not None and linear.bias.dtype == torch.float16:
         layer.bias = torch.empty_like(layer.bias, dtype=torch.float16)
     return layer
 
