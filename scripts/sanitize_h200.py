@@ -87,19 +87,25 @@ def _w4_cases():
 
 
 def _exact_cases():
-    """(group, n, k, m, warps, parts) for q2_0_gemv_exact: row tails, blocks past the 8 warps,
-    every tile count, chunks, at the launch rule's CTA shape (warps, parts None); then the
-    other CTA sizes and K split across CTAs forced (the integer atomics, the last CTA's
-    rounding, the workspace left zero)."""
+    """(group, n, k, m, warps, parts, finite) for q2_0_gemv_exact: row tails, blocks past the 8
+    warps, every tile count, chunks, at the launch rule's CTA shape (warps, parts None); then
+    the other CTA sizes and K split across CTAs forced (the integer atomics, the last CTA's
+    rounding, the workspace left zero); then weights wide enough for the batched build
+    (n = 14337: 897 row tiles) in chunks of 9..32 rows, with every scale finite (its one-word
+    build) and with one infinite scale (its general build). ``finite`` False: the weight has
+    one infinite scale."""
     cases = []
     for group in (64, 128):
         for n in (1, 7, 17):
             for m in (1, 2, 3, 5, 9, 17):
-                cases.append((group, n, group * 9, m, None, None))
-        cases.append((group, 4097, 5120, 16, None, None))
-        cases.append((group, 4097, 5120, 33, None, None))
+                cases.append((group, n, group * 9, m, None, None, False))
+        cases.append((group, 4097, 5120, 16, None, None, False))
+        cases.append((group, 4097, 5120, 33, None, None, False))
         for warps, parts, m in ((4, 1, 5), (16, 1, 3), (8, 3, 9), (4, 2, 1), (16, 2, 17)):
-            cases.append((group, 17, group * 9, m, warps, parts))
+            cases.append((group, 17, group * 9, m, warps, parts, False))
+        for finite in (True, False):
+            for m in (9, 33):
+                cases.append((group, 14337, group * 3, m, None, None, finite))
     return cases
 
 
@@ -226,12 +232,13 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
     from q2gemv.reference.exact import q2_0_gemv_exact
 
     rule = (q2x.warps_for, q2x.parts_for, w4x.warps_for)
-    for group, n, k, m, warps, parts in ex_cases:
-        key = ("ex", group, n, k)
+    for group, n, k, m, warps, parts, finite in ex_cases:
+        key = ("ex", group, n, k, finite)
         if key not in weights:
             codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
             scales = (rng.standard_normal((n, k // group)) * 0.05).astype(np.float16)
-            scales.reshape(-1)[0] = np.inf  # one non-finite scale: a NaN column
+            if not finite:
+                scales.reshape(-1)[0] = np.inf  # one non-finite scale: a NaN column
             w = Q2Weight.from_codes(codes, scales, group=group)
             weights[key] = (w, q2cuda.DeviceQ2Weight.upload(w), acts(33, k))
             refs[key] = q2_0_gemv_exact(weights[key][2], w).view(np.uint16)
@@ -247,6 +254,7 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
         finally:
             q2x.warps_for, q2x.parts_for = rule[0], rule[1]
         shape = "" if warps is None else f" warps={warps} parts={parts}"
+        shape += " finite" if finite else ""
         check(
             f"q2_0_gemv_exact group={group} n={n} k={k} m={m}{shape}",
             d_out.copy_to_host(),

@@ -249,15 +249,16 @@ def test_prepared_activations_serve_only_q2_exact():
 
 
 def test_batch_invariance_across_row_chunks():
-    """M=17 crosses the 8-row launches twice (and would cross 16): each row == a one-row call."""
+    """M=17 crosses the 8-row launches twice (and would cross 16): each row == a one-row call.
+    M=33 crosses a chunk of 32 rows."""
     from q2gemv.cuda.q2_0 import exact
 
     rng = np.random.default_rng(8)
     w = random_weight(rng, 9, K, 128)
     a = random_acts(rng, 17, K)
     a[3, 5] = a[12, 0] = np.nan  # two NaN rows, one in each later chunk
-    assert exact.MAX_M == api.Q2_EXACT_KERNELS["q2_0_gemv_exact"] < 17
-    assert len(q2gemv.plan(w, 17)) == -(-17 // exact.MAX_M)
+    assert exact.BUILD_MAX_M < 17 and exact.MAX_M == api.Q2_EXACT_KERNELS["q2_0_gemv_exact"]
+    assert len(q2gemv.plan(w, 17)) == 1 and len(q2gemv.plan(w, 33)) == 2
     ref_all = _bits(q2gemv.gemv(a, w, backend="reference"))
     for i in range(17):
         one = q2gemv.gemv(a[i : i + 1], w, backend="reference")

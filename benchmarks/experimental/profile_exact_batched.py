@@ -26,8 +26,8 @@ from q2gemv.cuda.runtime import launcher
 from q2gemv.dispatch.plan import ChunkPlan
 
 
-def sass(ng: int, group: int, warps: int) -> int:
-    kern = xb._batch_kernel(ng, group, warps)  # compiled for its one signature
+def sass(ng: int, group: int, warps: int, one_word: bool = False) -> int:
+    kern = xb._batch_kernel(ng, group, warps, one_word=one_word)  # compiled for its signature
     regs = kern.get_regs_per_thread()
     local = kern.get_local_mem_per_thread()
     shared = kern.get_shared_mem_per_block()
@@ -37,7 +37,9 @@ def sass(ng: int, group: int, warps: int) -> int:
         m.group(1).split(".")[0]
         for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]*)", text)
     )
-    print(f"build ng={ng} g{group} w{warps}: {regs} registers, {local} B local, {shared} B shared")
+    print(
+        f"build ng={ng} g{group} w{warps}{' one-word' if one_word else ''}: {regs} registers, {local} B local, {shared} B shared"
+    )
     print(sum(ops.values()), "instructions:", dict(ops.most_common(25)))
     return 0
 
@@ -51,9 +53,10 @@ def main(argv=None) -> int:
     p.add_argument("--regs", type=int, default=None)
     p.add_argument("--group", type=int, default=128)
     p.add_argument("--sass", nargs=3, type=int, metavar=("NG", "GROUP", "WARPS"))
+    p.add_argument("--one-word", action="store_true", help="--sass of the one-word build")
     args = p.parse_args(argv)
     if args.sass:
-        return sass(*args.sass)
+        return sass(*args.sass, args.one_word)
     n, k, m = args.shape
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench_exact import random_weight

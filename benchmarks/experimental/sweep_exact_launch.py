@@ -41,10 +41,10 @@ L2_BYTES = 60 * 2**20
 REF_MAX = 2**31  # M * N * K up to which the reference is computed on the host
 
 
-def candidates(n: int, k: int, m: int, full: bool = True, family: str = "both"):
+def candidates(n: int, k: int, m: int, full: bool = True, family: str = "both", split: bool = True):
     """``(batched, warps, parts, cols, max_regs)`` of each candidate launch shape. The default
     kernel: 4, 8 and 16 warps, each with K split across CTAs in 1, 2, 3, 4, 6 or 8 parts
-    (each warp keeping at least one step a part). The batched variant (``family`` "both" or
+    (each warp keeping at least one step a part; ``split`` False: 1 part only). The batched variant (``family`` "both" or
     "batched", M >= 2; ``full``: 4 and 8 warps with every K split; else 4 and 8 warps with
     and without a 128-register cap, and 4 warps with K in 2 and 4 parts)."""
     steps = -(-k // 128)
@@ -53,7 +53,7 @@ def candidates(n: int, k: int, m: int, full: bool = True, family: str = "both"):
         out = [
             (False, w, parts, 1, None)
             for w in (4, 8, 16)
-            for parts in (1, 2, 3, 4, 6, 8)
+            for parts in ((1, 2, 3, 4, 6, 8) if split else (1,))
             if parts == 1 or steps >= w * parts
         ]
     if m < 2 or family == "default":
@@ -86,6 +86,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--short", action="store_true", help="the short list (see candidates)")
     p.add_argument("--family", default="both", choices=("both", "default", "batched"))
+    p.add_argument("--no-split", action="store_true", help="the default kernel unsplit only")
     p.add_argument(
         "--format",
         default="q2_0",
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     xb.register()
     warps_for, parts_for, batch_rule = ex.warps_for, ex.parts_for, xb.launch_rule
+    batched_for = ex.batched_for
     timer = timing.GraphTimer()
     rng = np.random.default_rng(0)
     rows, bad = [], 0
@@ -149,14 +151,17 @@ def main(argv=None) -> int:
                 for W, o in zip(dense, touts, strict=True)
             ]
             bf16_us = float(np.median(timer.time_sequence(bf16, args.repeats).per_call_s)) * 1e6
+            # the launches q2gemv.gemv makes: rows past 8 in one batched launch where
+            # batched_for says so, else the default's 8-row launches
             wm = warps_for(n, k, min(m, 8))
             picks = {(False, wm, parts_for(n, k, min(m, 8), wm), 1, None)}
             if nvfp4:
                 picks = {(False, w4_warps_for(n, k, min(m, max_m)), 1, 1, None)}
-            br = batch_rule(n, k, min(m, xb.MAX_M))
-            picks.add((True, br.warps, br.parts, br.cols, br.max_regs))
+            elif batched_for(n, k, min(m, xb.MAX_M)):
+                br = batch_rule(n, k, min(m, xb.MAX_M))
+                picks = {(True, br.warps, br.parts, br.cols, br.max_regs)}
             first = None
-            cands = candidates(n, k, m, not args.short, args.family)
+            cands = candidates(n, k, m, not args.short, args.family, not args.no_split)
             if nvfp4:
                 cands = [(False, w, 1, 1, None) for w in (4, 8, 16)]
             for batched, warps, parts, cols, regs in cands:
@@ -165,6 +170,7 @@ def main(argv=None) -> int:
                 ex.warps_for = lambda n_, k_, m_, w=warps: w
                 xw.warps_for = lambda n_, k_, m_, w=warps: w
                 ex.parts_for = lambda n_, k_, m_, w_, p=parts: p
+                ex.batched_for = lambda n_, k_, m_: False  # the default: 8-row launches
                 rule = xb.LaunchRule(warps, parts, cols, regs)
                 xb.launch_rule = lambda n_, k_, m_, r=rule: r
                 try:
@@ -182,6 +188,7 @@ def main(argv=None) -> int:
                     us = float(np.median(t)) * 1e6 * len(alone) / len(seqs)
                 finally:
                     ex.warps_for, ex.parts_for, xb.launch_rule = warps_for, parts_for, batch_rule
+                    ex.batched_for = batched_for
                     xw.warps_for = w4_warps_for
                 if first is None:
                     first = got

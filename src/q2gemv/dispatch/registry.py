@@ -35,10 +35,11 @@ THREADS_PER_CTA = 256
 
 # Activation rows per launch of the batched Q2_0 seed kernels (they stage at most this many).
 Q2_BATCHM_MAX_M = 8
-# q2_0_gemv_exact: activation rows per launch. A 16-row build runs one CTA per SM
-# (registers); two 8-row launches measured faster (docs/design_notes.md, kernels).
-# Chunking is free under the exact contract.
-Q2_EXACT_MAX_M = 8
+# q2_0_gemv_exact: activation rows per chunk of a call. A chunk of up to 8 rows is one launch
+# of the unbatched build (a 16-row unbatched build runs one CTA per SM: docs/design_notes.md);
+# 9..32 rows are one launch of the batched build on wide weights, 8-row launches on narrow
+# ones (q2gemv.cuda.q2_0.exact.batched_for, measured). Chunking is free under the exact contract.
+Q2_EXACT_MAX_M = 32
 # q2_0_gemv_exact: codes per unit (one activation sum each; both groups are whole units), so
 # K is a multiple of it.
 Q2_EXACT_UNIT = 64

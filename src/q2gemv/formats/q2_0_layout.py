@@ -117,3 +117,46 @@ def from_exec_layout(codes, scales, n: int, k: int, group: int) -> np.ndarray:
         np.ascontiguousarray(qs).view(np.uint8).reshape(n, nb, group // 4)
     )
     return out.reshape(-1)
+
+
+# -- one-word accumulators -------------------------------------------------------------
+# A block's exact sum S = sum_k (code_k - 1) * A_k has |S| < 2**31 (at most 128 codes, |code - 1|
+# <= 2, |A_k| < 2**23). Its scale d_b = mant_b * 2**(shift_b - 24) (scale_parts of the kernels).
+# Against a tile's base shift b, m_b = +-mant_b * 2**(shift_b - b) is an integer, and if
+# sum_b |m_b| < 2**32 along every row, every partial sum of S_b * m_b stays below 2**63: one
+# int64 accumulator and one multiply-add a block hold the row's exact sum (in units of
+# 2**(b - 24)), where the general accumulator rescales each term into two words.
+NO_BASE = -1  # a tile whose rows need the general accumulator
+
+
+def _scale_fields(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """fp16 bits -> ``(mantissa, shift, finite)`` as the kernels' ``scale_parts`` reads them."""
+    bits = bits.astype(np.int64)
+    e = (bits >> 10) & 31
+    f = bits & 1023
+    mant = np.where(e > 0, f | 1024, f)
+    return mant, np.maximum(e, 1) - 1, e != 31
+
+
+def accumulator_bases(scales, n: int, k: int, group: int) -> np.ndarray:
+    """Each row tile's base shift for one-word accumulators, or :data:`NO_BASE`.
+
+    ``scales`` is the layout's scales array (uint16 [:func:`scale_halves`]). A tile's base
+    is the smallest shift of its nonzero scales (0 if it has none); the tile takes it if
+    every scale is finite and along each of its rows ``sum_b |m_b| < 2**32`` and
+    ``|m_b| < 2**31`` (the bound above); otherwise :data:`NO_BASE`. Returns int32 [tiles].
+    """
+    group = fmt.check_group(group)
+    nt, nb = tiles(n), int(k) // group
+    s = np.asarray(scales, np.uint16)
+    if s.size != scale_halves(n, k, group):
+        raise ValueError(f"scales: expected {scale_halves(n, k, group)} entries, got {s.size}")
+    mant, shift, finite = _scale_fields(s.reshape(nt, nb, TILE_ROWS))
+    big = np.int64(99)  # above every shift (at most 29)
+    base = np.where(mant > 0, shift, big).min(axis=(1, 2))
+    base = np.where(base == big, 0, base)
+    m = np.where(mant > 0, mant << np.maximum(shift - base[:, None, None], 0), 0)  # < 2**40
+    ok = (
+        finite.all(axis=(1, 2)) & (m.max(axis=(1, 2)) < 2**31) & (m.sum(axis=1).max(axis=1) < 2**32)
+    )
+    return np.where(ok, base, NO_BASE).astype(np.int32)

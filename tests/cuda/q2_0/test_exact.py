@@ -51,23 +51,23 @@ def _check(a_bits, w, label):
 
 
 # (m, n, k, group): N = 1, tails (N % 16), more blocks than the CTA's 8 warps, every M build
-CHUNKED_M = 17  # test_run_kernel_is_batch_invariant: chunks of MAX_M rows and a 1-row chunk
+CHUNKED_M = 17  # test_run_kernel_is_batch_invariant: launches of BUILD_MAX_M rows and one of 1
 SHAPES = [
     (1, 1, 64, 64),
     (1, 17, 256, 128),  # a tail CTA of one row
     (2, 16, 64 * 9, 64),  # 9 blocks: warp 0 takes two
     (3, 5, 128 * 9, 128),
     (5, 7, 128, 64),
-    (9, 3, 256, 128),  # a full chunk and a 1-row chunk (MAX_M = 8)
+    (9, 3, 256, 128),  # a full launch and a 1-row launch (BUILD_MAX_M = 8)
 ]
 
 
 def _chunks(m: int) -> list[int]:
-    return [min(ex.MAX_M, m - r0) for r0 in range(0, m, ex.MAX_M)]
+    return [min(ex.BUILD_MAX_M, m - r0) for r0 in range(0, m, ex.BUILD_MAX_M)]
 
 
 def test_shapes_cover_every_tile_build():
-    every = {ex.tiles_for(m) for m in range(1, ex.MAX_M + 1)}
+    every = {ex.tiles_for(m) for m in range(1, ex.BUILD_MAX_M + 1)}
     ms = [m for m, *_ in SHAPES] + [CHUNKED_M]
     assert {ex.tiles_for(rows) for m in ms for rows in _chunks(m)} == every
     assert len(_chunks(CHUNKED_M)) > 1
@@ -201,20 +201,20 @@ def test_warps_for_follows_the_measured_rule(h200_knobs):
     v7_warps_split``), at the knobs of ``tuning.json``."""
     wide, base, narrow = ex.WIDE_WARPS, ex.WARPS, ex.NARROW_WARPS
     assert ex.warps_for(1024, 4096, 1) == wide  # 64 tiles: wide at every M
-    assert ex.warps_for(1024, 4096, ex.MAX_M) == wide
+    assert ex.warps_for(1024, 4096, ex.BUILD_MAX_M) == wide
     assert ex.warps_for(4096, 4096, 1) == wide  # 256 tiles: wide at 1 or 2 rows
     assert ex.warps_for(4096, 14336, 2) == wide
     assert ex.warps_for(4096, 14336, 3) == base  # more rows: 8 warps
-    assert ex.warps_for(4096, 4096, ex.MAX_M) == base  # 256 tiles: too few for 4 warps
+    assert ex.warps_for(4096, 4096, ex.BUILD_MAX_M) == base  # 256 tiles: too few for 4 warps
     assert ex.warps_for(1024, 2048, 1) == base  # 16 steps: not two for each of 16 warps
     assert ex.warps_for(28672, 4096, 1) == narrow  # 1792 tiles, 32 steps
     assert ex.warps_for(14336, 4096, 4) == narrow  # 896 tiles
     assert ex.warps_for(6144, 4096, 4) == base  # 384 tiles: narrow only past 4 rows
     assert ex.warps_for(6144, 4096, 5) == narrow
-    assert ex.warps_for(5120, 5120, ex.MAX_M) == narrow  # 320 tiles, 40 steps
+    assert ex.warps_for(5120, 5120, ex.BUILD_MAX_M) == narrow  # 320 tiles, 40 steps
     assert ex.warps_for(5120, 5120, 1) == base
     assert ex.warps_for(16384, 16384, 1) == base  # 128 steps: never narrow
-    assert ex.warps_for(16384, 16384, ex.MAX_M) == base
+    assert ex.warps_for(16384, 16384, ex.BUILD_MAX_M) == base
     assert ex.parts_for(1024, 4096, 1, wide) == 1  # K split across CTAs: never on an H200
 
 
@@ -242,7 +242,7 @@ def test_ptx_specs_are_the_builds_the_launcher_picks():
     picked = {
         (ex.tiles_for(m), ex.warps_for(n, k, m))
         for n, k in ((1024, 4096), (4096, 4096), (16384, 16384), (28672, 4096), (6144, 4096))
-        for m in range(1, ex.MAX_M + 1)
+        for m in range(1, ex.BUILD_MAX_M + 1)
     }
     assert {warps for _, warps in picked} == set(ex.CTA_WARPS)
     want = {
@@ -267,17 +267,46 @@ def test_launches_choose_the_cta_size_per_chunk():
 
 
 def test_q2_launches_chunk_by_max_m():
+    """Narrow weights: chunks of MAX_M rows, each in unbatched launches of BUILD_MAX_M rows."""
     rng = np.random.default_rng(8)
     w = _weight(rng, 3, 64, 64)
-    m = 2 * ex.MAX_M + 1
+    m = ex.MAX_M + ex.BUILD_MAX_M + 1
     ops = ex.ExactOperands.allocate(m, 64)  # launching nothing: only the launch list
     dw = as_device_weight(w)
     launches = ex.q2_launches(ops, dw, cuda.device_array((m, 3), np.uint16))
-    assert len(launches) == 3
+    assert len(launches) == ex.MAX_M // ex.BUILD_MAX_M + 2
+    assert [a[-1] for *_, a in launches] == [0, 8, 16, 24, 32, 40]  # each launch's first row
     with pytest.raises(ValueError, match="out"):
         ex.q2_launches(ops, dw, cuda.device_array((m, 4), np.uint16))
-    with pytest.raises(ValueError, match="m: q2_0_gemv_exact serves"):
-        ex.tiles_for(ex.MAX_M + 1)
+    with pytest.raises(ValueError, match="m: an unbatched q2_0_gemv_exact build serves"):
+        ex.tiles_for(ex.BUILD_MAX_M + 1)
+
+
+def test_wide_weights_take_one_batched_launch_per_chunk(h200_knobs, monkeypatch):
+    """From ``batched_min_tiles`` row tiles on, a chunk of 9..32 rows is one launch of the
+    batched build (its one-word build here), and the bits stay the reference's; 8 rows or
+    fewer stay unbatched. Then the rule is replaced so that a small weight counts as wide."""
+    from q2gemv.cuda.q2_0 import exact_batched as xb
+
+    # the measured split (v9_one_word): batched on these weights, 8-row launches on those
+    for n, k in ((14336, 4096), (16384, 16384), (17408, 5120), (5120, 17408)):
+        assert ex.batched_for(n, k, 9) and ex.batched_for(n, k, 32), (n, k)
+        assert not ex.batched_for(n, k, 8), (n, k)
+    for n, k in ((4096, 4096), (1024, 4096), (4096, 14336), (5120, 5120)):
+        assert not ex.batched_for(n, k, 12) and not ex.batched_for(n, k, 32), (n, k)
+    monkeypatch.setattr(ex, "batched_for", lambda n_, k_, m_: m_ > ex.BUILD_MAX_M)
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(2, 1))
+    rng = np.random.default_rng(21)
+    m, n, k = 37, 20, 256
+    codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    hw = Q2Weight.from_codes(codes, (rng.standard_normal((n, 2)) * 0.05).astype(np.float16), 128)
+    dw = as_device_weight(hw)
+    a = _acts(rng, m, k)
+    ops = ex.ExactOperands.allocate(m, k)
+    launches = ex.q2_launches(ops, dw, cuda.device_array((m, n), np.uint16))
+    assert [a_[-1] for *_, a_ in launches] == [0, 32]  # one launch of 32 rows, one of 5
+    assert launches[0][2] == 64 and launches[1][2] == 32 * ex.warps_for(n, k, 5)
+    _check(a, hw, "m=37 on a 'wide' weight: a batched launch and an unbatched one")
 
 
 def test_prepared_operands_serve_two_weights():

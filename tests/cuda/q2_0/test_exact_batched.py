@@ -20,6 +20,7 @@ from q2gemv.cuda.q2_0 import exact_batched as xb
 from q2gemv.cuda.runtime import launcher
 from q2gemv.dispatch import registry as kernels
 from q2gemv.formats.bf16 import BF16
+from q2gemv.formats.q2_0 import Q2Weight
 from q2gemv.golden.check import assert_bits_equal
 from q2gemv.reference import exact as rex
 
@@ -61,6 +62,58 @@ def test_matches_the_reference(batched, monkeypatch, m, n, k, group, warps, part
     _check(a, _weight(rng, n, k, group), batched, f"m={m} n={n} k={k} g{group} {rule}")
 
 
+def _narrow_weight(rng, n, k, group) -> Q2Weight:
+    """Scales as a quantizer makes them (one magnitude, both signs): every tile has a base, so
+    the one-word build runs."""
+    codes = rng.integers(0, 4, (n, k), dtype=np.uint8)
+    scales = (rng.standard_normal((n, k // group)) * 0.05).astype(np.float16)
+    return Q2Weight.from_codes(codes, scales, group=group)
+
+
+@pytest.mark.parametrize(
+    "m, n, k, group, warps, parts",
+    [
+        (3, 17, 256, 128, 1, 1),  # one group, a tail tile
+        (9, 20, 64 * 5, 64, 2, 2),  # two groups, a half last step, K split in 2
+        (33, 3, 128 * 2, 128, 1, 3),  # 32 rows (four groups) and 1, a part with no step
+    ],
+)
+def test_one_word_build_matches_the_reference(batched, monkeypatch, m, n, k, group, warps, parts):
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(warps, parts))
+    rng = np.random.default_rng(m + n + k)
+    hw = _narrow_weight(rng, n, k, group)
+    w = as_device_weight(hw)
+    bases, one_word = w.accumulator_bases()
+    bases = bases.copy_to_host()
+    assert one_word and (bases >= 0).all() and bases.max() > 0  # a base above 0 is crossed
+    a = _acts(rng, m, k)
+    a[m - 1, 5] = 0x7FC0  # a NaN row
+    got = q2gemv.gemv(a.view(BF16), w, kernel=batched, backend="cuda").view(np.uint16)
+    want = rex.q2_0_gemv_exact(a.view(BF16), hw).view(np.uint16)
+    assert_bits_equal(got, want, f"one word m={m} n={n} k={k} g{group}")
+
+
+def test_one_word_build_at_the_edge_of_its_bound(batched, monkeypatch):
+    """Each row's multipliers sum to just under 2**32 against base 0 and every block sum is
+    near +-2**31 (codes all 3 or all 0, the largest activations): partial sums near 2**62
+    in one int64, still exact; a different sign per row."""
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(1, 1))
+    group, k, n, m = 128, 128 * 3, 4, 2
+    d = np.array([[2.0**-14, 64.0, 64.0]] * n, np.float16)
+    d[1] *= -1
+    d[3, 0] = 65504.0 / 2**11  # mant 2047, shift 18: the sum stays below 2**32
+    codes = np.full((n, k), 3, np.uint8)
+    codes[2] = 0
+    hw = Q2Weight.from_codes(codes, d, group=group)
+    w = as_device_weight(hw)
+    assert w.accumulator_bases()[1]
+    a = np.full((m, k), 255.0 / 128, np.float32).astype(BF16).view(np.uint16)  # A = 255 * 2**15
+    a[1, ::2] ^= 0x8000  # alternating signs: cancellation through the 2**62 partials
+    got = q2gemv.gemv(a.view(BF16), w, kernel=batched, backend="cuda").view(np.uint16)
+    want = rex.q2_0_gemv_exact(a.view(BF16), hw).view(np.uint16)
+    assert_bits_equal(got, want, "one word at its bound")
+
+
 def test_special_values_through_a_split(batched, monkeypatch):
     """Inf/NaN scales on rows g and g + 8 reach their outputs through the split's sums."""
     monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(1, 2))
@@ -89,11 +142,13 @@ def test_split_workspace_is_left_zero_and_kept(batched, monkeypatch):
 
 
 def test_launch_rule_is_the_measured_one():
-    """Pinned from the H200 entry of cuda/q2_0/tuning.json (the launch sweep, M = 16 and 32)."""
+    """Pinned from the H200 entry of cuda/q2_0/tuning.json (the launch sweeps, M = 12, 16, 32:
+    the fastest batched shape of each of these weights in v9_one_word)."""
     rule = xb.launch_rule
     assert rule(16384, 16384, 32) == xb.LaunchRule(8, 1)
     assert rule(14336, 4096, 16) == xb.LaunchRule(8, 1)
-    assert rule(17408, 5120, 32) == xb.LaunchRule(8, 1)
+    assert rule(17408, 5120, 32) == xb.LaunchRule(4, 1)  # 136 CTAs of 8 warps: past one wave
+    assert rule(5120, 17408, 12) == xb.LaunchRule(4, 4)
     assert rule(4096, 4096, 32) == xb.LaunchRule(4, 4)
     assert rule(4096, 14336, 16) == xb.LaunchRule(4, 4)
     assert rule(1024, 4096, 32) == xb.LaunchRule(4, 8)

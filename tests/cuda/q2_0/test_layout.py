@@ -152,3 +152,73 @@ def test_a_host_weight_is_uploaded_in_the_form_its_contract_reads():
     assert exact.b16 is None and exact.codes is not None
     for got, want in zip(seed.exec_layout(), exact.exec_layout(), strict=True):
         np.testing.assert_array_equal(got.copy_to_host(), want.copy_to_host())
+
+
+# -- one-word accumulator bases ------------------------------------------------------
+
+
+def _bases_by_rows(d: np.ndarray, k: int, group: int) -> np.ndarray:
+    """accumulator_bases of a weight with fp16 scales ``d`` [n, k / group] (codes 0)."""
+    n = d.shape[0]
+    w = fmt.Q2Weight.from_codes(np.zeros((n, k), np.uint8), d, group=group)
+    _, scales = lay.to_exec_layout(w.raw, n, k, group)
+    return lay.accumulator_bases(scales, n, k, group)
+
+
+def _exact_bound_holds(d: np.ndarray, base: int) -> bool:
+    """The bound, in Python integers: every row's sum of |m_b| below 2**32, each below 2**31."""
+    bits = d.view(np.uint16).astype(int)
+    for row in bits:
+        total = 0
+        for h in row:
+            e, f = (h >> 10) & 31, h & 1023
+            mant = f | 1024 if e else f
+            if mant:
+                m = mant << (max(e, 1) - 1 - base)
+                if m >= 2**31:
+                    return False
+                total += m
+        if total >= 2**32:
+            return False
+    return True
+
+
+def test_accumulator_bases_take_the_tile_minimum_and_refuse_past_the_bound():
+    group, k = 128, 128 * 3
+    # 2**-14 (shift 0) and 64 (mant 1024, shift 20): sum 1024 + 2 * 2**30 < 2**32 -> base 0
+    ok = np.array([[2.0**-14, 64.0, 64.0]], np.float16)
+    assert _bases_by_rows(ok, k, group).tolist() == [0]
+    assert _exact_bound_holds(ok, 0)
+    # four blocks of 2**30 each: the sum reaches 2**32 -> no base
+    over = np.array([[2.0**-14, 64.0, 64.0, 64.0, 64.0]], np.float16)
+    assert _bases_by_rows(over, 128 * 5, group).tolist() == [lay.NO_BASE]
+    assert not _exact_bound_holds(over, 0)
+    # one multiplier of 2**31 (mant 1024 << 21): refused although the sum is below 2**32
+    big = np.array([[2.0**-14, 128.0]], np.float16)
+    assert _bases_by_rows(big, 256, group).tolist() == [lay.NO_BASE]
+    # the base is the smallest shift of the nonzero scales; zeros and signs do not count
+    d = np.array([[0.0, -0.5, 0.25], [0.125, -0.0, 1.0]], np.float16)
+    assert _bases_by_rows(d, k, group).tolist() == [11]  # 0.125: exponent field 12, shift 11
+    # a non-finite scale: that tile only has no base (rows 16.. are the second tile)
+    d = (np.random.default_rng(1).standard_normal((20, 3)) * 0.05).astype(np.float16)
+    d[17, 1] = np.inf
+    assert _bases_by_rows(d, k, group)[1] == lay.NO_BASE and _bases_by_rows(d, k, group)[0] >= 0
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_accumulator_bases_agree_with_the_bound_in_python_integers(group):
+    rng = np.random.default_rng(group)
+    seen = set()
+    for spread in range(0, 30, 3):
+        k = group * int(rng.integers(1, 40))
+        lo = int(rng.integers(-14, 2))
+        e = np.minimum(rng.integers(lo, lo + spread + 1, (16, k // group)), 14)
+        d = rng.uniform(-2, 2, (16, k // group)) * 2.0**e
+        d = d.astype(np.float16)
+        (base,) = _bases_by_rows(d, k, group)
+        mants = d.view(np.uint16) & 0x7FFF
+        shifts = [max(int(h) >> 10, 1) - 1 for h in mants.ravel() if h & 0x7FFF]
+        want = min(shifts) if shifts else 0
+        assert base == (want if _exact_bound_holds(d, want) else lay.NO_BASE), (spread, k)
+        seen.add(int(base) if base <= 0 else 1)
+    assert seen == {lay.NO_BASE, 0, 1}  # refused, base 0 and a base above 0 all occurred

@@ -86,7 +86,8 @@ from ..runtime.dev import (
 PREP_THREADS = 256  # limb words (4 codes each: 1024 codes) per prepare CTA; a multiple of 32
 CTA_WARPS = (NARROW_WARPS, WARPS, WIDE_WARPS)  # every CTA size warps_for can pick (8 usual)
 ROWS_PER_CTA = registry.get("q2_0_gemv_exact").rows_per_cta  # 16: one m16 tile of weight rows
-MAX_M = registry.Q2_EXACT_MAX_M  # activation rows per launch (why 8: see there)
+MAX_M = registry.Q2_EXACT_MAX_M  # activation rows per chunk of a call (32: see there)
+BUILD_MAX_M = 8  # activation rows one launch of an unbatched build serves (1, 2 or 4 B tiles)
 UNIT = registry.Q2_EXACT_UNIT  # codes per unit: one activation sum per unit
 LIMBS = 3  # byte limbs of A_k + 2**23
 ZERO_COL, ONES_COL = -1, -2  # B columns that load nothing: zeros, and ones (the code sums)
@@ -208,13 +209,16 @@ def _make_prepare_body(act: ActFormat = BF16):
 
 
 def tiles_for(m: int) -> int:
-    """B tiles (8 columns = 2 activation rows) a launch of ``m`` rows (1..MAX_M) is built with."""
-    if not 1 <= m <= MAX_M:
-        raise ValueError(f"m: q2_0_gemv_exact serves 1..{MAX_M} rows per launch, got {m}")
+    """B tiles (8 columns = 2 activation rows) an unbatched launch of ``m`` rows
+    (1..:data:`BUILD_MAX_M`) is built with."""
+    if not 1 <= m <= BUILD_MAX_M:
+        raise ValueError(
+            f"m: an unbatched q2_0_gemv_exact build serves 1..{BUILD_MAX_M} rows, got {m}"
+        )
     return 1 << (m - 1).bit_length() >> 1 if m > 1 else 1
 
 
-TILES = tile_counts(tiles_for, MAX_M)  # the B tile counts of every build
+TILES = tile_counts(tiles_for, BUILD_MAX_M)  # the B tile counts of every unbatched build
 
 
 def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16):
@@ -538,6 +542,24 @@ def warps_for(n: int, k: int, m: int) -> int:
     return cta_warps(tiles, plan.div_ceil(k // UNIT, lay.STEP_UNITS), m, kn)
 
 
+def batched_for(n: int, k: int, m: int) -> bool:
+    """Whether a chunk of ``m`` rows on an N x K weight runs as one launch of the batched build
+    (:mod:`q2gemv.cuda.q2_0.exact_batched`, one pass over the weights for up to 32 rows)
+    rather than as launches of :data:`BUILD_MAX_M` rows: for more than :data:`BUILD_MAX_M`
+    rows on a weight of at least ``batched_min_tiles`` row tiles, or of at least
+    ``batched_min_tiles_long_k`` with at least ``batched_long_k_steps`` steps of 128 codes
+    (knobs in ``tuning.json`` beside this module, measured: on smaller weights the 8-row
+    launches were faster). Either gives the same bits."""
+    if m <= BUILD_MAX_M:
+        return False
+    kn = tuning.knobs(str(Path(__file__).parent), "q2_0_gemv_exact")
+    tiles = plan.div_ceil(n, ROWS_PER_CTA)
+    steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
+    if tiles >= kn["batched_min_tiles"]:
+        return True
+    return tiles >= kn["batched_min_tiles_long_k"] and steps >= kn["batched_long_k_steps"]
+
+
 def parts_for(n: int, k: int, m: int, warps: int) -> int:
     """The parts a ``q2_0_gemv_exact`` launch of ``m`` rows on an N x K weight splits K into,
     across CTAs (``gridDim.y``): 1, unless the grid of row tiles is smaller than the knob
@@ -706,18 +728,36 @@ def checked_operands(ops: ExactOperands, dw, d_out, name: str) -> tuple:
 
 
 def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
-    """``(kernel, grid, block, args)`` of each ``q2_0_gemv_exact`` launch: chunks of
-    :data:`MAX_M` rows, :func:`warps_for` warps a CTA.
+    """``(kernel, grid, block, args)`` of each ``q2_0_gemv_exact`` launch: per chunk of up to
+    :data:`MAX_M` rows, one launch of the batched build where :func:`batched_for` says so,
+    else launches of up to :data:`BUILD_MAX_M` rows, :func:`warps_for` warps a CTA.
 
     Validates before anything is launched: ``dw`` a DeviceQ2Weight of ``ops.k``
     columns, ``d_out`` uint16 [M, N]. ``chunks``: the ``(row0, rows)`` of each
-    launch (the plan's, from :mod:`q2gemv.cuda.runtime.launcher`); default chunks of
+    chunk (the plan's, from :mod:`q2gemv.cuda.runtime.launcher`); default chunks of
     :data:`MAX_M` rows. They must cover the M rows once, in order.
     """
     codes, scales, flat = checked_operands(ops, dw, d_out, "q2_0_gemv_exact")
     tiles = plan.div_ceil(dw.n, ROWS_PER_CTA)
     launches = []
     for r0, rows in plan.check_chunks(chunks, ops.m, MAX_M):
+        if batched_for(dw.n, dw.k, rows):
+            from . import exact_batched
+
+            launches.append(exact_batched.one_launch(ops, dw, d_out, r0, rows, "q2_0_gemv_exact"))
+            continue
+        pieces = [
+            (s0, min(BUILD_MAX_M, r0 + rows - s0)) for s0 in range(r0, r0 + rows, BUILD_MAX_M)
+        ]
+        launches += _unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles)
+    return launches
+
+
+def _unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles) -> list[tuple]:
+    """The launches of the unbatched builds for ``pieces`` (``(row0, rows)``, rows up to
+    :data:`BUILD_MAX_M`), on operands :func:`checked_operands` gave."""
+    launches = []
+    for r0, rows in pieces:
         warps = warps_for(dw.n, dw.k, rows)
         parts = parts_for(dw.n, dw.k, rows, warps)
         if parts > 1:  # 3 words an output, a counter a row tile

@@ -84,7 +84,9 @@ def groups_for(m: int) -> int:
 STAGES = {1: 6, 2: 4, 3: 3, 4: 2}  # pipeline depth per column-group count (shared memory < 48 KB)
 
 
-def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFormat = BF16):
+def _make_batch_body(
+    ng: int, group: int, warps: int, cols: int = 1, act: ActFormat = BF16, one_word: bool = False
+):
     """``q2_0_gemv_exact`` for up to ``8 * ng`` activation rows in one pass over the weights,
     rounding to the activation format ``act`` (bf16 or fp16; the operands' ``act``).
 
@@ -111,6 +113,13 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
 
     A staged limb row is a step's 32 words, its 16-byte chunk c stored at ``c ^ 4`` in odd
     rows: a quarter warp's reads (rows r and r + 1, the same chunks) fall in distinct banks.
+
+    ``one_word``: the build for a weight whose every row tile has a base shift ``b``
+    (``BASES``, :func:`q2gemv.formats.q2_0_layout.accumulator_bases`): each output keeps one
+    int64 accumulator, ``acc += S * m_b`` with ``m_b = +-mant(d_b) * 2**(shift(d_b) - b)``
+    (one multiply-add a block, exact by the bound stated there), turned into the two words
+    the rounding reads once, at the end. Its scales are finite (the bases say so), so it
+    flags none. The general build ignores ``BASES``.
     """
     if warps % cols or ng % cols:
         raise ValueError(f"cols: {cols} must divide warps ({warps}) and groups ({ng})")
@@ -200,38 +209,62 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
                     )
 
     @cuda.jit(device=True, inline="always")
-    def fold_block(ss, sa, sbase, abase, i, t, cf, acc_hi, acc_lo, bad):
+    def multiplier(s16, base):
+        """A finite scale's ``m_b`` against the tile's base shift (one-word builds)."""
+        mant, sh, neg = scale_parts(s16)
+        m = mant << max(sh - base, int32(0))  # (a zero scale: mant 0, any shift)
+        return int32(-m) if neg else int32(m)
+
+    @cuda.jit(device=True, inline="always")
+    def fold_block(ss, sa, sbase, abase, i, t, cf, acc_hi, acc_lo, bad, base):
         """Block ``i`` of the step: its scales times the limb sums in ``cf`` into the
         accumulators; returns ``bad`` with rows g (bit 0) and g + 8 (bit 1) flagged for a
-        non-finite scale."""
+        non-finite scale (never, in a one-word build)."""
         s_g = uint32(ss[uint32(sbase + int32(ROWS_PER_CTA * i))])  # (unsigned: no wraparound)
         s_h = uint32(ss[uint32(sbase + int32(ROWS_PER_CTA * i + 8))])
-        if (s_g & uint32(0x7C00)) == uint32(0x7C00):
-            bad |= 1
-        if (s_h & uint32(0x7C00)) == uint32(0x7C00):
-            bad |= 2
-        mg, shg, ng_ = scale_parts(s_g)
-        mh, shh, nh_ = scale_parts(s_h)
-        mg = int32(-mg) if ng_ else mg
-        mh = int32(-mh) if nh_ else mh
+        if one_word:
+            mg = multiplier(s_g, base)
+            mh = multiplier(s_h, base)
+            shg = shh = int32(0)
+        else:
+            if (s_g & uint32(0x7C00)) == uint32(0x7C00):
+                bad |= 1
+            if (s_h & uint32(0x7C00)) == uint32(0x7C00):
+                bad |= 2
+            mg, shg, ng_ = scale_parts(s_g)
+            mh, shh, nh_ = scale_parts(s_h)
+            mg = int32(-mg) if ng_ else mg
+            mh = int32(-mh) if nh_ else mh
         for q in range(NGW):
+            # unit sums of rows 8q + 2t (u0, u1) and 8q + 2t + 1 (u2, u3): one 16-byte read
+            u0, u1, u2, u3 = ld_vec_u32x4(sa, abase + int32(16 * q))
+            if UPB == 2:
+                a_even = uint32(u0 + u1)
+                a_odd = uint32(u2 + u3)
+            elif i == 0:
+                a_even = u0
+                a_odd = u2
+            else:
+                a_even = u1
+                a_odd = u3
             for c in range(2):
-                asum = int32(0)
-                for v in range(i * UPB, (i + 1) * UPB):
-                    asum += sa[uint32(abase + int32(2 * (8 * q + c) + v))]
+                asum = a_even if c == 0 else a_odd
                 for h in range(2):
                     x = 2 * h + c
                     o = 4 * q * LIMBS + x
                     s_ = uint32(cf[o]) + (uint32(cf[o + 4]) << uint32(8))
                     s_ = s_ + (uint32(cf[o + 8]) << uint32(16)) - uint32(asum)
-                    if h == 0:
+                    if one_word:
+                        acc_hi[4 * q + x] += mul_wide(int32(s_), mg if h == 0 else mh)
+                    elif h == 0:
                         acc_add(acc_hi, acc_lo, 4 * q + x, mul_wide(int32(s_), mg), shg)
                     else:
                         acc_add(acc_hi, acc_lo, 4 * q + x, mul_wide(int32(s_), mh), shh)
         return bad
 
     @cuda.jit(device=True, inline="always")
-    def mac_step(sb, sw, ss, sa, slot, wsrc, sbase0, lo0, lo1, t, q0, cf, acc_hi, acc_lo, bad):
+    def mac_step(sb, sw, ss, sa, slot, wsrc, sbase0, lo0, lo1, t, q0, cf, acc_hi, acc_lo, bad,
+                 base):  # fmt: skip
         """One step (stage ``slot``) into the accumulators (:func:`fold_block` per block)."""
         wv0, wv1, wv2, wv3 = ld_vec_u32x4(sw, slot * int32(SWW1) + wsrc)
         bs = slot * int32(SW)
@@ -241,14 +274,14 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
             cf[x] = int32(0)
         mac_unit(sb, bs, wv0, wv1, lo0, cf)
         if BPS == 2:  # group 64: a block a unit
-            bad = fold_block(ss, sa, sbase, abase, 0, t, cf, acc_hi, acc_lo, bad)
+            bad = fold_block(ss, sa, sbase, abase, 0, t, cf, acc_hi, acc_lo, bad, base)
             for x in range(NCF):
                 cf[x] = int32(0)
             mac_unit(sb, bs, wv2, wv3, lo1, cf)
-            bad = fold_block(ss, sa, sbase, abase, 1, t, cf, acc_hi, acc_lo, bad)
+            bad = fold_block(ss, sa, sbase, abase, 1, t, cf, acc_hi, acc_lo, bad, base)
         else:
             mac_unit(sb, bs, wv2, wv3, lo1, cf)
-            bad = fold_block(ss, sa, sbase, abase, 0, t, cf, acc_hi, acc_lo, bad)
+            bad = fold_block(ss, sa, sbase, abase, 0, t, cf, acc_hi, acc_lo, bad, base)
         return bad
 
     @cuda.jit(device=True, inline="always")
@@ -289,7 +322,15 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
         if m < M and row < N:
             write_out(C, EROW, hi, lo, flag, row, m, M0)
 
-    def body(P32, ASUM, EROW, CODES, SCALES, C, WS, CNT, N, K, M, M0):  # noqa: N803
+    @cuda.jit(device=True, inline="always")
+    def words(acc_hi, acc_lo, i, base):
+        """Output ``i``'s exact sum as the rounding's two words (units of ``2**-24``)."""
+        if one_word:  # acc * 2**base: its high part and low 32 bits
+            a = acc_hi[i]
+            return a >> int64(32 - base), uint64(a << int64(base)) & uint64(0xFFFFFFFF)
+        return acc_hi[i], acc_lo[i]
+
+    def body(P32, ASUM, EROW, CODES, SCALES, BASES, C, WS, CNT, N, K, M, M0):  # noqa: N803
         sb = cuda.shared.array(SB, uint32)
         sw = cuda.shared.array(SWW, uint32)
         ss = cuda.shared.array(SSH, uint16)
@@ -311,6 +352,9 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
         tile = int32(cuda.blockIdx.x) * int32(TPC) + wt
         active = tile < (N + int32(ROWS_PER_CTA - 1)) // int32(ROWS_PER_CTA)  # warp-uniform
         copies = active and q0 == 0
+        base = int32(0)
+        if one_word and active:
+            base = BASES[tile]
         nu = K // int32(UNIT)
         nb = K // int32(group)
         ns = (nu + int32(1)) >> int32(1)
@@ -357,7 +401,7 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
             cp_async_commit()
             if active:
                 bad = mac_step(sb, sw, ss, sa, slot, wdst, sbase0, lo0, lo1, t, q0, cf, acc_hi,
-                               acc_lo, bad)  # fmt: skip
+                               acc_lo, bad, base)  # fmt: skip
             slot += int32(1)
             if slot == S:
                 slot = int32(0)
@@ -368,9 +412,8 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
                     for x in range(4):
                         row, m, h = output_of(tile, g, t, q0 + q, x)
                         flag = (bad >> h) & int32(1)
-                        finish(
-                            C, EROW, acc_hi[4 * q + x], acc_lo[4 * q + x], flag, row, m, N, M, M0
-                        )
+                        hi, lo = words(acc_hi, acc_lo, 4 * q + x, base)
+                        finish(C, EROW, hi, lo, flag, row, m, N, M, M0)
             return
         if active:
             for q in range(NGW):
@@ -378,8 +421,9 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
                     row, m, h = output_of(tile, g, t, q0 + q, x)
                     if m < M:
                         i3 = (row * M + m) * int32(3)
-                        cuda.atomic.add(WS, i3, acc_hi[4 * q + x])
-                        cuda.atomic.add(WS, i3 + 1, int64(acc_lo[4 * q + x]))
+                        hi, lo = words(acc_hi, acc_lo, 4 * q + x, base)
+                        cuda.atomic.add(WS, i3, hi)
+                        cuda.atomic.add(WS, i3 + 1, int64(lo))
                         if (bad >> h) & int32(1):
                             cuda.atomic.add(WS, i3 + 2, int64(1))
         cuda.threadfence()
@@ -407,8 +451,8 @@ def _make_batch_body(ng: int, group: int, warps: int, cols: int = 1, act: ActFor
 
 
 BATCH_SIGNATURE = (
-    "void(uint32[::1], int32[::1], int32[::1], uint32[::1], uint16[::1], uint16[:, ::1], "
-    "int64[::1], int32[::1], int32, int32, int32, int32)"
+    "void(uint32[::1], int32[::1], int32[::1], uint32[::1], uint16[::1], int32[::1], "
+    "uint16[:, ::1], int64[::1], int32[::1], int32, int32, int32, int32)"
 )
 
 
@@ -420,8 +464,9 @@ def _batch_kernel(
     cols: int = 1,
     max_regs: int | None = None,
     act: ActFormat = BF16,
+    one_word: bool = False,
 ):
-    body = _make_batch_body(ng, group, warps, cols, act)
+    body = _make_batch_body(ng, group, warps, cols, act, one_word)
     if max_regs is None:
         return cuda.jit(BATCH_SIGNATURE)(body)
     return cuda.jit(BATCH_SIGNATURE, max_registers=max_regs)(body)
@@ -450,15 +495,19 @@ class LaunchRule:
 def launch_rule(n: int, k: int, m: int) -> LaunchRule:
     """The CTA shape of a launch of ``m`` rows on an N x K weight, from the knobs measured on
     this GPU (``tuning.json`` beside this module, :mod:`q2gemv.cuda.runtime.tuning`): from
-    ``wide_tiles`` row tiles on, ``wide_warps`` warps a CTA and no K split; below,
-    ``narrow_warps`` warps and K split until the grid has about ``target_ctas`` CTAs, each
-    part keeping at least ``min_steps`` steps of 128 codes. Any rule gives the same bits."""
+    ``wide_tiles`` row tiles on, no K split and ``wide_warps`` warps a CTA, or
+    ``narrow_warps`` past ``wide_max_tiles`` (where CTAs of ``wide_warps`` would not fit one
+    wave); below, ``narrow_warps`` warps and K split until the grid has about ``target_ctas``
+    CTAs, each part keeping at least ``min_steps`` steps of 128 codes. Any rule gives the
+    same bits."""
     if not 1 <= m <= MAX_M:
         raise ValueError(f"m: {NAME} serves 1..{MAX_M} rows per launch, got {m}")
     kn = tuning.knobs(str(Path(__file__).parent), NAME)
     tiles = plan.div_ceil(n, ROWS_PER_CTA)
     if tiles >= kn["wide_tiles"]:
-        return LaunchRule(kn["wide_warps"], 1)
+        return LaunchRule(
+            kn["wide_warps"] if tiles <= kn["wide_max_tiles"] else kn["narrow_warps"], 1
+        )
     ctas = plan.div_ceil(tiles, kn["narrow_warps"])
     steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
     parts = max(1, min(round(kn["target_ctas"] / ctas), steps // kn["min_steps"]))
@@ -467,40 +516,49 @@ def launch_rule(n: int, k: int, m: int) -> LaunchRule:
 
 def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
     """``(kernel, grid, block, args)`` of each launch: one per chunk of up to :data:`MAX_M`
-    rows, the CTA shape :func:`launch_rule` picks. Validates before anything is launched, as
+    rows (:func:`one_launch`). Validates before anything is launched, as
     :func:`q2gemv.cuda.q2_0.exact.q2_launches` does."""
-    codes, scales, flat = exact.checked_operands(ops, dw, d_out, NAME)
+    exact.checked_operands(ops, dw, d_out, NAME)
+    return [
+        one_launch(ops, dw, d_out, r0, rows)
+        for r0, rows in plan.check_chunks(rows_of, ops.m, MAX_M)
+    ]
+
+
+def one_launch(ops, dw, d_out, r0: int, rows: int, name: str = NAME) -> tuple:
+    """``(kernel, grid, block, args)`` of the launch for rows ``r0 .. r0 + rows`` (up to
+    :data:`MAX_M`): the CTA shape :func:`launch_rule` picks, the one-word build where every
+    row tile of the weight has a base (:meth:`DeviceQ2Weight.accumulator_bases`). Validates
+    the weight, the operands and ``d_out`` as :func:`q2gemv.cuda.q2_0.exact.q2_launches` does
+    (for kernel ``name``: this variant's, or ``q2_0_gemv_exact`` whose launch this is)."""
+    codes, scales, flat = exact.checked_operands(ops, dw, d_out, name)
+    bases, one_word = dw.accumulator_bases()
     tiles = plan.div_ceil(dw.n, ROWS_PER_CTA)
-    launches = []
-    for r0, rows in plan.check_chunks(rows_of, ops.m, MAX_M):
-        rule = launch_rule(dw.n, dw.k, rows)
-        grid = rule.grid(dw.n)
-        if rule.parts > 1:  # 3 words an output, a counter a CTA column
-            ws, cnt = ops.split_workspace(3 * tiles * ROWS_PER_CTA * rows, grid[0])
-        else:
-            ws, cnt = ops.split_workspace(1, 1)
-        launches.append(
-            (
-                _batch_kernel(
-                    rule.groups(rows), dw.group, rule.warps, rule.cols, rule.max_regs, ops.act
-                ),
-                grid,
-                32 * rule.warps,
-                (*flat, ops.exponents, codes, scales, d_out[r0 : r0 + rows], ws, cnt)
-                + (np.int32(dw.n), np.int32(dw.k), np.int32(rows), np.int32(r0)),
-            )
-        )
-    return launches
+    rule = launch_rule(dw.n, dw.k, rows)
+    grid = rule.grid(dw.n)
+    if rule.parts > 1:  # 3 words an output, a counter a CTA column
+        ws, cnt = ops.split_workspace(3 * tiles * ROWS_PER_CTA * rows, grid[0])
+    else:
+        ws, cnt = ops.split_workspace(1, 1)
+    groups = rule.groups(rows)
+    kernel = _batch_kernel(
+        groups, dw.group, rule.warps, rule.cols, rule.max_regs, ops.act, one_word
+    )
+    args = (*flat, ops.exponents, codes, scales, bases, d_out[r0 : r0 + rows], ws, cnt)
+    return kernel, grid, 32 * rule.warps, args + tuple(np.int32(x) for x in (dw.n, dw.k, rows, r0))
 
 
 def ptx_specs() -> list[tuple[str, object, str]]:
-    """``(name, body, signature)`` of three builds for the PTX tests: both groups, both CTA
-    sizes, and the largest register set (4 groups, 4 warps); all 16 would slow CI. Plus one
-    fp16 build (:func:`~q2gemv.cuda.exact_contract.act_suffix`): only the final rounding
-    differs."""
-    builds = ((1, 64, 8, BF16), (3, 64, 4, BF16), (4, 128, 4, BF16), (1, 64, 8, FP16))
+    """``(name, body, signature)`` of the builds for the PTX tests: both groups, both CTA
+    sizes, and the largest register set (4 groups, 4 warps), in the general and the one-word
+    build (``1w``); all 32 would slow CI. Plus one fp16 build
+    (:func:`~q2gemv.cuda.exact_contract.act_suffix`): only the final rounding differs."""
+    builds = (
+        (1, 64, 8, BF16, False), (3, 64, 4, BF16, False), (4, 128, 4, BF16, False),
+        (1, 64, 8, FP16, False), (4, 128, 4, BF16, True), (2, 64, 8, BF16, True),
+    )  # fmt: skip
     return [
-        (f"{NAME}@m{GROUP_ROWS * ng}g{group}w{warps}{act_suffix(act)}",
-         _make_batch_body(ng, group, warps, 1, act), BATCH_SIGNATURE)
-        for ng, group, warps, act in builds
+        (f"{NAME}@m{GROUP_ROWS * ng}g{group}w{warps}{'1w' if one else ''}{act_suffix(act)}",
+         _make_batch_body(ng, group, warps, 1, act, one), BATCH_SIGNATURE)
+        for ng, group, warps, act, one in builds
     ]  # fmt: skip

@@ -61,6 +61,10 @@ class DeviceQ2Weight:
     group: int
     codes: object = None  # device uint32 [layout.code_words(n, k)], or None (see exec_layout)
     scales: object = None  # device uint16 [layout.scale_halves(n, k, group)], or None
+    # each row tile's base shift for one-word accumulators (lay.accumulator_bases), made from
+    # the scales with the layout: device int32 [tiles], and whether every tile has one
+    acc_bases: object = field(default=None, init=False, repr=False, compare=False)
+    acc_one_word: object = field(default=None, init=False, repr=False, compare=False)
     # bound launches of q2gemv.cuda.runtime.launcher, per call signature; dies with the weight
     launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     family: ClassVar[str] = "q2_0"
@@ -102,6 +106,32 @@ class DeviceQ2Weight:
             lambda: q2_layout.pack(self.b16, self.n, self.k, self.group, stream),
         )
 
+    def accumulator_bases(self, stream=0) -> tuple:
+        """``(bases, one_word)``: :func:`q2gemv.formats.q2_0_layout.accumulator_bases` of the
+        layout's scales on the device (int32 [tiles]), and whether every tile has a base (then
+        the batched exact kernel keeps one-word accumulators). Made at first use from the
+        scales (copied to the host once, unless :meth:`upload` had them)."""
+
+        def make() -> tuple:
+            from ...host.backends import simulator_lock
+
+            _, scales = self.exec_layout(stream)
+            with simulator_lock():
+                host = scales.copy_to_host(stream=stream)
+                if hasattr(stream, "synchronize"):  # an asynchronous copy on a stream
+                    stream.synchronize()
+            return self._bases_on_device(host, stream)
+
+        return fill_once(self, ("acc_bases", "acc_one_word"), make)
+
+    def _bases_on_device(self, host_scales: np.ndarray, stream=0) -> tuple:
+        from ...host.backends import simulator_lock
+
+        bases = lay.accumulator_bases(host_scales, self.n, self.k, self.group)
+        with simulator_lock():
+            d = cuda.to_device(bases, stream=stream)
+        return d, bool((bases != lay.NO_BASE).all())
+
     def gguf_halves(self, stream=0) -> tuple:
         """``(b16, bh)``: the GGUF bytes, rebuilt on the device from the layout at first use if absent.
 
@@ -135,7 +165,10 @@ class DeviceQ2Weight:
             d_scales = cuda.to_device(scales, stream=stream)
             d = cuda.to_device(w.raw.view(np.uint16), stream=stream) if keep_gguf else None
         bh = None if d is None else d.view(np.float16)
-        return cls(d, bh, w.n, w.k, w.group, d_codes, d_scales)
+        dw = cls(d, bh, w.n, w.k, w.group, d_codes, d_scales)
+        bases = dw._bases_on_device(scales, stream)
+        fill_once(dw, ("acc_bases", "acc_one_word"), lambda: bases)
+        return dw
 
     @classmethod
     def from_buffers(cls, raw, n: int, k: int, group: int) -> DeviceQ2Weight:
