@@ -288,7 +288,7 @@ def test_device_activations_use_prepare_and_the_exact_kernel_on_the_callers_stre
     assert_bits_equal(y.copy_to_host(stream=st), want, label="device a, exact")
     (key,) = launcher._WORKSPACES
     # (device, stream, exact module, M, K, activation format)
-    assert key[2:] == ("q2gemv.cuda.q2_0.exact", 2, K, "bf16")
+    assert key[2:] == ("q2gemv.cuda.q2_0.exact_launch", 2, K, "bf16")
     out = cuda.device_array((2, N), np.uint16)
     assert q2gemv.gemv(d_a, dw, out=out, stream=st) is out  # the same stream: the same buffers
     assert list(launcher._WORKSPACES) == [key]

@@ -282,6 +282,8 @@ def test_plans_cover_each_row_once(m, present, exact_m, kernel):
             cap = {BATCH16: 16, BATCH32: 32}.get(name) or (
                 1
                 if name in Q2_M1
+                else 32
+                if name == "q2_0_gemv_exact"
                 else 8
                 if name.startswith("q2")
                 else int(name.split("batch")[1][:1])

@@ -515,7 +515,7 @@ del _spec
 
 register_family(FamilySpec(
     "q2_0", "Q2_0", "q2gemv.formats.q2_0.Q2Weight", "q2gemv.cuda.q2_0.seed",
-    "q2gemv.cuda.q2_0.weight.DeviceQ2Weight", "q2gemv.cuda.q2_0.exact", "q2_0_gemv_exact",
+    "q2gemv.cuda.q2_0.weight.DeviceQ2Weight", "q2gemv.cuda.q2_0.exact_launch", "q2_0_gemv_exact",
     ("raw",), ("b16", "codes", "scales"), grouped=True, prepared_kernel="q2_0_gemv_exact",
     seed_plan="q2gemv.dispatch.seed_rules.q2_0_seed_plan", seed_reason="q2gemv.dispatch.seed_rules.q2_0_seed_reason",
     device_modules=("q2gemv.cuda.q2_0.layout", "q2gemv.cuda.q2_0.exact_batched"),

@@ -14,7 +14,7 @@ from numba import cuda
 
 from q2gemv import Q2Weight
 from q2gemv.cuda import exact_contract as xc
-from q2gemv.cuda.q2_0 import as_device_weight
+from q2gemv.cuda.q2_0 import as_device_weight, exact_launch
 from q2gemv.cuda.q2_0 import exact as ex
 from q2gemv.cuda.runtime import launcher
 from q2gemv.formats.bf16 import BF16
@@ -303,8 +303,11 @@ def test_wide_weights_take_one_batched_launch_per_chunk(h200_knobs, monkeypatch)
     dw = as_device_weight(hw)
     a = _acts(rng, m, k)
     ops = ex.ExactOperands.allocate(m, k)
-    launches = ex.q2_launches(ops, dw, cuda.device_array((m, n), np.uint16))
-    assert [a_[-1] for *_, a_ in launches] == [0, 32]  # one launch of 32 rows, one of 5
+    launches = exact_launch.q2_launches(ops, dw, cuda.device_array((m, n), np.uint16))
+    assert [a_[-1] for *_, a_ in launches] == [0, 32]
+    assert launches[0][0].no_pdl and not hasattr(
+        launches[1][0], "no_pdl"
+    )  # one launch of 32 rows, one of 5
     assert launches[0][2] == 64 and launches[1][2] == 32 * ex.warps_for(n, k, 5)
     _check(a, hw, "m=37 on a 'wide' weight: a batched launch and an unbatched one")
 

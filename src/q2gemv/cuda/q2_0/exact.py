@@ -657,8 +657,8 @@ class ExactOperands:
         return (d_a, self.limbs, self.unit_sums, self.exponents, np.int32(self.k))
 
 
-# The exact-family interface (q2gemv.cuda.runtime.launcher.ExactFamily); the kernel is the
-# family spec's exact_kernel (q2gemv.dispatch.registry).
+# The exact-family interface (q2gemv.cuda.runtime.launcher.ExactFamily), served to the launcher
+# by q2gemv.cuda.q2_0.exact_launch; the kernel is the family spec's exact_kernel.
 PREPARE = "exact_prepare"
 Operands = ExactOperands
 
@@ -728,9 +728,10 @@ def checked_operands(ops: ExactOperands, dw, d_out, name: str) -> tuple:
 
 
 def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
-    """``(kernel, grid, block, args)`` of each ``q2_0_gemv_exact`` launch: per chunk of up to
-    :data:`MAX_M` rows, one launch of the batched build where :func:`batched_for` says so,
-    else launches of up to :data:`BUILD_MAX_M` rows, :func:`warps_for` warps a CTA.
+    """``(kernel, grid, block, args)`` of the unbatched ``q2_0_gemv_exact`` launches: per chunk
+    of up to :data:`MAX_M` rows, launches of up to :data:`BUILD_MAX_M` rows, :func:`warps_for`
+    warps a CTA (the family's launches, :mod:`q2gemv.cuda.q2_0.exact_launch`, take the
+    batched build instead where :func:`batched_for` says so).
 
     Validates before anything is launched: ``dw`` a DeviceQ2Weight of ``ops.k``
     columns, ``d_out`` uint16 [M, N]. ``chunks``: the ``(row0, rows)`` of each
@@ -741,19 +742,14 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
     tiles = plan.div_ceil(dw.n, ROWS_PER_CTA)
     launches = []
     for r0, rows in plan.check_chunks(chunks, ops.m, MAX_M):
-        if batched_for(dw.n, dw.k, rows):
-            from . import exact_batched
-
-            launches.append(exact_batched.one_launch(ops, dw, d_out, r0, rows, "q2_0_gemv_exact"))
-            continue
         pieces = [
             (s0, min(BUILD_MAX_M, r0 + rows - s0)) for s0 in range(r0, r0 + rows, BUILD_MAX_M)
         ]
-        launches += _unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles)
+        launches += unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles)
     return launches
 
 
-def _unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles) -> list[tuple]:
+def unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles) -> list[tuple]:
     """The launches of the unbatched builds for ``pieces`` (``(row0, rows)``, rows up to
     :data:`BUILD_MAX_M`), on operands :func:`checked_operands` gave."""
     launches = []

@@ -400,9 +400,19 @@ def enqueue(route, plan, dw, d_a, d_out, st, key=None, cache=None, keep=(), act:
 
 def _prebound(launches_: list[tuple], stream, **kw) -> list[PreboundLaunch]:
     """One PreboundLaunch per launch; PDL for a kernel that waits (:func:`grid_waits`) and is
-    not its call's first launch (the first follows unrelated work in the stream)."""
+    not its call's first launch (the first follows unrelated work in the stream), unless its
+    build says ``no_pdl`` (measured slower so)."""
     return [
-        PreboundLaunch(d, g, b, a, stream=stream, name=n, pdl=i > 0 and grid_waits(n), **kw)
+        PreboundLaunch(
+            d,
+            g,
+            b,
+            a,
+            stream=stream,
+            name=n,
+            pdl=i > 0 and grid_waits(n) and not getattr(d, "no_pdl", False),
+            **kw,
+        )  # fmt: skip
         for i, (d, g, b, a, n) in enumerate(launches_)
     ]
 
