@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-FAMILIES = ("q2_0", "w4a16", "q2_0_exact", "w4a16_exact")
+FAMILIES = ("q2_0", "w4a16", "q2_0_exact", "q2_0_exact_wide", "w4a16_exact")
 SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
 POISON = 0xFFFF
 REPO = Path(__file__).resolve().parents[1]
@@ -90,10 +90,7 @@ def _exact_cases():
     """(group, n, k, m, warps, parts, finite) for q2_0_gemv_exact: row tails, blocks past the 8
     warps, every tile count, chunks, at the launch rule's CTA shape (warps, parts None); then
     the other CTA sizes and K split across CTAs forced (the integer atomics, the last CTA's
-    rounding, the workspace left zero); then weights wide enough for the batched build
-    (n = 14337: 897 row tiles) in chunks of 9..32 rows, with every scale finite (its one-word
-    build) and with one infinite scale (its general build). ``finite`` False: the weight has
-    one infinite scale."""
+    rounding, the workspace left zero). ``finite`` False: the weight has one infinite scale."""
     cases = []
     for group in (64, 128):
         for n in (1, 7, 17):
@@ -103,10 +100,20 @@ def _exact_cases():
         cases.append((group, 4097, 5120, 33, None, None, False))
         for warps, parts, m in ((4, 1, 5), (16, 1, 3), (8, 3, 9), (4, 2, 1), (16, 2, 17)):
             cases.append((group, 17, group * 9, m, warps, parts, False))
-        for finite in (True, False):
-            for m in (9, 33):
-                cases.append((group, 14337, group * 3, m, None, None, finite))
     return cases
+
+
+def _exact_wide_cases():
+    """The same tuples for weights wide enough for the batched build (n = 14337: 897 row tiles,
+    ``exact.batched_for``) in chunks of 9..32 rows and a last one of 1, with every scale finite
+    (its one-word build) and with one infinite scale (its general build); family
+    ``q2_0_exact_wide``, to be run alone where time is short."""
+    return [
+        (group, 14337, group * 3, m, None, None, finite)
+        for group in (64, 128)
+        for finite in (True, False)
+        for m in (9, 33)
+    ]
 
 
 def _w4_exact_cases():
@@ -185,6 +192,7 @@ def worker(smoke: bool = False, families: tuple[str, ...] = FAMILIES) -> int:
     q2_cases = q2_cases if "q2_0" in families else []
     w4_cases = w4_cases if "w4a16" in families else []
     ex_cases = _exact_cases() if "q2_0_exact" in families else []
+    ex_cases += _exact_wide_cases() if "q2_0_exact_wide" in families else []
     w4x_cases = _w4_exact_cases() if "w4a16_exact" in families else []
     if smoke:
         ex_cases = [c for c in ex_cases if c[1] <= 7 and c[3] <= 3][:2]

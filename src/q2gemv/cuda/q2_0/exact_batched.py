@@ -1,14 +1,16 @@
-"""``q2_0_gemv_exact_batched``: the exact Q2_0 GEMV for up to 32 activation rows in one pass.
+"""The batched build of the exact Q2_0 GEMV: up to 32 activation rows in one pass.
 
-An exact-kernel variant (``docs/architecture.md``, "Where to add things"), not registered by
-default: :func:`register` adds its :class:`~q2gemv.dispatch.registry.KernelSpec`
-(``golden=False``), after which ``q2gemv.gemv(a, w, kernel="q2_0_gemv_exact_batched")`` runs
-it. It computes the exact contract's value (:mod:`q2gemv.reference.exact`), so its bits equal
-``q2_0_gemv_exact``'s for every M, shape and launch shape. Not the default: it beats the default's chunks of 8 rows only
-for 9..32 rows on wide weights, and loses on narrow ones (the launch sweep,
-``benchmarks/experimental/sweep_exact_launch.py``; ``benchmarks/NOTES.md``). It reads the same
-prepared operands (``exact_prepare``) and the same execution layout as ``q2_0_gemv_exact``
-(:mod:`q2gemv.cuda.q2_0.exact`).
+``q2_0_gemv_exact`` runs it for a chunk of 9..32 rows on wide weights
+(:func:`q2gemv.cuda.q2_0.exact.batched_for`, measured; the launches are chosen in
+:mod:`q2gemv.cuda.q2_0.exact_launch`); on smaller weights its 8-row launches were faster. It
+is also an exact-kernel variant of its own (``docs/architecture.md``, "Where to add things"),
+not registered by default: :func:`register` adds its
+:class:`~q2gemv.dispatch.registry.KernelSpec` (``golden=False``), after which
+``q2gemv.gemv(a, w, kernel="q2_0_gemv_exact_batched")`` runs it on any weight. It computes the
+exact contract's value (:mod:`q2gemv.reference.exact`), so its bits equal the unbatched
+builds' for every M, shape and launch shape. It reads the same prepared operands
+(``exact_prepare``) and the same execution layout as :mod:`q2gemv.cuda.q2_0.exact`, plus each
+row tile's base shift for its one-word build (``docs/numerics.md``, one-word accumulators).
 """
 
 from __future__ import annotations
