@@ -93,6 +93,23 @@ def test_one_word_build_matches_the_reference(batched, monkeypatch, m, n, k, gro
     assert_bits_equal(got, want, f"one word m={m} n={n} k={k} g{group}")
 
 
+def test_one_word_build_with_fp16_activations(batched, monkeypatch):
+    """fp16 in and out through the one-word build, with a K split in 2: the fp16 rounding of
+    the same two words."""
+    monkeypatch.setattr(xb, "launch_rule", lambda n_, k_, m_: xb.LaunchRule(1, 2))
+    rng = np.random.default_rng(78)
+    m, n, k = 10, 17, 64 * 3
+    a = (rng.standard_normal((m, k)) * 2.0 ** rng.integers(-20, 8, (m, k))).astype(np.float16)
+    a[3] = rng.uniform(30000, 65504, k).astype(np.float16)  # sums past 65504: +-Inf
+    hw = _narrow_weight(rng, n, k, 64)
+    w = as_device_weight(hw)
+    assert w.accumulator_bases()[1]
+    got = q2gemv.gemv(a, w, kernel=batched, backend="cuda")
+    want = rex.q2_0_gemv_exact(a, hw)
+    assert got.dtype == np.float16 == want.dtype
+    assert_bits_equal(got.view(np.uint16), want.view(np.uint16), "one word fp16")
+
+
 def test_one_word_build_at_the_edge_of_its_bound(batched, monkeypatch):
     """Each row's multipliers sum to just under 2**32 against base 0 and every block sum is
     near +-2**31 (codes all 3 or all 0, the largest activations): partial sums near 2**62

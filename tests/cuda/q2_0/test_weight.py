@@ -82,3 +82,32 @@ def test_device_q2_weight_round_trip():
     d = _dq2()
     again = q2cuda.DeviceQ2Weight(d.b16, d.bh, np.int64(8), K, 64)
     assert (again.n, again.k, again.group) == (8, K, 64) and type(again.n) is int
+
+
+def test_accumulator_bases_are_the_same_for_every_way_to_make_the_weight():
+    """upload (from the host's scales), from_buffers and a hand-built weight (from the device
+    layout's scales, copied back once) give the same bases, made once and kept."""
+    from numba import cuda
+
+    from q2gemv.cuda.q2_0 import DeviceQ2Weight
+    from q2gemv.formats import q2_0_layout as lay
+
+    rng = np.random.default_rng(5)
+    n, k, group = 40, 256, 128
+    d = (rng.standard_normal((n, k // group)) * 0.05).astype(np.float16)
+    d[20, 1] = np.inf  # the second tile has no base
+    w = Q2Weight.from_codes(rng.integers(0, 4, (n, k), dtype=np.uint8), d, group=group)
+    _, scales = lay.to_exec_layout(w.raw, n, k, group)
+    want = lay.accumulator_bases(scales, n, k, group)
+    assert want[1] == lay.NO_BASE and (want[[0, 2]] >= 0).all()
+    raw = cuda.to_device(w.raw)
+    b16 = cuda.to_device(w.raw.view(np.uint16))
+    made = [
+        DeviceQ2Weight.upload(w),
+        DeviceQ2Weight.from_buffers(raw, n, k, group),
+        DeviceQ2Weight(b16, b16.view(np.float16), n, k, group),  # layout made at first use
+    ]
+    for dw in made:
+        bases, one_word = dw.accumulator_bases()
+        assert np.array_equal(bases.copy_to_host(), want) and one_word is False
+        assert dw.accumulator_bases()[0] is bases  # kept

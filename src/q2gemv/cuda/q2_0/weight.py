@@ -112,10 +112,11 @@ class DeviceQ2Weight:
         the batched exact kernel keeps one-word accumulators). Made at first use from the
         scales (copied to the host once, unless :meth:`upload` had them)."""
 
+        _, scales = self.exec_layout(stream)  # first: fill_once's lock is not reentrant
+
         def make() -> tuple:
             from ...host.backends import simulator_lock
 
-            _, scales = self.exec_layout(stream)
             with simulator_lock():
                 host = scales.copy_to_host(stream=stream)
                 if hasattr(stream, "synchronize"):  # an asynchronous copy on a stream
