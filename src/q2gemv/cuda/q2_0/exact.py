@@ -128,6 +128,53 @@ def acc_add(acc_hi, acc_lo, i, p, sh):
     acc_hi[i] += p >> int64(int64(32) - int64(sh))
 
 
+# -- K split across CTAs: the parts' exact sums in a workspace (3 int64 words an output) ---
+
+
+@_device
+def split_add(WS, i3, hsum, lsum, flag):  # noqa: N803
+    """One part's exact sum of an output (``hsum * 2**32 + lsum``, units of the accumulators)
+    and its non-finite-scale flag into the output's words ``WS[i3 .. i3 + 2]``: integer
+    atomics, exact in any order."""
+    cuda.atomic.add(WS, i3, hsum)
+    cuda.atomic.add(WS, i3 + 1, int64(lsum))
+    if flag != 0:
+        cuda.atomic.add(WS, i3 + 2, int64(1))
+
+
+@_device
+def last_part(CNT, i, parts, s_last):  # noqa: N803
+    """Called by every thread of a CTA after its :func:`split_add`: is this CTA the last of the
+    ``parts`` sharing counter ``CNT[i]`` to finish? Then every part's sums are in ``WS`` and
+    visible to it (fences on both sides of the counter)."""
+    cuda.threadfence()
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        s_last[0] = int32(cuda.atomic.add(CNT, i, int32(1)) == parts - int32(1))
+    cuda.syncthreads()
+    if s_last[0] == 0:
+        return False
+    cuda.threadfence()
+    return True
+
+
+@_device
+def split_take(WS, i3):  # noqa: N803
+    """An output's complete sum ``(hsum, lsum, flag)`` out of ``WS``, leaving its words zero for
+    the next launch (the last part only)."""
+    hsum = cuda.atomic.exch(WS, i3, int64(0))
+    lsum = uint64(cuda.atomic.exch(WS, i3 + 1, int64(0)))
+    flag = int32(cuda.atomic.exch(WS, i3 + 2, int64(0)) != 0)
+    return hsum, lsum, flag
+
+
+@_device
+def split_reset(CNT, i):  # noqa: N803
+    """The last part leaves counter ``CNT[i]`` zero for the next launch."""
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.exch(CNT, i, int32(0))
+
+
 # -- kernels ---------------------------------------------------------------------
 
 
@@ -482,35 +529,21 @@ def _make_q2_body(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16
                 if parts == 1:
                     finish(C, EROW, hsum, lsum, flag, row, m, M0)
                 else:  # this part's exact sum into the launch's (3 words an output)
-                    i3 = (row * uint32(M) + m) * uint32(3)
-                    cuda.atomic.add(WS, i3, hsum)
-                    cuda.atomic.add(WS, i3 + uint32(1), int64(lsum))
-                    if flag != 0:
-                        cuda.atomic.add(WS, i3 + uint32(2), int64(1))
+                    split_add(WS, (row * uint32(M) + m) * uint32(3), hsum, lsum, flag)
         if parts == 1:
             return
         # The last part of this row tile to finish rounds every output (its sums are then
         # complete) and leaves WS and CNT zero for the next launch.
-        cuda.threadfence()
-        cuda.syncthreads()
-        if tid == 0:
-            s_last[0] = int32(cuda.atomic.add(CNT, tile, int32(1)) == parts - int32(1))
-        cuda.syncthreads()
-        if s_last[0] == 0:
+        if not last_part(CNT, tile, parts, s_last):
             return
-        cuda.threadfence()
         for idx in range(tid, uint32(ROWS_PER_CTA * MM), uint32(THREADS)):
             r = idx // uint32(MM)
             m = idx % uint32(MM)
             row = row0 + r
             if m < uint32(M) and row < n_rows:
-                i3 = (row * uint32(M) + m) * uint32(3)
-                hsum = cuda.atomic.exch(WS, i3, int64(0))
-                lsum = uint64(cuda.atomic.exch(WS, i3 + uint32(1), int64(0)))
-                flag = int32(cuda.atomic.exch(WS, i3 + uint32(2), int64(0)) != 0)
+                hsum, lsum, flag = split_take(WS, (row * uint32(M) + m) * uint32(3))
                 finish(C, EROW, hsum, lsum, flag, row, m, M0)
-        if tid == 0:
-            cuda.atomic.exch(CNT, tile, int32(0))
+        split_reset(CNT, tile)
 
     return body
 
@@ -532,14 +565,20 @@ def _q2_kernel(nt: int, group: int, warps: int = WARPS, act: ActFormat = BF16):
     return cuda.jit(Q2_SIGNATURE)(_make_q2_body(nt, group, warps, act))
 
 
+def _rule_inputs(n: int, k: int) -> tuple[dict, int, int]:
+    """``(knobs, row tiles, steps of 128 codes)`` of an N x K weight, what the launch rules
+    read: the knobs measured on this GPU (``tuning.json`` beside this module)."""
+    kn = tuning.knobs(str(Path(__file__).parent), "q2_0_gemv_exact")
+    return kn, plan.div_ceil(n, ROWS_PER_CTA), plan.div_ceil(k // UNIT, lay.STEP_UNITS)
+
+
 def warps_for(n: int, k: int, m: int) -> int:
     """Warps a CTA of a ``q2_0_gemv_exact`` launch of ``m`` rows on an N x K weight:
     :func:`q2gemv.cuda.exact_contract.cta_warps` on steps of 128 codes, with the knobs measured
     on this GPU (``tuning.json`` beside this module; the sweep it names). Any choice gives
     the same bits."""
-    kn = tuning.knobs(str(Path(__file__).parent), "q2_0_gemv_exact")
-    tiles = plan.div_ceil(n, ROWS_PER_CTA)
-    return cta_warps(tiles, plan.div_ceil(k // UNIT, lay.STEP_UNITS), m, kn)
+    kn, tiles, steps = _rule_inputs(n, k)
+    return cta_warps(tiles, steps, m, kn)
 
 
 def batched_for(n: int, k: int, m: int) -> bool:
@@ -552,9 +591,7 @@ def batched_for(n: int, k: int, m: int) -> bool:
     launches were faster). Either gives the same bits."""
     if m <= BUILD_MAX_M:
         return False
-    kn = tuning.knobs(str(Path(__file__).parent), "q2_0_gemv_exact")
-    tiles = plan.div_ceil(n, ROWS_PER_CTA)
-    steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
+    kn, tiles, steps = _rule_inputs(n, k)
     if tiles >= kn["batched_min_tiles"]:
         return True
     return tiles >= kn["batched_min_tiles_long_k"] and steps >= kn["batched_long_k_steps"]
@@ -568,11 +605,9 @@ def parts_for(n: int, k: int, m: int, warps: int) -> int:
     warps. The knobs are measured per GPU (``tuning.json`` beside this module,
     :mod:`q2gemv.cuda.runtime.tuning`). Any choice gives the same bits: the parts' sums are
     exact integers, added by integer atomics."""
-    kn = tuning.knobs(str(Path(__file__).parent), "q2_0_gemv_exact")
-    tiles = plan.div_ceil(n, ROWS_PER_CTA)
+    kn, tiles, steps = _rule_inputs(n, k)
     if tiles >= kn["split_below_tiles"] or m > kn["split_max_m"]:
         return 1
-    steps = plan.div_ceil(k // UNIT, lay.STEP_UNITS)
     most = steps // (warps * kn["min_steps_per_warp"])
     return max(1, min(plan.div_ceil(kn["target_ctas"], tiles), most))
 
@@ -738,20 +773,20 @@ def q2_launches(ops: ExactOperands, dw, d_out, chunks=None) -> list[tuple]:
     chunk (the plan's, from :mod:`q2gemv.cuda.runtime.launcher`); default chunks of
     :data:`MAX_M` rows. They must cover the M rows once, in order.
     """
-    codes, scales, flat = checked_operands(ops, dw, d_out, "q2_0_gemv_exact")
+    operands = checked_operands(ops, dw, d_out, "q2_0_gemv_exact")
+    return unbatched(ops, dw, d_out, plan.check_chunks(chunks, ops.m, MAX_M), operands)
+
+
+def unbatched(ops, dw, d_out, chunks, operands) -> list[tuple]:
+    """The launches of the unbatched builds for ``chunks`` (checked ``(row0, rows)``): up to
+    :data:`BUILD_MAX_M` rows each, on the ``operands`` :func:`checked_operands` gave."""
+    codes, scales, flat = operands
     tiles = plan.div_ceil(dw.n, ROWS_PER_CTA)
-    launches = []
-    for r0, rows in plan.check_chunks(chunks, ops.m, MAX_M):
-        pieces = [
-            (s0, min(BUILD_MAX_M, r0 + rows - s0)) for s0 in range(r0, r0 + rows, BUILD_MAX_M)
-        ]
-        launches += unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles)
-    return launches
-
-
-def unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles) -> list[tuple]:
-    """The launches of the unbatched builds for ``pieces`` (``(row0, rows)``, rows up to
-    :data:`BUILD_MAX_M`), on operands :func:`checked_operands` gave."""
+    pieces = [
+        (s0, min(BUILD_MAX_M, r0 + rows - s0))
+        for r0, rows in chunks
+        for s0 in range(r0, r0 + rows, BUILD_MAX_M)
+    ]
     launches = []
     for r0, rows in pieces:
         warps = warps_for(dw.n, dw.k, rows)

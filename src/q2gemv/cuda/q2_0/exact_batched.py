@@ -45,7 +45,11 @@ from .exact import (
     ROWS_PER_CTA,
     UNIT,
     acc_add,
+    last_part,
     scale_parts,
+    split_add,
+    split_reset,
+    split_take,
 )
 
 NAME = "q2_0_gemv_exact_batched"
@@ -422,32 +426,18 @@ def _make_batch_body(
                 for x in range(4):
                     row, m, h = output_of(tile, g, t, q0 + q, x)
                     if m < M:
-                        i3 = (row * M + m) * int32(3)
                         hi, lo = words(acc_hi, acc_lo, 4 * q + x, base)
-                        cuda.atomic.add(WS, i3, hi)
-                        cuda.atomic.add(WS, i3 + 1, int64(lo))
-                        if (bad >> h) & int32(1):
-                            cuda.atomic.add(WS, i3 + 2, int64(1))
-        cuda.threadfence()
-        cuda.syncthreads()
-        if tid == 0:
-            s_last[0] = int32(cuda.atomic.add(CNT, cuda.blockIdx.x, int32(1)) == parts - 1)
-        cuda.syncthreads()
-        if s_last[0] == 0:
+                        split_add(WS, (row * M + m) * int32(3), hi, lo, (bad >> h) & int32(1))
+        if not last_part(CNT, cuda.blockIdx.x, parts, s_last):
             return
-        cuda.threadfence()
         if active:
             for q in range(NGW):
                 for x in range(4):
                     row, m, h = output_of(tile, g, t, q0 + q, x)
                     if m < M:
-                        i3 = (row * M + m) * int32(3)
-                        hi = cuda.atomic.exch(WS, i3, int64(0))
-                        lo = uint64(cuda.atomic.exch(WS, i3 + 1, int64(0)))
-                        fl = cuda.atomic.exch(WS, i3 + 2, int64(0))
-                        finish(C, EROW, hi, lo, int32(fl != 0), row, m, N, M, M0)
-        if tid == 0:
-            cuda.atomic.exch(CNT, cuda.blockIdx.x, int32(0))
+                        hi, lo, fl = split_take(WS, (row * M + m) * int32(3))
+                        finish(C, EROW, hi, lo, fl, row, m, N, M, M0)
+        split_reset(CNT, cuda.blockIdx.x)
 
     return body
 
@@ -526,20 +516,20 @@ def chunk_launches(ops, dw, d_out, rows_of) -> list[tuple]:
     """``(kernel, grid, block, args)`` of each launch: one per chunk of up to :data:`MAX_M`
     rows (:func:`one_launch`). Validates before anything is launched, as
     :func:`q2gemv.cuda.q2_0.exact.q2_launches` does."""
-    exact.checked_operands(ops, dw, d_out, NAME)
+    operands = exact.checked_operands(ops, dw, d_out, NAME)
     return [
-        one_launch(ops, dw, d_out, r0, rows)
+        one_launch(ops, dw, d_out, r0, rows, operands)
         for r0, rows in plan.check_chunks(rows_of, ops.m, MAX_M)
     ]
 
 
-def one_launch(ops, dw, d_out, r0: int, rows: int, name: str = NAME) -> tuple:
+def one_launch(ops, dw, d_out, r0: int, rows: int, operands) -> tuple:
     """``(kernel, grid, block, args)`` of the launch for rows ``r0 .. r0 + rows`` (up to
     :data:`MAX_M`): the CTA shape :func:`launch_rule` picks, the one-word build where every
-    row tile of the weight has a base (:meth:`DeviceQ2Weight.accumulator_bases`). Validates
-    the weight, the operands and ``d_out`` as :func:`q2gemv.cuda.q2_0.exact.q2_launches` does
-    (for kernel ``name``: this variant's, or ``q2_0_gemv_exact`` whose launch this is)."""
-    codes, scales, flat = exact.checked_operands(ops, dw, d_out, name)
+    row tile of the weight has a base (:meth:`DeviceQ2Weight.accumulator_bases`), on the
+    ``operands`` :func:`q2gemv.cuda.q2_0.exact.checked_operands` gave (the caller's check of
+    the weight, the prepared operands and ``d_out``, made before anything is launched)."""
+    codes, scales, flat = operands
     bases, one_word = dw.accumulator_bases()
     tiles = plan.div_ceil(dw.n, ROWS_PER_CTA)
     rule = launch_rule(dw.n, dw.k, rows)

@@ -25,16 +25,13 @@ def q2_launches(ops, dw, d_out, chunks=None) -> list[tuple]:
     """``(kernel, grid, block, args)`` of each launch of a ``q2_0_gemv_exact`` call: validated
     as :func:`q2gemv.cuda.q2_0.exact.q2_launches` does, before anything is launched;
     ``chunks`` the ``(row0, rows)`` of each chunk (default: chunks of ``MAX_M`` rows)."""
-    codes, scales, flat = exact.checked_operands(ops, dw, d_out, NAME)
-    tiles = plan.div_ceil(dw.n, exact.ROWS_PER_CTA)
+    operands = exact.checked_operands(ops, dw, d_out, NAME)
     launches = []
     for r0, rows in plan.check_chunks(chunks, ops.m, exact.MAX_M):
         if exact.batched_for(dw.n, dw.k, rows):
-            launches.append(exact_batched.one_launch(ops, dw, d_out, r0, rows, NAME))
-            continue
-        step = exact.BUILD_MAX_M
-        pieces = [(s0, min(step, r0 + rows - s0)) for s0 in range(r0, r0 + rows, step)]
-        launches += exact.unbatched(ops, dw, d_out, pieces, codes, scales, flat, tiles)
+            launches.append(exact_batched.one_launch(ops, dw, d_out, r0, rows, operands))
+        else:
+            launches += exact.unbatched(ops, dw, d_out, [(r0, rows)], operands)
     return launches
 
 

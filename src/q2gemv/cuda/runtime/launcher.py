@@ -403,18 +403,15 @@ def _prebound(launches_: list[tuple], stream, **kw) -> list[PreboundLaunch]:
     not its call's first launch (the first follows unrelated work in the stream), unless its
     build says ``no_pdl`` (measured slower so)."""
     return [
-        PreboundLaunch(
-            d,
-            g,
-            b,
-            a,
-            stream=stream,
-            name=n,
-            pdl=i > 0 and grid_waits(n) and not getattr(d, "no_pdl", False),
-            **kw,
-        )  # fmt: skip
+        PreboundLaunch(d, g, b, a, stream=stream, name=n, pdl=i > 0 and _overlaps(d, n), **kw)
         for i, (d, g, b, a, n) in enumerate(launches_)
     ]
+
+
+def _overlaps(kernel, name: str) -> bool:
+    """May this launch of kernel ``name`` start under PDL: its kernel waits, and its build does
+    not say ``no_pdl``."""
+    return grid_waits(name) and not getattr(kernel, "no_pdl", False)
 
 
 def grid_waits(name: str) -> bool:
